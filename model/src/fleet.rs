@@ -1,0 +1,342 @@
+//! The live state of one fleet and the reducer that changes it.
+//!
+//! The same [`FleetState::apply`] runs in the server's hub (fed by a store's event
+//! stream) and in the browser (fed by the websocket). It returns the *effective*
+//! changes, so a full [`FleetEvent::Reset`] (first snapshot, or a resync after the
+//! store compacted the history we needed) becomes the minimal list of upserts and
+//! removals: the hub forwards exactly those, and the browser re-renders exactly
+//! those rows.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::LockRecord;
+use crate::time::Millis;
+
+/// One key under `<prefix>locks/`, as the store last showed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockEntry {
+    /// The lock's name (the key without `<prefix>locks/`).
+    pub name: String,
+    /// Fencing token: grows with every acquisition of this lock (etcd: `create_revision`).
+    pub fence: i64,
+    /// Store revision of the value shown (etcd: `mod_revision`); a guarded release
+    /// compares on it.
+    pub revision: i64,
+    pub body: LockBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LockBody {
+    Held(LockRecord),
+    /// The key exists but its value is not a record this build understands. Shown
+    /// as such (the lock is still held as far as the store is concerned).
+    Malformed {
+        /// The stored bytes, cut to [`MALFORMED_KEEP_BYTES`].
+        raw: Vec<u8>,
+        error: String,
+    },
+}
+
+/// How much of a malformed value is kept for display.
+pub const MALFORMED_KEEP_BYTES: usize = 4096;
+
+impl LockEntry {
+    /// Builds an entry from a stored value; a value that does not parse becomes
+    /// [`LockBody::Malformed`] carrying its bytes.
+    pub fn from_stored(name: String, fence: i64, revision: i64, raw: &[u8]) -> LockEntry {
+        let body = match LockRecord::parse(raw) {
+            Ok(rec) => LockBody::Held(rec),
+            Err(e) => LockBody::Malformed {
+                raw: raw[..raw.len().min(MALFORMED_KEEP_BYTES)].to_vec(),
+                error: e.to_string(),
+            },
+        };
+        LockEntry { name, fence, revision, body }
+    }
+
+    pub fn record(&self) -> Option<&LockRecord> {
+        match &self.body {
+            LockBody::Held(r) => Some(r),
+            LockBody::Malformed { .. } => None,
+        }
+    }
+}
+
+/// Where a held lock stands against its own deadlines at `now`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Liveness {
+    Healthy,
+    /// Past `alert_at`.
+    Overdue,
+    /// Past `auto_unlock_at`: the unlocker may release it.
+    Expired,
+}
+
+impl LockRecord {
+    /// `now` must be on the same clock as the record's times (see `docs/protocol.md`).
+    pub fn liveness(&self, now: Millis) -> Liveness {
+        if now >= self.auto_unlock_at {
+            Liveness::Expired
+        } else if now >= self.alert_at {
+            Liveness::Overdue
+        } else {
+            Liveness::Healthy
+        }
+    }
+}
+
+/// A change to a fleet's lock table. Events carry store revisions, so replaying one
+/// twice, or out of order for the same lock, changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum FleetEvent {
+    /// The complete table at `revision`.
+    Reset { revision: i64, locks: Vec<LockEntry> },
+    /// A lock was taken, or its record changed.
+    Upsert(LockEntry),
+    /// A lock was released (deleted at `revision`).
+    Remove { name: String, revision: i64 },
+}
+
+/// The connection between the server and one store, on the server's clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum StoreStatus {
+    /// Not yet connected since the server started.
+    Connecting { since: Millis },
+    /// Snapshot taken and watch running.
+    Live { since: Millis },
+    /// The store cannot be reached; the table shows the last known truth.
+    Unreachable { since: Millis, error: String, retry_at: Millis },
+}
+
+/// The lock table of one fleet.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FleetState {
+    locks: BTreeMap<String, LockEntry>,
+    revision: i64,
+}
+
+impl FleetState {
+    /// Applies one event and returns what actually changed, as `Upsert`/`Remove`
+    /// events in a deterministic order. Stale events return nothing.
+    pub fn apply(&mut self, event: FleetEvent) -> Vec<FleetEvent> {
+        match event {
+            FleetEvent::Reset { revision, locks } => {
+                let mut fresh: BTreeMap<String, LockEntry> =
+                    locks.into_iter().map(|e| (e.name.clone(), e)).collect();
+                let mut changes = Vec::new();
+                for name in self.locks.keys() {
+                    if !fresh.contains_key(name) {
+                        changes.push(FleetEvent::Remove { name: name.clone(), revision });
+                    }
+                }
+                for (name, entry) in &fresh {
+                    if self.locks.get(name) != Some(entry) {
+                        changes.push(FleetEvent::Upsert(entry.clone()));
+                    }
+                }
+                std::mem::swap(&mut self.locks, &mut fresh);
+                // A reset is the whole truth, even if the store went back in time
+                // (restored from a backup): its revision replaces ours.
+                self.revision = revision;
+                changes
+            }
+            FleetEvent::Upsert(entry) => {
+                self.revision = self.revision.max(entry.revision);
+                match self.locks.get(&entry.name) {
+                    Some(old) if old.revision >= entry.revision => Vec::new(),
+                    _ => {
+                        self.locks.insert(entry.name.clone(), entry.clone());
+                        vec![FleetEvent::Upsert(entry)]
+                    }
+                }
+            }
+            FleetEvent::Remove { name, revision } => {
+                self.revision = self.revision.max(revision);
+                match self.locks.get(&name) {
+                    Some(old) if old.revision < revision => {
+                        self.locks.remove(&name);
+                        vec![FleetEvent::Remove { name, revision }]
+                    }
+                    _ => Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// Highest store revision seen.
+    pub fn revision(&self) -> i64 {
+        self.revision
+    }
+
+    pub fn len(&self) -> usize {
+        self.locks.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.locks.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&LockEntry> {
+        self.locks.get(name)
+    }
+
+    /// Locks in name order.
+    pub fn locks(&self) -> impl Iterator<Item = &LockEntry> {
+        self.locks.values()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::sample;
+
+    fn held(name: &str, fence: i64, revision: i64) -> LockEntry {
+        LockEntry { name: name.into(), fence, revision, body: LockBody::Held(sample(&format!("o{fence}"))) }
+    }
+    fn up(name: &str, fence: i64, revision: i64) -> FleetEvent {
+        FleetEvent::Upsert(held(name, fence, revision))
+    }
+    fn rm(name: &str, revision: i64) -> FleetEvent {
+        FleetEvent::Remove { name: name.into(), revision }
+    }
+    fn reset(revision: i64, locks: Vec<LockEntry>) -> FleetEvent {
+        FleetEvent::Reset { revision, locks }
+    }
+
+    struct Case {
+        name: &'static str,
+        start: Vec<FleetEvent>,
+        event: FleetEvent,
+        changes: Vec<FleetEvent>,
+        names_after: Vec<&'static str>,
+    }
+
+    #[test]
+    fn reducer_table() {
+        let cases = vec![
+            Case { name: "acquire", start: vec![], event: up("a", 5, 5), changes: vec![up("a", 5, 5)], names_after: vec!["a"] },
+            Case {
+                name: "release",
+                start: vec![up("a", 5, 5)],
+                event: rm("a", 6),
+                changes: vec![rm("a", 6)],
+                names_after: vec![],
+            },
+            Case {
+                name: "duplicate upsert is ignored",
+                start: vec![up("a", 5, 5)],
+                event: up("a", 5, 5),
+                changes: vec![],
+                names_after: vec!["a"],
+            },
+            Case {
+                name: "stale upsert is ignored",
+                start: vec![up("a", 5, 7)],
+                event: up("a", 5, 6),
+                changes: vec![],
+                names_after: vec!["a"],
+            },
+            Case {
+                name: "heartbeat updates in place",
+                start: vec![up("a", 5, 5)],
+                event: up("a", 5, 8),
+                changes: vec![up("a", 5, 8)],
+                names_after: vec!["a"],
+            },
+            Case {
+                name: "remove of an absent lock is ignored",
+                start: vec![],
+                event: rm("a", 3),
+                changes: vec![],
+                names_after: vec![],
+            },
+            Case {
+                name: "stale remove does not delete a newer acquisition",
+                start: vec![up("a", 9, 9)],
+                event: rm("a", 8),
+                changes: vec![],
+                names_after: vec!["a"],
+            },
+            Case {
+                name: "reset into empty state lists every lock",
+                start: vec![],
+                event: reset(10, vec![held("b", 2, 2), held("a", 1, 1)]),
+                changes: vec![up("a", 1, 1), up("b", 2, 2)],
+                names_after: vec!["a", "b"],
+            },
+            Case {
+                name: "reset after compaction emits only the difference",
+                start: vec![up("keep", 1, 1), up("gone", 2, 2), up("moved", 3, 3)],
+                event: reset(20, vec![held("keep", 1, 1), held("moved", 15, 15), held("new", 18, 18)]),
+                changes: vec![rm("gone", 20), up("moved", 15, 15), up("new", 18, 18)],
+                names_after: vec!["keep", "moved", "new"],
+            },
+            Case {
+                name: "identical reset changes nothing",
+                start: vec![up("a", 1, 1)],
+                event: reset(30, vec![held("a", 1, 1)]),
+                changes: vec![],
+                names_after: vec!["a"],
+            },
+        ];
+        for c in cases {
+            let mut s = FleetState::default();
+            for e in c.start {
+                s.apply(e);
+            }
+            let got = s.apply(c.event);
+            assert_eq!(got, c.changes, "{}: changes", c.name);
+            let names: Vec<&str> = s.locks().map(|e| e.name.as_str()).collect();
+            assert_eq!(names, c.names_after, "{}: table", c.name);
+        }
+    }
+
+    #[test]
+    fn applying_the_changes_of_a_reset_to_a_copy_gives_the_same_table() {
+        // What the browser does: it applies the hub's changes to its own copy.
+        let mut hub = FleetState::default();
+        let mut browser = FleetState::default();
+        for e in [up("a", 1, 1), up("b", 2, 2), up("c", 3, 3)] {
+            for ch in hub.apply(e) {
+                browser.apply(ch);
+            }
+        }
+        for ch in hub.apply(reset(9, vec![held("b", 2, 2), held("c", 7, 7), held("d", 9, 9)])) {
+            browser.apply(ch);
+        }
+        assert_eq!(hub.locks().collect::<Vec<_>>(), browser.locks().collect::<Vec<_>>());
+        assert_eq!(hub.revision(), 9);
+    }
+
+    #[test]
+    fn malformed_values_become_entries() {
+        let e = LockEntry::from_stored("x".into(), 4, 4, b"not json at all");
+        match &e.body {
+            LockBody::Malformed { raw, error } => {
+                assert_eq!(raw, b"not json at all");
+                assert!(error.contains("not a lock record"), "{error}");
+            }
+            other => panic!("expected malformed, got {other:?}"),
+        }
+        let big = vec![b'x'; MALFORMED_KEEP_BYTES * 2];
+        match LockEntry::from_stored("y".into(), 1, 1, &big).body {
+            LockBody::Malformed { raw, .. } => assert_eq!(raw.len(), MALFORMED_KEEP_BYTES),
+            other => panic!("expected malformed, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn liveness_follows_the_deadlines() {
+        let r = sample("o");
+        assert_eq!(r.liveness(r.alert_at - 1), Liveness::Healthy);
+        assert_eq!(r.liveness(r.alert_at), Liveness::Overdue);
+        assert_eq!(r.liveness(r.auto_unlock_at), Liveness::Expired);
+    }
+}

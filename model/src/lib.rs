@@ -1,0 +1,20 @@
+//! lockscope's pure domain: what a held lock is, how the live fleet state changes,
+//! and the messages the server and the browser exchange.
+//!
+//! Compiled both natively (server, store) and for wasm (the hydrated UI), so it has
+//! no I/O and no clock of its own: every function that needs "now" takes it.
+//!
+//! - [`record`]: the JSON lock record as the lock protocol stores it (`docs/protocol.md`).
+//! - [`fleet`]: lock entries, fleet events and the reducer ([`fleet::FleetState::apply`])
+//!   that both the server's hub and the browser run.
+//! - [`wire`]: the versioned websocket messages.
+//! - [`time`]: millisecond timestamps and the human forms of durations.
+
+pub mod fleet;
+pub mod record;
+pub mod time;
+pub mod wire;
+
+pub use fleet::{FleetEvent, FleetState, LockBody, LockEntry, StoreStatus};
+pub use record::LockRecord;
+pub use wire::{ClientMsg, ServerMsg, PROTOCOL_VERSION};

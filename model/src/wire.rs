@@ -1,0 +1,86 @@
+//! The websocket contract between the server and the browser (`/ws`), JSON text
+//! frames. The server speaks first: `hello`, then a `snapshot`, then `delta`s in
+//! `seq` order, with `status` whenever the store connection changes. Absent means
+//! unchanged. A subscriber that falls behind receives `lagged` and a fresh
+//! `snapshot`, never a silent gap.
+//!
+//! Bump [`PROTOCOL_VERSION`] on any change a deployed browser would misread.
+
+use serde::{Deserialize, Serialize};
+
+use crate::fleet::{FleetEvent, LockEntry, StoreStatus};
+use crate::time::Millis;
+
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Longest client message the server reads.
+pub const MAX_CLIENT_MSG_BYTES: usize = 4096;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMsg {
+    Hello { protocol: u32, server_version: String, fleet: String },
+    /// The whole view at hub sequence `seq`; deltas with a higher `seq` follow.
+    Snapshot {
+        seq: u64,
+        server_time: Millis,
+        revision: i64,
+        status: StoreStatus,
+        locks: Vec<LockEntry>,
+    },
+    /// Changes since the previous message, in order.
+    Delta { seq: u64, server_time: Millis, events: Vec<FleetEvent> },
+    /// The store connection changed.
+    Status { server_time: Millis, status: StoreStatus },
+    /// This subscriber fell behind and `dropped` messages were discarded; a fresh
+    /// snapshot follows.
+    Lagged { dropped: u64 },
+    /// Answer to [`ClientMsg::Ping`], for round-trip time and clock offset.
+    Pong { nonce: u64, server_time: Millis },
+    /// The client sent something the server could not use; the connection closes.
+    Error { reason: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMsg {
+    Ping { nonce: u64 },
+}
+
+impl ClientMsg {
+    /// Parses a client frame, with a reason fit to send back when it is unusable.
+    pub fn parse(text: &str) -> Result<ClientMsg, String> {
+        if text.len() > MAX_CLIENT_MSG_BYTES {
+            return Err(format!("message of {} bytes exceeds {MAX_CLIENT_MSG_BYTES}", text.len()));
+        }
+        serde_json::from_str(text).map_err(|e| format!("unrecognised message: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_shape_is_stable() {
+        let m = ServerMsg::Status { server_time: 5, status: StoreStatus::Live { since: 3 } };
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"type":"status","server_time":5,"status":{"state":"live","since":3}}"#
+        );
+        let d = ServerMsg::Delta {
+            seq: 2,
+            server_time: 9,
+            events: vec![FleetEvent::Remove { name: "a".into(), revision: 4 }],
+        };
+        let back: ServerMsg = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
+        assert_eq!(back, d);
+    }
+
+    #[test]
+    fn client_messages() {
+        assert_eq!(ClientMsg::parse(r#"{"type":"ping","nonce":7}"#), Ok(ClientMsg::Ping { nonce: 7 }));
+        assert!(ClientMsg::parse("{}").unwrap_err().contains("unrecognised"));
+        assert!(ClientMsg::parse(&"x".repeat(MAX_CLIENT_MSG_BYTES + 1)).unwrap_err().contains("exceeds"));
+    }
+}

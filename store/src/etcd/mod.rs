@@ -1,0 +1,109 @@
+//! The lockscope protocol on etcd v3.
+//!
+//! Layout under a configurable prefix (default `/lockscope/`): `locks/<name>` holds
+//! the JSON [`LockRecord`](lockscope_model::LockRecord). The key's `create_revision`
+//! is the fencing token; its `mod_revision` identifies the exact value a reader saw.
+//!
+//! The client uses a lazily connecting, balanced gRPC channel: a request to a dead
+//! endpoint waits rather than failing, so every request here runs under a timeout.
+
+mod locks;
+mod observer;
+
+pub use locks::{Acquire, EtcdLocks};
+pub use observer::EtcdObserver;
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+
+use crate::StoreError;
+
+/// How to reach one etcd fleet.
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    /// Key prefix of the lockscope layout, ending in `/`.
+    pub prefix: String,
+    /// Limit for connecting and for each unary request.
+    pub request_timeout: Duration,
+    /// Keys per snapshot page (the gRPC message limit is 4 MiB; records are small).
+    pub page_size: i64,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+}
+
+impl EtcdConfig {
+    pub fn new(endpoints: Vec<String>, prefix: impl Into<String>) -> EtcdConfig {
+        let mut prefix = prefix.into();
+        if !prefix.ends_with('/') {
+            prefix.push('/');
+        }
+        EtcdConfig {
+            endpoints,
+            prefix,
+            request_timeout: Duration::from_secs(3),
+            page_size: 500,
+            backoff_min: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(10),
+        }
+    }
+
+    pub(crate) fn locks_prefix(&self) -> String {
+        format!("{}locks/", self.prefix)
+    }
+
+    pub(crate) fn lock_key(&self, name: &str) -> String {
+        format!("{}locks/{name}", self.prefix)
+    }
+
+    pub(crate) async fn connect(&self) -> Result<Client, StoreError> {
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(self.request_timeout)
+            // HTTP/2 pings notice a peer that vanished without closing the socket.
+            .with_keep_alive(Duration::from_secs(5), self.request_timeout)
+            .with_keep_alive_while_idle(true);
+        timed(self.request_timeout, Client::connect(&self.endpoints, Some(opts))).await
+    }
+}
+
+/// Runs one etcd request under `limit`.
+pub(crate) async fn timed<T>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(StoreError::from),
+        Err(_) => Err(StoreError::Timeout(limit)),
+    }
+}
+
+/// The first key after every key that starts with `prefix` (etcd's range end).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0] // the whole key space
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_ends() {
+        assert_eq!(prefix_end(b"/l/locks/"), b"/l/locks0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff"), vec![0]);
+    }
+
+    #[test]
+    fn prefix_gets_a_slash() {
+        assert_eq!(EtcdConfig::new(vec![], "/x").lock_key("a"), "/x/locks/a");
+    }
+}

@@ -1,0 +1,180 @@
+//! Test harness: a real `etcd` (Debian's `etcd-server`) on free loopback ports with
+//! a temporary data directory, and a TCP proxy that can cut every connection.
+//!
+//! Panics instead of returning errors: these are for tests only.
+
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// A running etcd, stopped (and its data deleted) on drop.
+pub struct EtcdServer {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    client_port: u16,
+    peer_port: u16,
+}
+
+/// A free loopback port (bound and released; the tiny race is acceptable in tests).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl EtcdServer {
+    pub async fn start() -> EtcdServer {
+        // Under /dev/shm when there is one: fsync on tmpfs is free.
+        let base = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
+        let dir = tempfile::Builder::new().prefix("lockscope-etcd-").tempdir_in(base).unwrap();
+        let mut s = EtcdServer { child: None, dir, client_port: free_port(), peer_port: free_port() };
+        s.spawn().await;
+        s
+    }
+
+    async fn spawn(&mut self) {
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(std::env::var("LOCKSCOPE_ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
+            .args(["--name", "test", "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &format!("test={peer}")])
+            .args(["--logger", "zap", "--log-level", "error"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("etcd must be installed (Debian: etcd-server); scripts/install.sh does it");
+        self.child = Some(child);
+        self.wait_healthy().await;
+    }
+
+    async fn wait_healthy(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("etcd exited at start: {status}");
+            }
+            if health(self.client_port).await {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "etcd not healthy after 20 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.client_port))
+    }
+
+    /// Kills etcd (data kept).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts etcd again on the same ports and data.
+    pub async fn restart(&mut self) {
+        self.stop();
+        self.spawn().await;
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn health(port: u16) -> bool {
+    let Ok(Ok(mut s)) =
+        tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(("127.0.0.1", port))).await
+    else {
+        return false;
+    };
+    let req = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    if s.write_all(req.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(1), s.read_to_string(&mut body)).await;
+    body.contains("\"health\":\"true\"")
+}
+
+/// Forwards loopback TCP to `upstream` until [`cut`](TcpProxy::cut): then every
+/// open connection is closed and new ones are refused until [`restore`](TcpProxy::restore).
+pub struct TcpProxy {
+    addr: SocketAddr,
+    open: Arc<AtomicBool>,
+    generation: watch::Sender<u64>,
+}
+
+impl TcpProxy {
+    pub async fn start(upstream: SocketAddr) -> TcpProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open = Arc::new(AtomicBool::new(true));
+        let (generation, _) = watch::channel(0u64);
+        let (gen_tx, is_open) = (generation.clone(), open.clone());
+        tokio::spawn(async move {
+            while let Ok((mut down, _)) = listener.accept().await {
+                if !is_open.load(Ordering::SeqCst) {
+                    continue; // dropped: the client sees the connection closed
+                }
+                let mut cut = gen_tx.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut up) = TcpStream::connect(upstream).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        TcpProxy { addr, open, generation }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn cut(&self) {
+        self.open.store(false, Ordering::SeqCst);
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    pub fn restore(&self) {
+        self.open.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A well-formed record for lock tests, timed from `now_ms` on the caller's clock.
+pub fn record(owner: &str, purpose: &str, now_ms: i64) -> lockscope_model::LockRecord {
+    lockscope_model::LockRecord {
+        v: lockscope_model::record::RECORD_VERSION,
+        owner: owner.to_string(),
+        session: format!("session-{owner}"),
+        service: "test-service".into(),
+        host: "test-host".into(),
+        pid: std::process::id(),
+        purpose: purpose.to_string(),
+        backtrace: vec!["tests::caller".into()],
+        acquired_at: now_ms,
+        expected_runtime_ms: 60_000,
+        alert_at: now_ms + 60_000,
+        auto_unlock_at: now_ms + 120_000,
+        heartbeat_at: now_ms,
+    }
+}

@@ -1,0 +1,188 @@
+//! The etcd observer against a real etcd: paged snapshots, resuming a watch after a
+//! disconnect, and resynchronising after the history it needed was compacted.
+
+use std::time::Duration;
+
+use lockscope_model::{FleetEvent, FleetState, LockBody, StoreStatus};
+use lockscope_store::etcd::{Acquire, EtcdConfig, EtcdLocks, EtcdObserver};
+use lockscope_store::testing::{record, EtcdServer, TcpProxy};
+use lockscope_store::{now_ms, Observer, ObserverEvent};
+use tokio::sync::mpsc;
+
+const PREFIX: &str = "/lockscope-test/";
+
+fn config(endpoint: String) -> EtcdConfig {
+    let mut cfg = EtcdConfig::new(vec![endpoint], PREFIX);
+    cfg.page_size = 64; // many pages for a thousand locks
+    cfg.backoff_min = Duration::from_millis(50);
+    cfg.backoff_max = Duration::from_millis(200);
+    cfg.request_timeout = Duration::from_secs(2);
+    cfg
+}
+
+async fn acquire(locks: &EtcdLocks, name: &str) -> i64 {
+    match locks.acquire(name, &record(&format!("owner-{name}"), "test", now_ms())).await.unwrap() {
+        Acquire::Acquired { fence } => fence,
+        Acquire::Busy { holder } => panic!("{name} already held: {holder:?}"),
+    }
+}
+
+/// What the test side of the observer sees: the table, and everything received.
+struct Watcher {
+    rx: mpsc::Receiver<ObserverEvent>,
+    state: FleetState,
+    status: Option<StoreStatus>,
+    resets: usize,
+}
+
+impl Watcher {
+    fn start(cfg: EtcdConfig) -> Watcher {
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(Box::new(EtcdObserver::new(cfg)).run(tx));
+        Watcher { rx, state: FleetState::default(), status: None, resets: 0 }
+    }
+
+    /// Applies observer events until `done` holds (10 s at most).
+    async fn until(&mut self, what: &str, done: impl Fn(&Watcher) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !done(self) {
+            let ev = tokio::time::timeout_at(deadline, self.rx.recv())
+                .await
+                .unwrap_or_else(|_| panic!("timed out waiting for {what}; status {:?}, {} locks", self.status, self.state.len()))
+                .expect("observer stopped");
+            match ev {
+                ObserverEvent::Status(s) => self.status = Some(s),
+                ObserverEvent::Events(evs) => {
+                    for e in evs {
+                        self.resets += matches!(e, FleetEvent::Reset { .. }) as usize;
+                        self.state.apply(e);
+                    }
+                }
+            }
+        }
+    }
+
+    fn live(&self) -> bool {
+        matches!(self.status, Some(StoreStatus::Live { .. }))
+    }
+
+    fn unreachable(&self) -> bool {
+        matches!(self.status, Some(StoreStatus::Unreachable { .. }))
+    }
+
+    fn table(&self) -> Vec<(String, i64)> {
+        self.state.locks().map(|e| (e.name.clone(), e.fence)).collect()
+    }
+}
+
+#[tokio::test]
+async fn first_snapshot_holds_every_preexisting_lock_and_shows_malformed_ones() {
+    let etcd = EtcdServer::start().await;
+    let locks = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
+    let mut want = Vec::new();
+    for i in 0..1000 {
+        let name = format!("job-{i:04}");
+        let fence = acquire(&locks, &name).await;
+        want.push((name, fence));
+    }
+    locks.put_raw("zz-garbage", b"{not json").await.unwrap();
+
+    let mut w = Watcher::start(config(etcd.endpoint()));
+    w.until("the first snapshot", |w| w.resets == 1).await;
+    assert_eq!(w.state.len(), 1001);
+    let got: Vec<(String, i64)> = w.table().into_iter().filter(|(n, _)| n != "zz-garbage").collect();
+    assert_eq!(got, want, "names and fencing tokens of all 1,000 locks");
+    match &w.state.get("zz-garbage").unwrap().body {
+        LockBody::Malformed { raw, error } => {
+            assert_eq!(raw, b"{not json");
+            assert!(!error.is_empty());
+        }
+        other => panic!("garbage shown as {other:?}"),
+    }
+    w.until("live", Watcher::live).await;
+}
+
+#[tokio::test]
+async fn a_disconnect_resumes_the_watch_without_a_new_snapshot() {
+    let etcd = EtcdServer::start().await;
+    let proxy = TcpProxy::start(etcd.addr()).await;
+    let direct = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
+    let a = acquire(&direct, "a").await;
+    let b = acquire(&direct, "b").await;
+
+    let mut w = Watcher::start(config(proxy.endpoint()));
+    w.until("a and b, live", |w| w.live() && w.state.len() == 2).await;
+
+    proxy.cut();
+    w.until("unreachable", Watcher::unreachable).await;
+    assert!(direct.release("b", b).await.unwrap());
+    let c = acquire(&direct, "c").await;
+    proxy.restore();
+
+    w.until("b gone and c shown", |w| w.live() && w.table() == vec![("a".into(), a), ("c".into(), c)]).await;
+    assert_eq!(w.resets, 1, "resumed from the last revision: no second snapshot");
+}
+
+#[tokio::test]
+async fn a_compaction_while_disconnected_ends_in_the_correct_table() {
+    let etcd = EtcdServer::start().await;
+    let proxy = TcpProxy::start(etcd.addr()).await;
+    let direct = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
+    let keep = acquire(&direct, "keep").await;
+    let gone = acquire(&direct, "gone").await;
+    let moved = acquire(&direct, "moved").await;
+
+    let mut w = Watcher::start(config(proxy.endpoint()));
+    w.until("three locks, live", |w| w.live() && w.state.len() == 3).await;
+
+    proxy.cut();
+    w.until("unreachable", Watcher::unreachable).await;
+    assert!(direct.release("gone", gone).await.unwrap());
+    assert!(direct.release("moved", moved).await.unwrap());
+    let moved2 = acquire(&direct, "moved").await;
+    let new = acquire(&direct, "new").await;
+    direct.compact(new).await.unwrap();
+    proxy.restore();
+
+    let want = vec![("keep".into(), keep), ("moved".into(), moved2), ("new".into(), new)];
+    w.until("the table after compaction", |w| w.live() && w.table() == want).await;
+    assert_eq!(w.resets, 2, "the compacted history forced a fresh snapshot");
+
+    // And the watch continues after the resync.
+    assert!(direct.release("keep", keep).await.unwrap());
+    w.until("keep released", |w| w.state.get("keep").is_none()).await;
+}
+
+#[tokio::test]
+async fn acquire_is_exclusive_and_release_needs_the_fence() {
+    let etcd = EtcdServer::start().await;
+    let locks = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
+    let fence = acquire(&locks, "x").await;
+    match locks.acquire("x", &record("intruder", "t", now_ms())).await.unwrap() {
+        Acquire::Busy { holder } => {
+            assert_eq!(holder.fence, fence);
+            assert_eq!(holder.record().unwrap().owner, "owner-x");
+        }
+        Acquire::Acquired { .. } => panic!("acquired a held lock"),
+    }
+    assert!(!locks.release("x", fence + 1).await.unwrap(), "a wrong fence must not release");
+    assert!(locks.release("x", fence).await.unwrap());
+    let again = acquire(&locks, "x").await;
+    assert!(again > fence, "fencing token grows across acquisitions");
+    assert!(!locks.release("x", fence).await.unwrap(), "an old fence cannot release the new holder");
+    assert!(locks.acquire("", &record("o", "t", 0)).await.is_err());
+}
+
+#[tokio::test]
+async fn an_unreachable_store_is_reported_not_hung() {
+    let port = lockscope_store::testing::free_port();
+    let mut w = Watcher::start(config(format!("http://127.0.0.1:{port}")));
+    w.until("unreachable", Watcher::unreachable).await;
+    match &w.status {
+        Some(StoreStatus::Unreachable { error, retry_at, since }) => {
+            assert!(!error.is_empty());
+            assert!(retry_at >= since);
+        }
+        other => panic!("{other:?}"),
+    }
+}
