@@ -114,6 +114,12 @@ pub enum StoreStatus {
     Unreachable { since: Millis, error: String, retry_at: Millis },
 }
 
+impl Default for StoreStatus {
+    fn default() -> Self {
+        StoreStatus::Connecting { since: 0 }
+    }
+}
+
 /// The lock table of one fleet.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FleetState {

@@ -20,15 +20,10 @@ pub const MAX_CLIENT_MSG_BYTES: usize = 4096;
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMsg {
     Hello { protocol: u32, server_version: String, fleet: String },
-    /// The whole view at hub sequence `seq`; deltas with a higher `seq` follow.
-    Snapshot {
-        seq: u64,
-        server_time: Millis,
-        revision: i64,
-        status: StoreStatus,
-        locks: Vec<LockEntry>,
-    },
-    /// Changes since the previous message, in order.
+    /// The whole view at hub sequence `seq`; deltas numbered `seq + 1`, `seq + 2`,
+    /// … follow.
+    Snapshot(Snapshot),
+    /// Changes since the previous delta (`seq` is one more than the last), in order.
     Delta { seq: u64, server_time: Millis, events: Vec<FleetEvent> },
     /// The store connection changed.
     Status { server_time: Millis, status: StoreStatus },
@@ -39,6 +34,19 @@ pub enum ServerMsg {
     Pong { nonce: u64, server_time: Millis },
     /// The client sent something the server could not use; the connection closes.
     Error { reason: String },
+}
+
+/// A fleet's table as one subscriber's view sees it, at hub sequence `seq`. Also
+/// what the server embeds in the page it renders, so the page is complete without
+/// JavaScript and hydrates from the same data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub fleet: String,
+    pub seq: u64,
+    pub server_time: Millis,
+    pub revision: i64,
+    pub status: StoreStatus,
+    pub locks: Vec<LockEntry>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,1 +1,117 @@
-fn main(){}
+//! `lockscope`: runs the dashboard, or takes and releases a lock from the shell.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use lockscope::config::{Cli, Command, EtcdArgs, LockArgs, ServeArgs, UnlockArgs};
+use lockscope::http::AppState;
+use lockscope::hub::HubHandle;
+use lockscope_model::record::RECORD_VERSION;
+use lockscope_model::LockRecord;
+use lockscope_store::etcd::{Acquire, EtcdConfig, EtcdLocks, EtcdObserver};
+use lockscope_store::now_ms;
+use tokio::sync::watch;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_new(&cli.log).context("--log")?)
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        None => serve(cli.serve).await,
+        Some(Command::Lock(args)) => lock(args).await,
+        Some(Command::Unlock(args)) => unlock(args).await,
+    }
+}
+
+fn etcd_config(args: &EtcdArgs) -> EtcdConfig {
+    EtcdConfig::new(args.endpoints.clone(), args.prefix.clone())
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let cfg = etcd_config(&args.store);
+    tracing::info!(endpoints = ?cfg.endpoints, prefix = %cfg.prefix, "watching etcd");
+    let hub = HubHandle::spawn(&args.fleet, Box::new(EtcdObserver::new(cfg)), args.ws_buffer);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let state = AppState::new(hub, args.site_root.clone(), stop_rx.clone());
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    if !args.site_root.join("pkg").join("lockscope.wasm").exists() {
+        tracing::warn!(site_root = %args.site_root.display(), "no built site here: the page renders but will not hydrate (run `cargo leptos build`)");
+    }
+    // Printed on stdout for people and for scripts that wait for the server.
+    println!("lockscope listening on http://{addr}");
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+    lockscope::serve(listener, state, stop_rx, Duration::from_secs(10)).await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+async fn lock(args: LockArgs) -> anyhow::Result<()> {
+    let locks = EtcdLocks::connect(etcd_config(&args.store)).await?;
+    let now = now_ms();
+    let expected = args.expected_runtime.saturating_mul(1000);
+    let record = LockRecord {
+        v: RECORD_VERSION,
+        owner: format!("{:016x}", fastrand::u64(..)),
+        session: format!("cli-{}", std::process::id()),
+        service: args.service,
+        host: hostname(),
+        pid: std::process::id(),
+        purpose: args.purpose,
+        backtrace: Vec::new(),
+        acquired_at: now,
+        expected_runtime_ms: expected,
+        alert_at: now + expected as i64,
+        auto_unlock_at: now + 2 * expected as i64,
+        heartbeat_at: now,
+    };
+    match locks.acquire(&args.name, &record).await? {
+        Acquire::Acquired { fence } => {
+            println!("acquired {} fence={fence}", args.name);
+            Ok(())
+        }
+        Acquire::Busy { holder } => {
+            let who = holder.record().map(|r| format!("{} ({}@{})", r.session, r.service, r.host));
+            bail!("{} is held by {} (fence {})", args.name, who.as_deref().unwrap_or("a malformed record"), holder.fence)
+        }
+    }
+}
+
+async fn unlock(args: UnlockArgs) -> anyhow::Result<()> {
+    let locks = EtcdLocks::connect(etcd_config(&args.store)).await?;
+    if locks.release(&args.name, args.fence).await? {
+        println!("released {} fence={}", args.name, args.fence);
+        Ok(())
+    } else {
+        bail!("{} was not released: it is no longer the acquisition with fence {}", args.name, args.fence)
+    }
+}

@@ -1,0 +1,101 @@
+//! The browser's websocket to `/ws`: connects after hydration, feeds every message
+//! to [`LiveView::receive`], pings for the clock offset, and reconnects with capped,
+//! jittered backoff. A reconnect always starts from the fresh snapshot the server
+//! sends first, so nothing missed while disconnected stays missing.
+//!
+//! The browser runs this on one thread: the connection lives in a thread-local,
+//! replaced (and its callbacks dropped) only once the old socket has closed.
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use leptos::prelude::*;
+use lockscope_model::{ServerMsg, PROTOCOL_VERSION};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use web_sys::{CloseEvent, MessageEvent, WebSocket};
+
+use crate::live::{Connection, Followup, LiveView};
+
+const PING_EVERY: Duration = Duration::from_secs(10);
+const BACKOFF_MIN_MS: f64 = 500.0;
+const BACKOFF_MAX_MS: f64 = 10_000.0;
+
+struct Conn {
+    ws: WebSocket,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_close: Closure<dyn FnMut(CloseEvent)>,
+}
+
+thread_local! {
+    static CONN: RefCell<Option<Conn>> = const { RefCell::new(None) };
+    static ATTEMPT: Cell<u32> = const { Cell::new(0) };
+}
+
+fn local_now() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+/// Starts the live connection once the page has hydrated.
+pub fn start(live: LiveView) {
+    Effect::new(move |_| {
+        connect(live);
+        let _ = set_interval(move || live.tick(local_now()), Duration::from_secs(1));
+        let _ = set_interval(ping, PING_EVERY);
+    });
+}
+
+fn ping() {
+    CONN.with_borrow(|c| {
+        if let Some(c) = c {
+            if c.ws.ready_state() == WebSocket::OPEN {
+                let _ = c.ws.send_with_str(&format!(r#"{{"type":"ping","nonce":{}}}"#, local_now()));
+            }
+        }
+    });
+}
+
+fn connect(live: LiveView) {
+    live.connection.set(Connection::Connecting);
+    let location = window().location();
+    let scheme = if location.protocol().as_deref() == Ok("https:") { "wss" } else { "ws" };
+    let url = format!("{scheme}://{}/ws", location.host().unwrap_or_default());
+    let ws = match WebSocket::new(&url) {
+        Ok(ws) => ws,
+        Err(e) => {
+            leptos::logging::warn!("websocket {url}: {e:?}");
+            return schedule_reconnect(live);
+        }
+    };
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
+        let Some(text) = ev.data().as_string() else { return };
+        let now = local_now();
+        match serde_json::from_str::<ServerMsg>(&text) {
+            Ok(ServerMsg::Pong { nonce, server_time }) => live.pong(nonce as i64, now, server_time),
+            Ok(msg) => {
+                if let ServerMsg::Hello { protocol: PROTOCOL_VERSION, .. } = &msg {
+                    ATTEMPT.set(0);
+                }
+                if let Followup::Resync(why) = live.receive(msg, now) {
+                    leptos::logging::warn!("resynchronising: {why}");
+                    CONN.with_borrow(|c| c.as_ref().map(|c| c.ws.close()));
+                }
+            }
+            Err(e) => leptos::logging::warn!("unreadable server message ({e}): {text:.200}"),
+        }
+    });
+    let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |_: CloseEvent| schedule_reconnect(live));
+    ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+    CONN.set(Some(Conn { ws, _on_message: on_message, _on_close: on_close }));
+}
+
+fn schedule_reconnect(live: LiveView) {
+    let attempt = ATTEMPT.get();
+    ATTEMPT.set(attempt.saturating_add(1));
+    let ceiling = (BACKOFF_MIN_MS * 2f64.powi(attempt.min(16) as i32)).min(BACKOFF_MAX_MS);
+    let delay = ceiling / 2.0 + ceiling / 2.0 * js_sys::Math::random();
+    let retry_at = local_now() + live.clock_offset.get_untracked() + delay as i64;
+    live.connection.set(Connection::Reconnecting { retry_at });
+    set_timeout(move || connect(live), Duration::from_millis(delay as u64));
+}

@@ -1,0 +1,149 @@
+//! Routes: the server-rendered page (`/`), the live feed (`/ws`), `/healthz`, and
+//! the built site's static files (`/pkg/...`).
+
+use std::path::PathBuf;
+
+use axum::body::Body;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use futures::{SinkExt, StreamExt};
+use leptos::prelude::{provide_context, LeptosOptions};
+use lockscope_app::shell;
+use tokio::sync::watch;
+use tower_http::services::ServeDir;
+
+use crate::hub::HubHandle;
+use crate::ws::{serve_subscriber, WsIn, WsOut};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub hub: HubHandle,
+    pub leptos: LeptosOptions,
+    pub shutdown: watch::Receiver<bool>,
+}
+
+impl AppState {
+    pub fn new(hub: HubHandle, site_root: PathBuf, shutdown: watch::Receiver<bool>) -> AppState {
+        let leptos = LeptosOptions::builder()
+            .output_name("lockscope")
+            .site_root(site_root.to_string_lossy().as_ref())
+            .site_pkg_dir("pkg")
+            .build();
+        AppState { hub, leptos, shutdown }
+    }
+}
+
+/// Errors of the HTTP layer. Clients get a status and a short reason; details go
+/// to the log.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("the fleet hub is not running")]
+    HubUnavailable,
+    #[error("{0}")]
+    Forbidden(String),
+}
+
+impl IntoResponse for AppError {
+    fn into_response(self) -> Response {
+        let status = match self {
+            AppError::HubUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::Forbidden(_) => StatusCode::FORBIDDEN,
+        };
+        tracing::warn!(%status, error = %self, "request failed");
+        (status, self.to_string()).into_response()
+    }
+}
+
+pub fn app(state: AppState) -> Router {
+    let site = PathBuf::from(state.leptos.site_root.as_ref());
+    Router::new()
+        .route("/", get(page))
+        .route("/ws", get(ws_upgrade))
+        .route("/healthz", get(healthz))
+        .nest_service("/pkg", ServeDir::new(site.join("pkg")))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") })
+        .with_state(state)
+}
+
+/// The lock table, rendered from the hub's current snapshot.
+async fn page(State(state): State<AppState>, req: Request<Body>) -> Result<Response, AppError> {
+    let snapshot = state.hub.snapshot().await.map_err(|_| AppError::HubUnavailable)?;
+    let options = state.leptos.clone();
+    let render = leptos_axum::render_app_to_stream_with_context(
+        move || provide_context(snapshot.clone()),
+        move || shell(options.clone()),
+    );
+    Ok(render(req).await.into_response())
+}
+
+async fn healthz(State(state): State<AppState>) -> Result<Response, AppError> {
+    let snap = state.hub.snapshot().await.map_err(|_| AppError::HubUnavailable)?;
+    Ok(Json(serde_json::json!({
+        "status": "ok",
+        "fleet": snap.fleet,
+        "store": snap.status,
+        "locks": snap.locks.len(),
+    }))
+    .into_response())
+}
+
+async fn ws_upgrade(State(state): State<AppState>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Result<Response, AppError> {
+    check_same_origin(&headers)?;
+    Ok(upgrade
+        .max_message_size(lockscope_model::wire::MAX_CLIENT_MSG_BYTES * 4)
+        .on_upgrade(move |socket| subscriber(state, socket)))
+}
+
+/// A page on another site must not read the lock table through the visitor's
+/// browser: when the browser names an origin, it must be this host.
+fn check_same_origin(headers: &HeaderMap) -> Result<(), AppError> {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
+        return Ok(()); // not a browser
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);
+    if origin_host.eq_ignore_ascii_case(host) {
+        Ok(())
+    } else {
+        Err(AppError::Forbidden(format!("cross-origin websocket from {origin} refused")))
+    }
+}
+
+async fn subscriber(state: AppState, socket: WebSocket) {
+    let (sink, stream) = socket.split();
+    let sink = sink.with(|out: WsOut| async move {
+        Ok::<_, axum::Error>(match out {
+            WsOut::Text(t) => Message::Text(t.as_ref().into()),
+            WsOut::Close { code, reason } => Message::Close(Some(CloseFrame { code, reason: reason.into() })),
+        })
+    });
+    let stream = stream.filter_map(|m| async move {
+        match m {
+            Ok(Message::Text(t)) => Some(WsIn::Text(t.to_string())),
+            Ok(Message::Binary(_)) => Some(WsIn::Binary),
+            Ok(Message::Close(_)) | Err(_) => Some(WsIn::Close),
+            Ok(Message::Ping(_) | Message::Pong(_)) => None,
+        }
+    });
+    serve_subscriber(state.hub, Box::pin(sink), Box::pin(stream), state.shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origin_check() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, "127.0.0.1:3000".parse().unwrap());
+        assert!(check_same_origin(&h).is_ok());
+        h.insert(header::ORIGIN, "http://127.0.0.1:3000".parse().unwrap());
+        assert!(check_same_origin(&h).is_ok());
+        h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+        assert!(matches!(check_same_origin(&h), Err(AppError::Forbidden(_))));
+    }
+}

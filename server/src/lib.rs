@@ -1,0 +1,45 @@
+//! The lockscope server (`lockscope` binary).
+//!
+//! - [`config`]: command line and environment.
+//! - [`hub`]: one task per fleet owns its live table and fans out deltas.
+//! - [`ws`]: the `/ws` subscriber protocol, independent of axum for testing.
+//! - [`http`]: routes, the server-rendered page, errors.
+//!
+//! Data flows one way: store observer → hub reducer → snapshot + deltas → browser.
+
+pub mod config;
+pub mod http;
+pub mod hub;
+pub mod ws;
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Serves `state` on `listener` until `shutdown` turns true; open websockets are
+/// told to go away, and stragglers are cut after `grace`.
+pub async fn serve(
+    listener: TcpListener,
+    state: http::AppState,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let router = http::app(state);
+    let mut stop = shutdown.clone();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
+        let _ = stop.wait_for(|s| *s).await.map(|_| ());
+    });
+    let server = std::pin::pin!(server.into_future());
+    tokio::select! {
+        r = server => r,
+        _ = async {
+            let _ = shutdown.wait_for(|s| *s).await.map(|_| ());
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(?grace, "connections still open after the grace period; exiting");
+            Ok(())
+        }
+    }
+}
