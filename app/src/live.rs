@@ -35,7 +35,9 @@ pub enum Followup {
 #[derive(Clone, Copy)]
 pub struct LiveView {
     table: StoredValue<FleetState>,
-    rows: StoredValue<HashMap<String, RwSignal<LockEntry>>>,
+    /// One signal per row, shared with that row's view: reference-counted, so a
+    /// removed row's signal lives until its view is gone.
+    rows: StoredValue<HashMap<String, ArcRwSignal<LockEntry>>>,
     /// Row names in display (name) order; the keyed list iterates this.
     pub names: RwSignal<Vec<String>>,
     pub fleet: RwSignal<String>,
@@ -68,8 +70,8 @@ impl LiveView {
     }
 
     /// The row signal for `name`, if the lock is shown.
-    pub fn row(&self, name: &str) -> Option<RwSignal<LockEntry>> {
-        self.rows.with_value(|r| r.get(name).copied())
+    pub fn row(&self, name: &str) -> Option<ArcRwSignal<LockEntry>> {
+        self.rows.with_value(|r| r.get(name).cloned())
     }
 
     pub fn len(&self) -> usize {
@@ -156,15 +158,15 @@ impl LiveView {
                     } else {
                         let name = entry.name.clone();
                         self.rows.update_value(|r| {
-                            r.insert(name, RwSignal::new(entry));
+                            r.insert(name, ArcRwSignal::new(entry));
                         });
                         names_changed = true;
                     }
                 }
                 FleetEvent::Remove { name, .. } => {
-                    if let Some(row) = self.rows.try_update_value(|r| r.remove(&name)).flatten() {
-                        row.dispose();
-                    }
+                    self.rows.update_value(|r| {
+                        r.remove(&name);
+                    });
                     names_changed = true;
                 }
                 FleetEvent::Reset { .. } => unreachable!("the reducer returns only upserts and removals"),

@@ -122,6 +122,8 @@ fn LockRow(name: String) -> impl IntoView {
     let Some(row) = live.row(&name) else {
         return view! { <tr></tr> }.into_any();
     };
+    // An arena handle owned by this row's view: dropped when the row unmounts.
+    let row = RwSignal::from(row);
     let entry = move || row.get();
     view! {
         <tr data-testid="lock-row" data-lock=name.clone() class=move || row_class(&entry(), live.now.get())>

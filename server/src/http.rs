@@ -59,6 +59,9 @@ impl IntoResponse for AppError {
 }
 
 pub fn app(state: AppState) -> Router {
+    // Leptos spawns rendering tasks through a global executor; point it at tokio
+    // (an error only means it was already set).
+    let _ = any_spawner::Executor::init_tokio();
     let site = PathBuf::from(state.leptos.site_root.as_ref());
     Router::new()
         .route("/", get(page))

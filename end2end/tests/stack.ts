@@ -1,0 +1,144 @@
+// A real etcd and the real `lockscope` binary for browser tests, on free loopback
+// ports with a temporary data directory; `stop()` always cleans up.
+import { ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+const root = resolve(__dirname, '..', '..');
+const bin = process.env.LOCKSCOPE_BIN ?? join(root, 'target', 'debug', 'lockscope');
+export const PREFIX = '/lockscope-e2e/';
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.once('error', fail);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => ok(port));
+    });
+  });
+}
+
+async function until<T>(what: string, ms: number, probe: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch {
+      /* not yet */
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function exited(p: ChildProcess): Promise<void> {
+  return new Promise((ok) => (p.exitCode !== null || p.signalCode !== null ? ok() : p.once('exit', () => ok())));
+}
+
+export class Stack {
+  private etcd?: ChildProcess;
+  private server?: ChildProcess;
+  private serverLog = '';
+
+  private constructor(
+    private dir: string,
+    private clientPort: number,
+    private peerPort: number,
+    readonly url: string,
+    private listenPort: number,
+  ) {}
+
+  static async start(): Promise<Stack> {
+    const base = process.platform === 'linux' ? '/dev/shm' : tmpdir();
+    const dir = mkdtempSync(join(base, 'lockscope-e2e-'));
+    const listen = await freePort();
+    const s = new Stack(dir, await freePort(), await freePort(), `http://127.0.0.1:${listen}`, listen);
+    await s.startEtcd();
+    await s.startServer();
+    return s;
+  }
+
+  get etcdEndpoint(): string {
+    return `http://127.0.0.1:${this.clientPort}`;
+  }
+
+  async startEtcd(): Promise<void> {
+    const client = this.etcdEndpoint;
+    const peer = `http://127.0.0.1:${this.peerPort}`;
+    this.etcd = spawn(
+      'etcd',
+      [
+        '--name', 'e2e', '--data-dir', join(this.dir, 'etcd'),
+        '--listen-client-urls', client, '--advertise-client-urls', client,
+        '--listen-peer-urls', peer, '--initial-advertise-peer-urls', peer,
+        '--initial-cluster', `e2e=${peer}`,
+        '--logger', 'zap', '--log-level', 'error',
+      ],
+      { stdio: 'ignore' },
+    );
+    await until('etcd health', 20_000, async () => {
+      const r = await fetch(`${client}/health`);
+      return (await r.text()).includes('"health":"true"') ? true : undefined;
+    });
+  }
+
+  async stopEtcd(): Promise<void> {
+    const p = this.etcd;
+    this.etcd = undefined;
+    if (!p) return;
+    p.kill('SIGKILL');
+    await exited(p);
+  }
+
+  private async startServer(): Promise<void> {
+    this.server = spawn(
+      bin,
+      ['--etcd', this.etcdEndpoint, '--prefix', PREFIX, '--listen', `127.0.0.1:${this.listenPort}`,
+       '--site-root', join(root, 'target', 'site'), '--fleet', 'e2e-fleet'],
+      { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const log = (b: Buffer) => (this.serverLog += b.toString());
+    this.server.stdout!.on('data', log);
+    this.server.stderr!.on('data', log);
+    await until('the server to see the store', 30_000, async () => {
+      const r = await fetch(`${this.url}/healthz`);
+      return (await r.json()).store?.state === 'live' ? true : undefined;
+    });
+  }
+
+  /** Takes a lock through the real CLI (the lock protocol's acquire txn); returns its fence. */
+  async lock(name: string, purpose: string, expectedRuntimeSecs = 60): Promise<number> {
+    const { stdout } = await run(bin, [
+      'lock', name, '--etcd', this.etcdEndpoint, '--prefix', PREFIX,
+      '--purpose', purpose, '--expected-runtime', String(expectedRuntimeSecs), '--service', 'e2e',
+    ]);
+    const m = /fence=(\d+)/.exec(stdout);
+    if (!m) throw new Error(`no fence in: ${stdout}`);
+    return Number(m[1]);
+  }
+
+  async unlock(name: string, fence: number): Promise<void> {
+    await run(bin, ['unlock', name, '--fence', String(fence), '--etcd', this.etcdEndpoint, '--prefix', PREFIX]);
+  }
+
+  log(): string {
+    return this.serverLog;
+  }
+
+  async stop(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    if (server) {
+      server.kill('SIGTERM');
+      await exited(server);
+    }
+    await this.stopEtcd();
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
