@@ -19,7 +19,9 @@ pub enum Connection {
     Connecting,
     Live,
     /// The websocket closed; the next attempt is at `retry_at` (server clock).
-    Reconnecting { retry_at: Millis },
+    Reconnecting {
+        retry_at: Millis,
+    },
 }
 
 /// What the client must do after a message.
@@ -97,7 +99,11 @@ impl LiveView {
                 self.load(snap);
                 self.connection.set(Connection::Live);
             }
-            ServerMsg::Delta { seq, server_time, events } => {
+            ServerMsg::Delta {
+                seq,
+                server_time,
+                events,
+            } => {
                 let expected = self.seq.get_value() + 1;
                 if seq != expected {
                     return Followup::Resync(format!("delta {seq} arrived, expected {expected}"));
@@ -144,7 +150,10 @@ impl LiveView {
         self.seq.set_value(snap.seq);
         self.fleet.set(snap.fleet);
         self.status.set(snap.status);
-        self.apply(FleetEvent::Reset { revision: snap.revision, locks: snap.locks });
+        self.apply(FleetEvent::Reset {
+            revision: snap.revision,
+            locks: snap.locks,
+        });
     }
 
     fn apply(&self, event: FleetEvent) {
@@ -188,11 +197,22 @@ mod tests {
     }
 
     fn snapshot(seq: u64, locks: Vec<LockEntry>) -> Snapshot {
-        Snapshot { fleet: "f".into(), seq, server_time: 1_000, revision: 9, status: StoreStatus::Live { since: 1 }, locks }
+        Snapshot {
+            fleet: "f".into(),
+            seq,
+            server_time: 1_000,
+            revision: 9,
+            status: StoreStatus::Live { since: 1 },
+            locks,
+        }
     }
 
     fn delta(seq: u64, events: Vec<FleetEvent>) -> ServerMsg {
-        ServerMsg::Delta { seq, server_time: 2_000, events }
+        ServerMsg::Delta {
+            seq,
+            server_time: 2_000,
+            events,
+        }
     }
 
     #[test]
@@ -203,7 +223,10 @@ mod tests {
             assert_eq!(v.names.get_untracked(), vec!["a", "b"]);
             let a_before = v.row("a").unwrap();
             let names_before = v.names.get_untracked();
-            assert_eq!(v.receive(delta(4, vec![FleetEvent::Upsert(entry("b", 5))]), 1_500), Followup::None);
+            assert_eq!(
+                v.receive(delta(4, vec![FleetEvent::Upsert(entry("b", 5))]), 1_500),
+                Followup::None
+            );
             assert_eq!(v.row("b").unwrap().get_untracked().revision, 5);
             assert_eq!(a_before, v.row("a").unwrap(), "row a keeps its signal");
             assert_eq!(v.names.get_untracked(), names_before);
@@ -216,7 +239,16 @@ mod tests {
         owner.with(|| {
             let v = LiveView::new(snapshot(3, vec![entry("a", 1)]));
             v.receive(delta(4, vec![FleetEvent::Upsert(entry("c", 6))]), 1_500);
-            v.receive(delta(5, vec![FleetEvent::Remove { name: "a".into(), revision: 7 }]), 1_500);
+            v.receive(
+                delta(
+                    5,
+                    vec![FleetEvent::Remove {
+                        name: "a".into(),
+                        revision: 7,
+                    }],
+                ),
+                1_500,
+            );
             assert_eq!(v.names.get_untracked(), vec!["c"]);
             assert!(v.row("a").is_none());
             assert!(matches!(v.receive(delta(7, vec![]), 1_500), Followup::Resync(_)));
@@ -246,7 +278,11 @@ mod tests {
         let owner = Owner::new();
         owner.with(|| {
             let v = LiveView::new(snapshot(1, vec![]));
-            let hello = ServerMsg::Hello { protocol: 999, server_version: "x".into(), fleet: "f".into() };
+            let hello = ServerMsg::Hello {
+                protocol: 999,
+                server_version: "x".into(),
+                fleet: "f".into(),
+            };
             assert!(matches!(v.receive(hello, 0), Followup::Resync(_)));
         });
     }

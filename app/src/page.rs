@@ -62,14 +62,22 @@ fn Indicator() -> impl IntoView {
     let state = move || {
         let now = live.now.get();
         match (live.connection.get(), live.status.get()) {
-            (Connection::Static, _) => ("static", format!("snapshot of {} UTC; live updates need JavaScript", utc_hms(now))),
+            (Connection::Static, _) => (
+                "static",
+                format!("snapshot of {} UTC; live updates need JavaScript", utc_hms(now)),
+            ),
             (Connection::Connecting, _) => ("connecting", "connecting…".to_string()),
             (Connection::Reconnecting { retry_at }, _) => (
                 "reconnecting",
-                format!("server connection lost; reconnecting in {}", human_duration((retry_at - now).max(0))),
+                format!(
+                    "server connection lost; reconnecting in {}",
+                    human_duration((retry_at - now).max(0))
+                ),
             ),
             (Connection::Live, StoreStatus::Live { .. }) => ("live", "live".to_string()),
-            (Connection::Live, StoreStatus::Connecting { .. }) => ("store-connecting", "connecting to the store…".to_string()),
+            (Connection::Live, StoreStatus::Connecting { .. }) => {
+                ("store-connecting", "connecting to the store…".to_string())
+            }
             (Connection::Live, StoreStatus::Unreachable { since, retry_at, error }) => (
                 "store-unreachable",
                 format!(

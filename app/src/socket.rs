@@ -49,7 +49,8 @@ fn ping() {
     CONN.with_borrow(|c| {
         if let Some(c) = c {
             if c.ws.ready_state() == WebSocket::OPEN {
-                let _ = c.ws.send_with_str(&format!(r#"{{"type":"ping","nonce":{}}}"#, local_now()));
+                let _ =
+                    c.ws.send_with_str(&format!(r#"{{"type":"ping","nonce":{}}}"#, local_now()));
             }
         }
     });
@@ -58,7 +59,11 @@ fn ping() {
 fn connect(live: LiveView) {
     live.connection.set(Connection::Connecting);
     let location = window().location();
-    let scheme = if location.protocol().as_deref() == Ok("https:") { "wss" } else { "ws" };
+    let scheme = if location.protocol().as_deref() == Ok("https:") {
+        "wss"
+    } else {
+        "ws"
+    };
     let url = format!("{scheme}://{}/ws", location.host().unwrap_or_default());
     let ws = match WebSocket::new(&url) {
         Ok(ws) => ws,
@@ -73,7 +78,11 @@ fn connect(live: LiveView) {
         match serde_json::from_str::<ServerMsg>(&text) {
             Ok(ServerMsg::Pong { nonce, server_time }) => live.pong(nonce as i64, now, server_time),
             Ok(msg) => {
-                if let ServerMsg::Hello { protocol: PROTOCOL_VERSION, .. } = &msg {
+                if let ServerMsg::Hello {
+                    protocol: PROTOCOL_VERSION,
+                    ..
+                } = &msg
+                {
                     ATTEMPT.set(0);
                 }
                 if let Followup::Resync(why) = live.receive(msg, now) {
@@ -87,7 +96,11 @@ fn connect(live: LiveView) {
     let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |_: CloseEvent| schedule_reconnect(live));
     ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
-    CONN.set(Some(Conn { ws, _on_message: on_message, _on_close: on_close }));
+    CONN.set(Some(Conn {
+        ws,
+        _on_message: on_message,
+        _on_close: on_close,
+    }));
 }
 
 fn schedule_reconnect(live: LiveView) {

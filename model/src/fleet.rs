@@ -54,7 +54,12 @@ impl LockEntry {
                 error: e.to_string(),
             },
         };
-        LockEntry { name, fence, revision, body }
+        LockEntry {
+            name,
+            fence,
+            revision,
+            body,
+        }
     }
 
     pub fn record(&self) -> Option<&LockRecord> {
@@ -111,7 +116,11 @@ pub enum StoreStatus {
     /// Snapshot taken and watch running.
     Live { since: Millis },
     /// The store cannot be reached; the table shows the last known truth.
-    Unreachable { since: Millis, error: String, retry_at: Millis },
+    Unreachable {
+        since: Millis,
+        error: String,
+        retry_at: Millis,
+    },
 }
 
 impl Default for StoreStatus {
@@ -133,12 +142,14 @@ impl FleetState {
     pub fn apply(&mut self, event: FleetEvent) -> Vec<FleetEvent> {
         match event {
             FleetEvent::Reset { revision, locks } => {
-                let mut fresh: BTreeMap<String, LockEntry> =
-                    locks.into_iter().map(|e| (e.name.clone(), e)).collect();
+                let mut fresh: BTreeMap<String, LockEntry> = locks.into_iter().map(|e| (e.name.clone(), e)).collect();
                 let mut changes = Vec::new();
                 for name in self.locks.keys() {
                     if !fresh.contains_key(name) {
-                        changes.push(FleetEvent::Remove { name: name.clone(), revision });
+                        changes.push(FleetEvent::Remove {
+                            name: name.clone(),
+                            revision,
+                        });
                     }
                 }
                 for (name, entry) in &fresh {
@@ -204,13 +215,21 @@ mod tests {
     use crate::record::sample;
 
     fn held(name: &str, fence: i64, revision: i64) -> LockEntry {
-        LockEntry { name: name.into(), fence, revision, body: LockBody::Held(sample(&format!("o{fence}"))) }
+        LockEntry {
+            name: name.into(),
+            fence,
+            revision,
+            body: LockBody::Held(sample(&format!("o{fence}"))),
+        }
     }
     fn up(name: &str, fence: i64, revision: i64) -> FleetEvent {
         FleetEvent::Upsert(held(name, fence, revision))
     }
     fn rm(name: &str, revision: i64) -> FleetEvent {
-        FleetEvent::Remove { name: name.into(), revision }
+        FleetEvent::Remove {
+            name: name.into(),
+            revision,
+        }
     }
     fn reset(revision: i64, locks: Vec<LockEntry>) -> FleetEvent {
         FleetEvent::Reset { revision, locks }
@@ -227,7 +246,13 @@ mod tests {
     #[test]
     fn reducer_table() {
         let cases = vec![
-            Case { name: "acquire", start: vec![], event: up("a", 5, 5), changes: vec![up("a", 5, 5)], names_after: vec!["a"] },
+            Case {
+                name: "acquire",
+                start: vec![],
+                event: up("a", 5, 5),
+                changes: vec![up("a", 5, 5)],
+                names_after: vec!["a"],
+            },
             Case {
                 name: "release",
                 start: vec![up("a", 5, 5)],

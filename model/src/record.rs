@@ -57,7 +57,10 @@ impl std::fmt::Display for RecordError {
             RecordError::TooLarge(n) => write!(f, "record is {n} bytes, over the {MAX_RECORD_BYTES} byte limit"),
             RecordError::Json(e) => write!(f, "not a lock record: {e}"),
             RecordError::UnsupportedVersion(v) => {
-                write!(f, "record version {v} is newer than this build understands ({RECORD_VERSION})")
+                write!(
+                    f,
+                    "record version {v} is newer than this build understands ({RECORD_VERSION})"
+                )
             }
         }
     }
@@ -128,7 +131,10 @@ mod tests {
         newer["v"] = 99.into();
         let err = LockRecord::parse(newer.to_string().as_bytes()).unwrap_err();
         assert_eq!(err, RecordError::UnsupportedVersion(99));
-        assert!(matches!(LockRecord::parse(&vec![b' '; MAX_RECORD_BYTES + 1]), Err(RecordError::TooLarge(_))));
+        assert!(matches!(
+            LockRecord::parse(&vec![b' '; MAX_RECORD_BYTES + 1]),
+            Err(RecordError::TooLarge(_))
+        ));
     }
 
     #[test]

@@ -19,12 +19,20 @@ pub const MAX_CLIENT_MSG_BYTES: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMsg {
-    Hello { protocol: u32, server_version: String, fleet: String },
+    Hello {
+        protocol: u32,
+        server_version: String,
+        fleet: String,
+    },
     /// The whole view at hub sequence `seq`; deltas numbered `seq + 1`, `seq + 2`,
     /// … follow.
     Snapshot(Snapshot),
     /// Changes since the previous delta (`seq` is one more than the last), in order.
-    Delta { seq: u64, server_time: Millis, events: Vec<FleetEvent> },
+    Delta {
+        seq: u64,
+        server_time: Millis,
+        events: Vec<FleetEvent>,
+    },
     /// The store connection changed.
     Status { server_time: Millis, status: StoreStatus },
     /// This subscriber fell behind and `dropped` messages were discarded; a fresh
@@ -59,7 +67,10 @@ impl ClientMsg {
     /// Parses a client frame, with a reason fit to send back when it is unusable.
     pub fn parse(text: &str) -> Result<ClientMsg, String> {
         if text.len() > MAX_CLIENT_MSG_BYTES {
-            return Err(format!("message of {} bytes exceeds {MAX_CLIENT_MSG_BYTES}", text.len()));
+            return Err(format!(
+                "message of {} bytes exceeds {MAX_CLIENT_MSG_BYTES}",
+                text.len()
+            ));
         }
         serde_json::from_str(text).map_err(|e| format!("unrecognised message: {e}"))
     }
@@ -71,7 +82,10 @@ mod tests {
 
     #[test]
     fn wire_shape_is_stable() {
-        let m = ServerMsg::Status { server_time: 5, status: StoreStatus::Live { since: 3 } };
+        let m = ServerMsg::Status {
+            server_time: 5,
+            status: StoreStatus::Live { since: 3 },
+        };
         assert_eq!(
             serde_json::to_string(&m).unwrap(),
             r#"{"type":"status","server_time":5,"status":{"state":"live","since":3}}"#
@@ -79,7 +93,10 @@ mod tests {
         let d = ServerMsg::Delta {
             seq: 2,
             server_time: 9,
-            events: vec![FleetEvent::Remove { name: "a".into(), revision: 4 }],
+            events: vec![FleetEvent::Remove {
+                name: "a".into(),
+                revision: 4,
+            }],
         };
         let back: ServerMsg = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
         assert_eq!(back, d);
@@ -87,8 +104,13 @@ mod tests {
 
     #[test]
     fn client_messages() {
-        assert_eq!(ClientMsg::parse(r#"{"type":"ping","nonce":7}"#), Ok(ClientMsg::Ping { nonce: 7 }));
+        assert_eq!(
+            ClientMsg::parse(r#"{"type":"ping","nonce":7}"#),
+            Ok(ClientMsg::Ping { nonce: 7 })
+        );
         assert!(ClientMsg::parse("{}").unwrap_err().contains("unrecognised"));
-        assert!(ClientMsg::parse(&"x".repeat(MAX_CLIENT_MSG_BYTES + 1)).unwrap_err().contains("exceeds"));
+        assert!(ClientMsg::parse(&"x".repeat(MAX_CLIENT_MSG_BYTES + 1))
+            .unwrap_err()
+            .contains("exceeds"));
     }
 }

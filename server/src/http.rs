@@ -94,7 +94,11 @@ async fn healthz(State(state): State<AppState>) -> Result<Response, AppError> {
     .into_response())
 }
 
-async fn ws_upgrade(State(state): State<AppState>, headers: HeaderMap, upgrade: WebSocketUpgrade) -> Result<Response, AppError> {
+async fn ws_upgrade(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, AppError> {
     check_same_origin(&headers)?;
     Ok(upgrade
         .max_message_size(lockscope_model::wire::MAX_CLIENT_MSG_BYTES * 4)
@@ -112,7 +116,9 @@ fn check_same_origin(headers: &HeaderMap) -> Result<(), AppError> {
     if origin_host.eq_ignore_ascii_case(host) {
         Ok(())
     } else {
-        Err(AppError::Forbidden(format!("cross-origin websocket from {origin} refused")))
+        Err(AppError::Forbidden(format!(
+            "cross-origin websocket from {origin} refused"
+        )))
     }
 }
 
@@ -121,7 +127,10 @@ async fn subscriber(state: AppState, socket: WebSocket) {
     let sink = sink.with(|out: WsOut| async move {
         Ok::<_, axum::Error>(match out {
             WsOut::Text(t) => Message::Text(t.as_ref().into()),
-            WsOut::Close { code, reason } => Message::Close(Some(CloseFrame { code, reason: reason.into() })),
+            WsOut::Close { code, reason } => Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })),
         })
     });
     let stream = stream.filter_map(|m| async move {

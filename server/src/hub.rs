@@ -65,7 +65,10 @@ impl HubHandle {
             updates,
         };
         tokio::spawn(hub.run(events, command_rx));
-        HubHandle { commands, fleet: fleet.into() }
+        HubHandle {
+            commands,
+            fleet: fleet.into(),
+        }
     }
 
     pub fn fleet(&self) -> &str {
@@ -136,7 +139,10 @@ impl Hub {
                 ObserverEvent::Status(status) => {
                     self.publish_changes(&mut changes);
                     self.status = status.clone();
-                    self.publish(&ServerMsg::Status { server_time: now_ms(), status });
+                    self.publish(&ServerMsg::Status {
+                        server_time: now_ms(),
+                        status,
+                    });
                 }
             }
             batches += 1;
@@ -152,7 +158,11 @@ impl Hub {
             return;
         }
         self.seq += 1;
-        let msg = ServerMsg::Delta { seq: self.seq, server_time: now_ms(), events: std::mem::take(changes) };
+        let msg = ServerMsg::Delta {
+            seq: self.seq,
+            server_time: now_ms(),
+            events: std::mem::take(changes),
+        };
         self.publish(&msg);
     }
 
@@ -200,7 +210,9 @@ mod tests {
         let mut sub = hub.subscribe().await.unwrap();
         assert_eq!(sub.snapshot.seq, 1);
         assert_eq!(sub.snapshot.locks.len(), 1);
-        tx.send(ObserverEvent::Events(vec![up("b", 2), up("a", 1)])).await.unwrap();
+        tx.send(ObserverEvent::Events(vec![up("b", 2), up("a", 1)]))
+            .await
+            .unwrap();
         match parse(&sub.updates.recv().await.unwrap()) {
             ServerMsg::Delta { seq, events, .. } => {
                 assert_eq!(seq, 2);
@@ -223,7 +235,9 @@ mod tests {
         let hub = HubHandle::with_events("f", rx, 4);
         let mut sub = hub.subscribe().await.unwrap();
         for i in 0..10 {
-            tx.send(ObserverEvent::Events(vec![up(&format!("l{i}"), i + 1)])).await.unwrap();
+            tx.send(ObserverEvent::Events(vec![up(&format!("l{i}"), i + 1)]))
+                .await
+                .unwrap();
             // One delta per event: let the hub publish before the next arrives.
             hub.snapshot().await.unwrap();
         }

@@ -38,7 +38,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let hub = HubHandle::spawn(&args.fleet, Box::new(EtcdObserver::new(cfg)), args.ws_buffer);
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = AppState::new(hub, args.site_root.clone(), stop_rx.clone());
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
     if !args.site_root.join("pkg").join("lockscope.wasm").exists() {
         tracing::warn!(site_root = %args.site_root.display(), "no built site here: the page renders but will not hydrate (run `cargo leptos build`)");
@@ -58,7 +60,8 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}
@@ -100,8 +103,15 @@ async fn lock(args: LockArgs) -> anyhow::Result<()> {
             Ok(())
         }
         Acquire::Busy { holder } => {
-            let who = holder.record().map(|r| format!("{} ({}@{})", r.session, r.service, r.host));
-            bail!("{} is held by {} (fence {})", args.name, who.as_deref().unwrap_or("a malformed record"), holder.fence)
+            let who = holder
+                .record()
+                .map(|r| format!("{} ({}@{})", r.session, r.service, r.host));
+            bail!(
+                "{} is held by {} (fence {})",
+                args.name,
+                who.as_deref().unwrap_or("a malformed record"),
+                holder.fence
+            )
         }
     }
 }
@@ -112,6 +122,10 @@ async fn unlock(args: UnlockArgs) -> anyhow::Result<()> {
         println!("released {} fence={}", args.name, args.fence);
         Ok(())
     } else {
-        bail!("{} was not released: it is no longer the acquisition with fence {}", args.name, args.fence)
+        bail!(
+            "{} was not released: it is no longer the acquisition with fence {}",
+            args.name,
+            args.fence
+        )
     }
 }

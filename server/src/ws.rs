@@ -55,7 +55,12 @@ where
         return;
     }
     let Ok(mut sub) = hub.subscribe().await else {
-        let _ = out.send(WsOut::Close { code: close::INTERNAL_ERROR, reason: "hub stopped".into() }).await;
+        let _ = out
+            .send(WsOut::Close {
+                code: close::INTERNAL_ERROR,
+                reason: "hub stopped".into(),
+            })
+            .await;
         return;
     };
     if out.send(frame(&ServerMsg::Snapshot(sub.snapshot))).await.is_err() {
@@ -128,7 +133,10 @@ mod tests {
 
     impl Client {
         async fn next(&mut self) -> WsOut {
-            tokio::time::timeout(std::time::Duration::from_secs(5), self.from_server.next()).await.unwrap().unwrap()
+            tokio::time::timeout(std::time::Duration::from_secs(5), self.from_server.next())
+                .await
+                .unwrap()
+                .unwrap()
         }
         async fn msg(&mut self) -> ServerMsg {
             match self.next().await {
@@ -138,25 +146,50 @@ mod tests {
         }
     }
 
-    fn start(buffer: usize) -> (tokio::sync::mpsc::Sender<ObserverEvent>, Client, watch::Sender<bool>, HubHandle) {
+    fn start(
+        buffer: usize,
+    ) -> (
+        tokio::sync::mpsc::Sender<ObserverEvent>,
+        Client,
+        watch::Sender<bool>,
+        HubHandle,
+    ) {
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(64);
         let hub = HubHandle::with_events("test-fleet", ev_rx, buffer);
         let (out_tx, out_rx) = mpsc::unbounded();
         let (in_tx, in_rx) = mpsc::unbounded();
         let (stop_tx, stop_rx) = watch::channel(false);
         tokio::spawn(serve_subscriber(hub.clone(), out_tx, in_rx, stop_rx));
-        (ev_tx, Client { to_server: in_tx, from_server: out_rx }, stop_tx, hub)
+        (
+            ev_tx,
+            Client {
+                to_server: in_tx,
+                from_server: out_rx,
+            },
+            stop_tx,
+            hub,
+        )
     }
 
     #[tokio::test]
     async fn hello_snapshot_pong_and_shutdown() {
         let (_ev, mut c, stop, _hub) = start(16);
-        assert!(matches!(c.msg().await, ServerMsg::Hello { protocol: PROTOCOL_VERSION, ref fleet, .. } if fleet == "test-fleet"));
+        assert!(
+            matches!(c.msg().await, ServerMsg::Hello { protocol: PROTOCOL_VERSION, ref fleet, .. } if fleet == "test-fleet")
+        );
         assert!(matches!(c.msg().await, ServerMsg::Snapshot(ref s) if s.locks.is_empty()));
-        c.to_server.unbounded_send(WsIn::Text(r#"{"type":"ping","nonce":42}"#.into())).unwrap();
+        c.to_server
+            .unbounded_send(WsIn::Text(r#"{"type":"ping","nonce":42}"#.into()))
+            .unwrap();
         assert!(matches!(c.msg().await, ServerMsg::Pong { nonce: 42, .. }));
         stop.send(true).unwrap();
-        assert_eq!(c.next().await, WsOut::Close { code: close::GOING_AWAY, reason: "server shutting down".into() });
+        assert_eq!(
+            c.next().await,
+            WsOut::Close {
+                code: close::GOING_AWAY,
+                reason: "server shutting down".into()
+            }
+        );
     }
 
     #[tokio::test]
@@ -203,7 +236,10 @@ mod tests {
         assert!(matches!(text(&mut out_rx).await, ServerMsg::Hello { .. }));
         for i in 0..20 {
             let e = LockEntry::from_stored(format!("l{i:02}"), i + 1, i + 1, b"x");
-            ev_tx.send(ObserverEvent::Events(vec![FleetEvent::Upsert(e)])).await.unwrap();
+            ev_tx
+                .send(ObserverEvent::Events(vec![FleetEvent::Upsert(e)]))
+                .await
+                .unwrap();
             hub.snapshot().await.unwrap(); // one delta per event
         }
         let mut seen_lag = false;

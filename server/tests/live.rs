@@ -36,7 +36,13 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
-    Stack { _etcd: etcd, locks, hub, addr, _stop: stop }
+    Stack {
+        _etcd: etcd,
+        locks,
+        hub,
+        addr,
+        _stop: stop,
+    }
 }
 
 impl Stack {
@@ -48,21 +54,35 @@ impl Stack {
             if done(&s) {
                 return s;
             }
-            assert!(tokio::time::Instant::now() < deadline, "hub never got there: {} locks, {:?}", s.locks.len(), s.status);
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "hub never got there: {} locks, {:?}",
+                s.locks.len(),
+                s.status
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     async fn ws(&self) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
-        tokio_tungstenite::connect_async(format!("ws://{}/ws", self.addr)).await.unwrap().0
+        tokio_tungstenite::connect_async(format!("ws://{}/ws", self.addr))
+            .await
+            .unwrap()
+            .0
     }
 
     async fn get(&self, path: &str) -> (u16, String) {
         let mut s = TcpStream::connect(self.addr).await.unwrap();
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.addr).as_bytes())
-            .await
-            .unwrap();
+        s.write_all(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+                self.addr
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         let status = out[9..12].parse().unwrap();
@@ -71,7 +91,11 @@ impl Stack {
 }
 
 async fn acquire(locks: &EtcdLocks, name: &str) -> i64 {
-    match locks.acquire(name, &record(&format!("owner-{name}"), "integration", now_ms())).await.unwrap() {
+    match locks
+        .acquire(name, &record(&format!("owner-{name}"), "integration", now_ms()))
+        .await
+        .unwrap()
+    {
         Acquire::Acquired { fence } => fence,
         Acquire::Busy { .. } => panic!("{name} busy"),
     }
@@ -79,7 +103,11 @@ async fn acquire(locks: &EtcdLocks, name: &str) -> i64 {
 
 async fn next_msg(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> ServerMsg {
     loop {
-        let m = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("no message in 10 s").unwrap().unwrap();
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("no message in 10 s")
+            .unwrap()
+            .unwrap();
         if let Message::Text(t) = m {
             return serde_json::from_str(&t).unwrap();
         }
@@ -92,7 +120,9 @@ async fn a_thousand_operations_reach_a_websocket_subscriber_in_order() {
     s.hub_until(|s| matches!(s.status, StoreStatus::Live { .. })).await;
     let mut ws = s.ws().await;
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { .. }));
-    let ServerMsg::Snapshot(snap) = next_msg(&mut ws).await else { panic!("snapshot expected") };
+    let ServerMsg::Snapshot(snap) = next_msg(&mut ws).await else {
+        panic!("snapshot expected")
+    };
     assert!(snap.locks.is_empty());
 
     // 500 acquisitions and 500 releases, interleaved.
@@ -119,7 +149,10 @@ async fn a_thousand_operations_reach_a_websocket_subscriber_in_order() {
                         FleetEvent::Remove { name, revision } => (format!("-{name}"), revision),
                         FleetEvent::Reset { .. } => panic!("a reducer never emits a reset"),
                     };
-                    assert!(revision > last_revision, "store order: {label} at {revision} after {last_revision}");
+                    assert!(
+                        revision > last_revision,
+                        "store order: {label} at {revision} after {last_revision}"
+                    );
                     last_revision = revision;
                     got.push(label);
                 }
@@ -144,7 +177,10 @@ async fn the_page_shows_held_locks_without_javascript() {
     let (status, page) = s.get("/").await;
     assert_eq!(status, 200);
     for name in ["payments/settle", "reports/nightly", "search-reindex", "broken"] {
-        assert!(page.contains(&format!("data-lock=\"{name}\"")), "{name} missing from the page");
+        assert!(
+            page.contains(&format!("data-lock=\"{name}\"")),
+            "{name} missing from the page"
+        );
     }
     assert!(page.contains("malformed record"));
     assert!(page.contains("integration"), "purpose shown");
@@ -157,7 +193,8 @@ async fn healthz_reports_the_store() {
         acquire(locks, "one").await;
     })
     .await;
-    s.hub_until(|s| matches!(s.status, StoreStatus::Live { .. }) && s.locks.len() == 1).await;
+    s.hub_until(|s| matches!(s.status, StoreStatus::Live { .. }) && s.locks.len() == 1)
+        .await;
     let (status, body) = s.get("/healthz").await;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
@@ -171,7 +208,8 @@ async fn healthz_reports_the_store() {
 async fn a_cross_origin_websocket_is_refused_with_a_reason() {
     let s = stack(async |_| {}).await;
     let mut req = format!("ws://{}/ws", s.addr).into_client_request().unwrap();
-    req.headers_mut().insert("Origin", HeaderValue::from_static("https://evil.example"));
+    req.headers_mut()
+        .insert("Origin", HeaderValue::from_static("https://evil.example"));
     match tokio_tungstenite::connect_async(req).await {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             assert_eq!(resp.status(), 403);

@@ -12,7 +12,11 @@ pub struct Backoff {
 
 impl Backoff {
     pub fn new(min: Duration, max: Duration) -> Backoff {
-        Backoff { min, max: max.max(min), attempt: 0 }
+        Backoff {
+            min,
+            max: max.max(min),
+            attempt: 0,
+        }
     }
 
     /// The delay before the next attempt.

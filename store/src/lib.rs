@@ -71,7 +71,10 @@ pub fn validate_name(name: &str) -> Result<(), StoreError> {
     } else {
         return Ok(());
     };
-    Err(StoreError::InvalidName { name: name.to_string(), reason })
+    Err(StoreError::InvalidName {
+        name: name.to_string(),
+        reason,
+    })
 }
 
 /// This host's wall clock in unix ms.

@@ -29,9 +29,21 @@ pub fn free_port() -> u16 {
 impl EtcdServer {
     pub async fn start() -> EtcdServer {
         // Under /dev/shm when there is one: fsync on tmpfs is free.
-        let base = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
-        let dir = tempfile::Builder::new().prefix("lockscope-etcd-").tempdir_in(base).unwrap();
-        let mut s = EtcdServer { child: None, dir, client_port: free_port(), peer_port: free_port() };
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            "/dev/shm"
+        } else {
+            "/tmp"
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("lockscope-etcd-")
+            .tempdir_in(base)
+            .unwrap();
+        let mut s = EtcdServer {
+            child: None,
+            dir,
+            client_port: free_port(),
+            peer_port: free_port(),
+        };
         s.spawn().await;
         s
     }
@@ -99,8 +111,7 @@ impl Drop for EtcdServer {
 }
 
 async fn health(port: u16) -> bool {
-    let Ok(Ok(mut s)) =
-        tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(("127.0.0.1", port))).await
+    let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(("127.0.0.1", port))).await
     else {
         return false;
     };
@@ -135,7 +146,9 @@ impl TcpProxy {
                 }
                 let mut cut = gen_tx.subscribe();
                 tokio::spawn(async move {
-                    let Ok(mut up) = TcpStream::connect(upstream).await else { return };
+                    let Ok(mut up) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
                         _ = cut.changed() => {}

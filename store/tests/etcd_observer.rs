@@ -21,7 +21,11 @@ fn config(endpoint: String) -> EtcdConfig {
 }
 
 async fn acquire(locks: &EtcdLocks, name: &str) -> i64 {
-    match locks.acquire(name, &record(&format!("owner-{name}"), "test", now_ms())).await.unwrap() {
+    match locks
+        .acquire(name, &record(&format!("owner-{name}"), "test", now_ms()))
+        .await
+        .unwrap()
+    {
         Acquire::Acquired { fence } => fence,
         Acquire::Busy { holder } => panic!("{name} already held: {holder:?}"),
     }
@@ -39,7 +43,12 @@ impl Watcher {
     fn start(cfg: EtcdConfig) -> Watcher {
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(Box::new(EtcdObserver::new(cfg)).run(tx));
-        Watcher { rx, state: FleetState::default(), status: None, resets: 0 }
+        Watcher {
+            rx,
+            state: FleetState::default(),
+            status: None,
+            resets: 0,
+        }
     }
 
     /// Applies observer events until `done` holds (10 s at most).
@@ -48,7 +57,13 @@ impl Watcher {
         while !done(self) {
             let ev = tokio::time::timeout_at(deadline, self.rx.recv())
                 .await
-                .unwrap_or_else(|_| panic!("timed out waiting for {what}; status {:?}, {} locks", self.status, self.state.len()))
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "timed out waiting for {what}; status {:?}, {} locks",
+                        self.status,
+                        self.state.len()
+                    )
+                })
                 .expect("observer stopped");
             match ev {
                 ObserverEvent::Status(s) => self.status = Some(s),
@@ -119,7 +134,10 @@ async fn a_disconnect_resumes_the_watch_without_a_new_snapshot() {
     let c = acquire(&direct, "c").await;
     proxy.restore();
 
-    w.until("b gone and c shown", |w| w.live() && w.table() == vec![("a".into(), a), ("c".into(), c)]).await;
+    w.until("b gone and c shown", |w| {
+        w.live() && w.table() == vec![("a".into(), a), ("c".into(), c)]
+    })
+    .await;
     assert_eq!(w.resets, 1, "resumed from the last revision: no second snapshot");
 }
 
@@ -145,7 +163,8 @@ async fn a_compaction_while_disconnected_ends_in_the_correct_table() {
     proxy.restore();
 
     let want = vec![("keep".into(), keep), ("moved".into(), moved2), ("new".into(), new)];
-    w.until("the table after compaction", |w| w.live() && w.table() == want).await;
+    w.until("the table after compaction", |w| w.live() && w.table() == want)
+        .await;
     assert_eq!(w.resets, 2, "the compacted history forced a fresh snapshot");
 
     // And the watch continues after the resync.
@@ -165,11 +184,17 @@ async fn acquire_is_exclusive_and_release_needs_the_fence() {
         }
         Acquire::Acquired { .. } => panic!("acquired a held lock"),
     }
-    assert!(!locks.release("x", fence + 1).await.unwrap(), "a wrong fence must not release");
+    assert!(
+        !locks.release("x", fence + 1).await.unwrap(),
+        "a wrong fence must not release"
+    );
     assert!(locks.release("x", fence).await.unwrap());
     let again = acquire(&locks, "x").await;
     assert!(again > fence, "fencing token grows across acquisitions");
-    assert!(!locks.release("x", fence).await.unwrap(), "an old fence cannot release the new holder");
+    assert!(
+        !locks.release("x", fence).await.unwrap(),
+        "an old fence cannot release the new holder"
+    );
     assert!(locks.acquire("", &record("o", "t", 0)).await.is_err());
 }
 

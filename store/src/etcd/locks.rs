@@ -40,20 +40,17 @@ impl EtcdLocks {
             .or_else([TxnOp::get(key, None)]);
         let resp = timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await?;
         if resp.succeeded() {
-            let fence = resp.header().map(|h| h.revision()).ok_or_else(|| {
-                StoreError::Backend("txn response without header".into())
-            })?;
+            let fence = resp
+                .header()
+                .map(|h| h.revision())
+                .ok_or_else(|| StoreError::Backend("txn response without header".into()))?;
             return Ok(Acquire::Acquired { fence });
         }
         for op in resp.op_responses() {
             if let TxnOpResponse::Get(get) = op {
                 if let Some(kv) = get.kvs().first() {
-                    let holder = LockEntry::from_stored(
-                        name.to_string(),
-                        kv.create_revision(),
-                        kv.mod_revision(),
-                        kv.value(),
-                    );
+                    let holder =
+                        LockEntry::from_stored(name.to_string(), kv.create_revision(), kv.mod_revision(), kv.value());
                     return Ok(Acquire::Busy { holder });
                 }
             }
@@ -78,14 +75,22 @@ impl EtcdLocks {
     /// and demos of how malformed records are shown.
     pub async fn put_raw(&self, name: &str, value: &[u8]) -> Result<i64, StoreError> {
         let key = self.cfg.lock_key(name);
-        let resp = timed(self.cfg.request_timeout, self.client.clone().put(key, value.to_vec(), None)).await?;
+        let resp = timed(
+            self.cfg.request_timeout,
+            self.client.clone().put(key, value.to_vec(), None),
+        )
+        .await?;
         Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
     }
 
     /// Compacts the store's history up to `revision` (tests of resync).
     pub async fn compact(&self, revision: i64) -> Result<(), StoreError> {
         let opts = etcd_client::CompactionOptions::new().with_physical();
-        timed(self.cfg.request_timeout, self.client.clone().compact(revision, Some(opts))).await?;
+        timed(
+            self.cfg.request_timeout,
+            self.client.clone().compact(revision, Some(opts)),
+        )
+        .await?;
         Ok(())
     }
 }

@@ -37,11 +37,19 @@ impl EtcdObserver {
         // snapshot (and again after compaction ate our history).
         let mut resume: Option<i64> = None;
         let mut down_since = None;
-        if tx.send(ObserverEvent::Status(StoreStatus::Connecting { since: now_ms() })).await.is_err() {
+        if tx
+            .send(ObserverEvent::Status(StoreStatus::Connecting { since: now_ms() }))
+            .await
+            .is_err()
+        {
             return;
         }
         loop {
-            let mut session = Session { cfg: &self.cfg, tx: &tx, resume: &mut resume };
+            let mut session = Session {
+                cfg: &self.cfg,
+                tx: &tx,
+                resume: &mut resume,
+            };
             let err = match session.run(&mut backoff, &mut down_since).await {
                 Ok(SessionEnd::Closed) => return,
                 Err(e) => e,
@@ -87,7 +95,10 @@ impl Session<'_> {
             };
             *self.resume = Some(from);
             let prefix = self.cfg.locks_prefix();
-            let opts = WatchOptions::new().with_prefix().with_start_revision(from + 1).with_progress_notify();
+            let opts = WatchOptions::new()
+                .with_prefix()
+                .with_start_revision(from + 1)
+                .with_progress_notify();
             let mut stream = timed(self.cfg.request_timeout, client.watch(prefix.clone(), Some(opts))).await?;
             let mut announced = false;
             loop {
@@ -95,7 +106,11 @@ impl Session<'_> {
                     return Err(StoreError::Unreachable("watch stream ended".into()));
                 };
                 if resp.compact_revision() > 0 {
-                    info!(wanted = from + 1, compacted = resp.compact_revision(), "history compacted, taking a fresh snapshot");
+                    info!(
+                        wanted = from + 1,
+                        compacted = resp.compact_revision(),
+                        "history compacted, taking a fresh snapshot"
+                    );
                     *self.resume = None;
                     break;
                 }
@@ -107,7 +122,11 @@ impl Session<'_> {
                     announced = true;
                     backoff.reset();
                     *down_since = None;
-                    if self.send(ObserverEvent::Status(StoreStatus::Live { since: now_ms() })).await.is_err() {
+                    if self
+                        .send(ObserverEvent::Status(StoreStatus::Live { since: now_ms() }))
+                        .await
+                        .is_err()
+                    {
                         return Ok(SessionEnd::Closed);
                     }
                 }
@@ -119,7 +138,10 @@ impl Session<'_> {
                     last = Some(kv.mod_revision());
                     events.push(match ev.event_type() {
                         EventType::Put => FleetEvent::Upsert(entry_of(kv, name)),
-                        EventType::Delete => FleetEvent::Remove { name, revision: kv.mod_revision() },
+                        EventType::Delete => FleetEvent::Remove {
+                            name,
+                            revision: kv.mod_revision(),
+                        },
                     });
                 }
                 if !events.is_empty() {
@@ -168,7 +190,11 @@ impl Session<'_> {
             }
         }
         debug!(revision, locks = locks.len(), "snapshot taken");
-        if self.send(ObserverEvent::Events(vec![FleetEvent::Reset { revision, locks }])).await.is_err() {
+        if self
+            .send(ObserverEvent::Events(vec![FleetEvent::Reset { revision, locks }]))
+            .await
+            .is_err()
+        {
             return Ok(None);
         }
         Ok(Some(revision))

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Installs what lockscope needs to build, run and test on a Debian machine, and
+# skips whatever is already there (safe to run any number of times).
+#   scripts/install.sh          everything, browser tests included
+#   scripts/install.sh --run    only what running the dashboard needs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_tests=1
+[ "${1:-}" = "--run" ] && want_tests=0
+
+say() { printf '\033[1m[install]\033[0m %s\n' "$*"; }
+sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# Debian packages: protoc for etcd-client's build, etcd for the store,
+# Chromium and Node for the browser tests.
+pkgs=()
+command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/timestamp.proto ] || pkgs+=(libprotobuf-dev)
+command -v etcd >/dev/null || pkgs+=(etcd-server)
+command -v etcdctl >/dev/null || pkgs+=(etcd-client)
+if [ "$want_tests" = 1 ]; then
+  [ -x /usr/bin/chromium ] || pkgs+=(chromium)
+  command -v npm >/dev/null || pkgs+=(nodejs npm)
+fi
+if [ "${#pkgs[@]}" -gt 0 ]; then
+  say "apt-get install ${pkgs[*]}"
+  sudo_if_needed apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+
+# Rust: the wasm target, cargo-leptos (0.3.10 is the newest that builds on Rust
+# 1.95), and wasm-bindgen-cli at exactly the version Cargo.lock pins.
+if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+  say "rustup target add wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown
+fi
+if ! cargo leptos --version 2>/dev/null | grep -q ' 0\.3\.10$'; then
+  say "cargo install cargo-leptos 0.3.10 (about 14 minutes on 2 cores, once)"
+  cargo install cargo-leptos --version 0.3.10 --locked
+fi
+wbg=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; then
+  say "cargo install wasm-bindgen-cli $wbg (about 3 minutes, once)"
+  # Not --locked: its lockfile names a webpki-roots version the registry lacks.
+  cargo install wasm-bindgen-cli --version "$wbg" --force
+fi
+
+# Browser test driver: Playwright from npm, driving Debian's Chromium (it must
+# never download a browser of its own).
+if [ "$want_tests" = 1 ]; then
+  if [ ! -d end2end/node_modules/@playwright/test ] || [ end2end/package-lock.json -nt end2end/node_modules/.package-lock.json ]; then
+    say "npm ci (end2end)"
+    (cd end2end && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error)
+  fi
+fi
+say "ready"
