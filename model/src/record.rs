@@ -144,3 +144,89 @@ mod tests {
         assert_eq!(LockRecord::parse(v.to_string().as_bytes()).unwrap(), sample("o"));
     }
 }
+
+/// Upper bounds (ms, inclusive) of the wait-time histogram buckets; one more bucket
+/// counts everything above the last bound.
+pub const WAIT_BUCKETS_MS: [u64; 10] = [1, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000, 60_000];
+
+/// A session's contention counters since it started, published with each session
+/// heartbeat. Rates come from differences between two heartbeats.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Contention {
+    /// Acquisition attempts (each try against the store, including retries after a wait).
+    pub attempts: u64,
+    /// Acquisitions that succeeded.
+    pub acquired: u64,
+    /// Attempts that found the lock held by someone else.
+    pub conflicts: u64,
+    /// Locks this session lost (taken away, or refused by a blacklist).
+    pub lost: u64,
+    /// Time from the first attempt to acquisition (or giving up), per `lock` call:
+    /// counts per bucket of [`WAIT_BUCKETS_MS`], plus one overflow bucket.
+    pub wait_buckets: Vec<u64>,
+    pub wait_sum_ms: u64,
+}
+
+impl Contention {
+    pub fn record_wait(&mut self, ms: u64) {
+        if self.wait_buckets.len() != WAIT_BUCKETS_MS.len() + 1 {
+            self.wait_buckets = vec![0; WAIT_BUCKETS_MS.len() + 1];
+        }
+        let i = WAIT_BUCKETS_MS
+            .iter()
+            .position(|&b| ms <= b)
+            .unwrap_or(WAIT_BUCKETS_MS.len());
+        self.wait_buckets[i] += 1;
+        self.wait_sum_ms += ms;
+    }
+
+    pub fn waits(&self) -> u64 {
+        self.wait_buckets.iter().sum()
+    }
+}
+
+/// One worker process session, as stored under `<prefix>sessions/<id>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    pub v: u32,
+    pub session: String,
+    pub service: String,
+    pub host: String,
+    pub pid: u32,
+    /// Holder's clock, unix ms.
+    pub started_at: i64,
+    pub heartbeat_at: i64,
+    /// The lock this session is blocked on, if any.
+    #[serde(default)]
+    pub waiting_for: Option<String>,
+    #[serde(default)]
+    pub contention: Contention,
+}
+
+/// A blacklisted session, as stored under `<prefix>blacklist/<session>`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlacklistRecord {
+    pub v: u32,
+    pub session: String,
+    /// Who blacklisted it.
+    pub by: String,
+    pub reason: String,
+    /// Blacklister's clock, unix ms.
+    pub at: i64,
+}
+
+#[cfg(test)]
+mod contention_tests {
+    use super::*;
+
+    #[test]
+    fn wait_histogram_buckets() {
+        let mut c = Contention::default();
+        for ms in [0, 1, 2, 999, 1_000, 70_000] {
+            c.record_wait(ms);
+        }
+        assert_eq!(c.wait_buckets, vec![2, 1, 0, 0, 0, 0, 2, 0, 0, 0, 1]);
+        assert_eq!(c.waits(), 6);
+        assert_eq!(c.wait_sum_ms, 72_002);
+    }
+}

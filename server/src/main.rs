@@ -9,8 +9,10 @@ use lockscope::http::AppState;
 use lockscope::hub::HubHandle;
 use lockscope_model::record::RECORD_VERSION;
 use lockscope_model::LockRecord;
-use lockscope_store::etcd::{Acquire, EtcdConfig, EtcdLocks, EtcdObserver};
+use lockscope_store::client::hostname;
+use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
 use lockscope_store::now_ms;
+use lockscope_store::protocol::{Attempt, LockStore};
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -71,13 +73,6 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 async fn lock(args: LockArgs) -> anyhow::Result<()> {
     let locks = EtcdLocks::connect(etcd_config(&args.store)).await?;
     let now = now_ms();
@@ -97,21 +92,17 @@ async fn lock(args: LockArgs) -> anyhow::Result<()> {
         auto_unlock_at: now + 2 * expected as i64,
         heartbeat_at: now,
     };
-    match locks.acquire(&args.name, &record).await? {
-        Acquire::Acquired { fence } => {
+    match locks.try_acquire(&args.name, &record).await? {
+        Attempt::Acquired { fence } => {
             println!("acquired {} fence={fence}", args.name);
             Ok(())
         }
-        Acquire::Busy { holder } => {
-            let who = holder
-                .record()
-                .map(|r| format!("{} ({}@{})", r.session, r.service, r.host));
-            bail!(
-                "{} is held by {} (fence {})",
-                args.name,
-                who.as_deref().unwrap_or("a malformed record"),
-                holder.fence
-            )
+        Attempt::Busy { holder, .. } => {
+            let who = holder.as_ref().map(|h| match h.record() {
+                Some(r) => format!("{} ({}@{}), fence {}", r.session, r.service, r.host, h.fence),
+                None => format!("a malformed record, fence {}", h.fence),
+            });
+            bail!("{} is held by {}", args.name, who.as_deref().unwrap_or("someone"))
         }
     }
 }

@@ -7,9 +7,9 @@ use futures::{SinkExt, StreamExt};
 use lockscope::http::AppState;
 use lockscope::hub::HubHandle;
 use lockscope_model::{FleetEvent, ServerMsg, Snapshot, StoreStatus};
-use lockscope_store::etcd::{Acquire, EtcdConfig, EtcdLocks, EtcdObserver};
-use lockscope_store::now_ms;
-use lockscope_store::testing::{record, EtcdServer};
+use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
+use lockscope_store::protocol::LockStore;
+use lockscope_store::testing::{take, EtcdServer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_tungstenite::tungstenite::{client::IntoClientRequest, http::HeaderValue, Message};
@@ -90,17 +90,6 @@ impl Stack {
     }
 }
 
-async fn acquire(locks: &EtcdLocks, name: &str) -> i64 {
-    match locks
-        .acquire(name, &record(&format!("owner-{name}"), "integration", now_ms()))
-        .await
-        .unwrap()
-    {
-        Acquire::Acquired { fence } => fence,
-        Acquire::Busy { .. } => panic!("{name} busy"),
-    }
-}
-
 async fn next_msg(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> ServerMsg {
     loop {
         let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
@@ -129,7 +118,7 @@ async fn a_thousand_operations_reach_a_websocket_subscriber_in_order() {
     let mut want = Vec::new();
     for i in 0..500 {
         let name = format!("op-{i:03}");
-        let fence = acquire(&s.locks, &name).await;
+        let fence = take(&s.locks, &name).await;
         assert!(s.locks.release(&name, fence).await.unwrap());
         want.push(format!("+{name}@{fence}"));
         want.push(format!("-{name}"));
@@ -168,7 +157,7 @@ async fn a_thousand_operations_reach_a_websocket_subscriber_in_order() {
 async fn the_page_shows_held_locks_without_javascript() {
     let s = stack(async |locks| {
         for name in ["payments/settle", "reports/nightly", "search-reindex"] {
-            acquire(locks, name).await;
+            take(locks, name).await;
         }
         locks.put_raw("broken", b"\x00\x01 not a record").await.unwrap();
     })
@@ -190,7 +179,7 @@ async fn the_page_shows_held_locks_without_javascript() {
 #[tokio::test]
 async fn healthz_reports_the_store() {
     let s = stack(async |locks| {
-        acquire(locks, "one").await;
+        take(locks, "one").await;
     })
     .await;
     s.hub_until(|s| matches!(s.status, StoreStatus::Live { .. }) && s.locks.len() == 1)

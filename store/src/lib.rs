@@ -1,19 +1,24 @@
 //! The lockscope lock protocol over lock stores (`docs/protocol.md`).
 //!
 //! Two roles, each behind its own API:
-//! - the **writing side** services link to ([`etcd::EtcdLocks`]: acquire and release
-//!   a lock with its metadata, atomically; the full client library follows);
+//! - the **client library** services link to ([`client::Session`] over a
+//!   [`protocol::LockStore`] such as [`etcd::EtcdLocks`]);
 //! - the **observer side** the dashboard runs ([`Observer`]): a snapshot, then a
 //!   stream of [`ObserverEvent`]s, reconnecting by itself.
 //!
 //! Layout:
-//! - [`etcd`]: the etcd v3 adapter (observer + writer).
+//! - [`protocol`]: the per-store operations of the lock protocol ([`protocol::LockStore`]).
+//! - [`client`]: the client library on top of any [`protocol::LockStore`]: sessions,
+//!   `lock` with a deadline, batch try-lock, heartbeats, guards.
+//! - [`etcd`]: the etcd v3 adapter (observer + [`protocol::LockStore`]).
 //! - [`backoff`]: capped, jittered reconnect delays.
 //! - `testing` (feature `test-util`): a real etcd on a free port, and a TCP proxy
 //!   that can cut connections, for integration tests.
 
 pub mod backoff;
+pub mod client;
 pub mod etcd;
+pub mod protocol;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
@@ -32,6 +37,17 @@ pub enum StoreError {
     Backend(String),
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
+    #[error("session {session} is blacklisted")]
+    Blacklisted { session: String },
+    #[error("session {session} expired in the store (no heartbeat within its ttl)")]
+    SessionExpired { session: String },
+    #[error("lock {name} was lost: it is no longer this acquisition")]
+    Lost { name: String },
+    #[error("lock {name} not acquired within the {deadline:?} deadline")]
+    Deadline {
+        name: String,
+        deadline: std::time::Duration,
+    },
 }
 
 impl From<etcd_client::Error> for StoreError {

@@ -191,3 +191,13 @@ pub fn record(owner: &str, purpose: &str, now_ms: i64) -> lockscope_model::LockR
         heartbeat_at: now_ms,
     }
 }
+
+/// Takes `name` through the protocol's acquire step; panics if it is held.
+/// Returns the fencing token.
+pub async fn take<S: crate::protocol::LockStore>(store: &S, name: &str) -> i64 {
+    let rec = record(&format!("owner-{name}"), "test", crate::now_ms());
+    match store.try_acquire(name, &rec).await.expect("store reachable") {
+        crate::protocol::Attempt::Acquired { fence } => fence,
+        crate::protocol::Attempt::Busy { holder, .. } => panic!("{name} already held: {holder:?}"),
+    }
+}

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use lockscope_model::{FleetEvent, FleetState, LockBody, StoreStatus};
-use lockscope_store::etcd::{Acquire, EtcdConfig, EtcdLocks, EtcdObserver};
-use lockscope_store::testing::{record, EtcdServer, TcpProxy};
-use lockscope_store::{now_ms, Observer, ObserverEvent};
+use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
+use lockscope_store::protocol::LockStore;
+use lockscope_store::testing::{take, EtcdServer, TcpProxy};
+use lockscope_store::{Observer, ObserverEvent};
 use tokio::sync::mpsc;
 
 const PREFIX: &str = "/lockscope-test/";
@@ -18,17 +19,6 @@ fn config(endpoint: String) -> EtcdConfig {
     cfg.backoff_max = Duration::from_millis(200);
     cfg.request_timeout = Duration::from_secs(2);
     cfg
-}
-
-async fn acquire(locks: &EtcdLocks, name: &str) -> i64 {
-    match locks
-        .acquire(name, &record(&format!("owner-{name}"), "test", now_ms()))
-        .await
-        .unwrap()
-    {
-        Acquire::Acquired { fence } => fence,
-        Acquire::Busy { holder } => panic!("{name} already held: {holder:?}"),
-    }
 }
 
 /// What the test side of the observer sees: the table, and everything received.
@@ -97,7 +87,7 @@ async fn first_snapshot_holds_every_preexisting_lock_and_shows_malformed_ones() 
     let mut want = Vec::new();
     for i in 0..1000 {
         let name = format!("job-{i:04}");
-        let fence = acquire(&locks, &name).await;
+        let fence = take(&locks, &name).await;
         want.push((name, fence));
     }
     locks.put_raw("zz-garbage", b"{not json").await.unwrap();
@@ -122,8 +112,8 @@ async fn a_disconnect_resumes_the_watch_without_a_new_snapshot() {
     let etcd = EtcdServer::start().await;
     let proxy = TcpProxy::start(etcd.addr()).await;
     let direct = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
-    let a = acquire(&direct, "a").await;
-    let b = acquire(&direct, "b").await;
+    let a = take(&direct, "a").await;
+    let b = take(&direct, "b").await;
 
     let mut w = Watcher::start(config(proxy.endpoint()));
     w.until("a and b, live", |w| w.live() && w.state.len() == 2).await;
@@ -131,7 +121,7 @@ async fn a_disconnect_resumes_the_watch_without_a_new_snapshot() {
     proxy.cut();
     w.until("unreachable", Watcher::unreachable).await;
     assert!(direct.release("b", b).await.unwrap());
-    let c = acquire(&direct, "c").await;
+    let c = take(&direct, "c").await;
     proxy.restore();
 
     w.until("b gone and c shown", |w| {
@@ -146,9 +136,9 @@ async fn a_compaction_while_disconnected_ends_in_the_correct_table() {
     let etcd = EtcdServer::start().await;
     let proxy = TcpProxy::start(etcd.addr()).await;
     let direct = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
-    let keep = acquire(&direct, "keep").await;
-    let gone = acquire(&direct, "gone").await;
-    let moved = acquire(&direct, "moved").await;
+    let keep = take(&direct, "keep").await;
+    let gone = take(&direct, "gone").await;
+    let moved = take(&direct, "moved").await;
 
     let mut w = Watcher::start(config(proxy.endpoint()));
     w.until("three locks, live", |w| w.live() && w.state.len() == 3).await;
@@ -157,8 +147,8 @@ async fn a_compaction_while_disconnected_ends_in_the_correct_table() {
     w.until("unreachable", Watcher::unreachable).await;
     assert!(direct.release("gone", gone).await.unwrap());
     assert!(direct.release("moved", moved).await.unwrap());
-    let moved2 = acquire(&direct, "moved").await;
-    let new = acquire(&direct, "new").await;
+    let moved2 = take(&direct, "moved").await;
+    let new = take(&direct, "new").await;
     direct.compact(new).await.unwrap();
     proxy.restore();
 
@@ -170,32 +160,6 @@ async fn a_compaction_while_disconnected_ends_in_the_correct_table() {
     // And the watch continues after the resync.
     assert!(direct.release("keep", keep).await.unwrap());
     w.until("keep released", |w| w.state.get("keep").is_none()).await;
-}
-
-#[tokio::test]
-async fn acquire_is_exclusive_and_release_needs_the_fence() {
-    let etcd = EtcdServer::start().await;
-    let locks = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
-    let fence = acquire(&locks, "x").await;
-    match locks.acquire("x", &record("intruder", "t", now_ms())).await.unwrap() {
-        Acquire::Busy { holder } => {
-            assert_eq!(holder.fence, fence);
-            assert_eq!(holder.record().unwrap().owner, "owner-x");
-        }
-        Acquire::Acquired { .. } => panic!("acquired a held lock"),
-    }
-    assert!(
-        !locks.release("x", fence + 1).await.unwrap(),
-        "a wrong fence must not release"
-    );
-    assert!(locks.release("x", fence).await.unwrap());
-    let again = acquire(&locks, "x").await;
-    assert!(again > fence, "fencing token grows across acquisitions");
-    assert!(
-        !locks.release("x", fence).await.unwrap(),
-        "an old fence cannot release the new holder"
-    );
-    assert!(locks.acquire("", &record("o", "t", 0)).await.is_err());
 }
 
 #[tokio::test]

@@ -1,26 +1,45 @@
-//! The writing side on etcd, as far as the dashboard's tests and demos need it:
-//! acquire a lock with its metadata in one transaction, release it by fence.
+//! The lock protocol's writes on etcd ([`LockStore`] for etcd). Each operation is
+//! one transaction, exactly as `docs/protocol.md` lists it.
 
-use etcd_client::{Client, Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
+use std::time::Duration;
+
+use etcd_client::{
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
+};
+use lockscope_model::record::{BlacklistRecord, SessionRecord};
 use lockscope_model::{LockEntry, LockRecord};
+use serde_json::json;
 
 use super::{timed, EtcdConfig};
-use crate::{validate_name, StoreError};
+use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
+use crate::{now_ms, validate_name, StoreError};
 
-/// Writes lock records (see `docs/protocol.md`, "acquire" and "release").
+/// The etcd lock store: what services link to (through [`crate::client`]) and
+/// what tests and the demo fleet write with.
 #[derive(Clone)]
 pub struct EtcdLocks {
     client: Client,
     cfg: EtcdConfig,
 }
 
-/// The outcome of one acquisition attempt.
-#[derive(Debug)]
-pub enum Acquire {
-    /// The lock is ours; `fence` is the key's `create_revision`.
-    Acquired { fence: i64 },
-    /// Someone holds it; this is what the store showed in the same transaction.
-    Busy { holder: LockEntry },
+fn absent(key: &str) -> Compare {
+    Compare::create_revision(key, CompareOp::Equal, 0)
+}
+
+fn held_by(key: &str, fence: i64) -> Compare {
+    Compare::create_revision(key, CompareOp::Equal, fence)
+}
+
+fn json_of<T: serde::Serialize>(v: &T) -> Vec<u8> {
+    serde_json::to_vec(v).expect("records serialise")
+}
+
+/// The key-values the `n`-th operation of a failed txn read.
+fn read(resp: &TxnResponse, n: usize) -> Vec<etcd_client::KeyValue> {
+    match resp.op_responses().into_iter().nth(n) {
+        Some(TxnOpResponse::Get(g)) => g.kvs().to_vec(),
+        _ => Vec::new(),
+    }
 }
 
 impl EtcdLocks {
@@ -29,46 +48,16 @@ impl EtcdLocks {
         Ok(EtcdLocks { client, cfg })
     }
 
-    /// Creates `<prefix>locks/<name>` holding `record` if and only if the key is
-    /// absent: the record and the lock are one write.
-    pub async fn acquire(&self, name: &str, record: &LockRecord) -> Result<Acquire, StoreError> {
-        validate_name(name)?;
-        let key = self.cfg.lock_key(name);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key.clone(), record.to_json(), None)])
-            .or_else([TxnOp::get(key, None)]);
-        let resp = timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await?;
-        if resp.succeeded() {
-            let fence = resp
-                .header()
-                .map(|h| h.revision())
-                .ok_or_else(|| StoreError::Backend("txn response without header".into()))?;
-            return Ok(Acquire::Acquired { fence });
-        }
-        for op in resp.op_responses() {
-            if let TxnOpResponse::Get(get) = op {
-                if let Some(kv) = get.kvs().first() {
-                    let holder =
-                        LockEntry::from_stored(name.to_string(), kv.create_revision(), kv.mod_revision(), kv.value());
-                    return Ok(Acquire::Busy { holder });
-                }
-            }
-        }
-        // Held at compare time, gone at read time is impossible inside one txn.
-        Err(StoreError::Backend(format!("lock {name:?} neither acquired nor held")))
+    pub fn config(&self) -> &EtcdConfig {
+        &self.cfg
     }
 
-    /// Deletes the lock only if it is still the acquisition `fence` names. Returns
-    /// whether it deleted; `false` means the lock was already gone or re-acquired.
-    pub async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
-        validate_name(name)?;
-        let key = self.cfg.lock_key(name);
-        let txn = Txn::new()
-            .when([Compare::create_revision(key.clone(), CompareOp::Equal, fence)])
-            .and_then([TxnOp::delete(key, None)]);
-        let resp = timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await?;
-        Ok(resp.succeeded())
+    async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
+        timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await
+    }
+
+    fn entry(&self, name: &str, kv: &etcd_client::KeyValue) -> LockEntry {
+        LockEntry::from_stored(name.to_string(), kv.create_revision(), kv.mod_revision(), kv.value())
     }
 
     /// Writes raw bytes at `<prefix>locks/<name>`, bypassing the protocol: for tests
@@ -92,5 +81,178 @@ impl EtcdLocks {
         )
         .await?;
         Ok(())
+    }
+}
+
+impl LockStore for EtcdLocks {
+    async fn open_session(&self, session: &SessionRecord, ttl: Duration) -> Result<SessionLease, StoreError> {
+        let ttl = ttl.as_secs().max(2) as i64;
+        let lease = timed(self.cfg.request_timeout, self.client.clone().lease_grant(ttl, None))
+            .await?
+            .id();
+        let txn = Txn::new()
+            .when([absent(&self.cfg.blacklist_key(&session.session))])
+            .and_then([TxnOp::put(
+                self.cfg.session_key(&session.session),
+                json_of(session),
+                Some(PutOptions::new().with_lease(lease)),
+            )]);
+        if self.txn(txn).await?.succeeded() {
+            Ok(SessionLease(lease))
+        } else {
+            let _ = timed(self.cfg.request_timeout, self.client.clone().lease_revoke(lease)).await;
+            Err(StoreError::Blacklisted {
+                session: session.session.clone(),
+            })
+        }
+    }
+
+    async fn session_heartbeat(&self, lease: SessionLease, session: &SessionRecord) -> Result<(), StoreError> {
+        let mut client = self.client.clone();
+        let keep = async {
+            let (mut keeper, mut stream) = client.lease_keep_alive(lease.0).await?;
+            keeper.keep_alive().await?;
+            Ok::<_, etcd_client::Error>(stream.message().await?.map(|r| r.ttl()).unwrap_or(0))
+        };
+        if timed(self.cfg.request_timeout, keep).await? <= 0 {
+            return Err(StoreError::SessionExpired {
+                session: session.session.clone(),
+            });
+        }
+        let txn = Txn::new()
+            .when([absent(&self.cfg.blacklist_key(&session.session))])
+            .and_then([TxnOp::put(
+                self.cfg.session_key(&session.session),
+                json_of(session),
+                Some(PutOptions::new().with_lease(lease.0)),
+            )]);
+        if self.txn(txn).await?.succeeded() {
+            Ok(())
+        } else {
+            Err(StoreError::Blacklisted {
+                session: session.session.clone(),
+            })
+        }
+    }
+
+    async fn close_session(&self, lease: SessionLease, _session: &str) -> Result<(), StoreError> {
+        // Revoking the lease deletes the session record and its waiter keys.
+        timed(self.cfg.request_timeout, self.client.clone().lease_revoke(lease.0)).await?;
+        Ok(())
+    }
+
+    async fn try_acquire(&self, name: &str, record: &LockRecord) -> Result<Attempt, StoreError> {
+        validate_name(name)?;
+        let key = self.cfg.lock_key(name);
+        let black = self.cfg.blacklist_key(&record.session);
+        let txn = Txn::new()
+            .when([absent(&key), absent(&black)])
+            .and_then([TxnOp::put(key.clone(), record.to_json(), None)])
+            .or_else([TxnOp::get(key, None), TxnOp::get(black, None)]);
+        let resp = self.txn(txn).await?;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or_default();
+        if resp.succeeded() {
+            // The txn's revision is the new key's create_revision.
+            return Ok(Attempt::Acquired { fence: revision });
+        }
+        if !read(&resp, 1).is_empty() {
+            return Err(StoreError::Blacklisted {
+                session: record.session.clone(),
+            });
+        }
+        let holder = read(&resp, 0).first().map(|kv| self.entry(name, kv));
+        Ok(Attempt::Busy {
+            holder,
+            from: WaitFrom(revision),
+        })
+    }
+
+    async fn extend(&self, name: &str, fence: i64, record: &LockRecord) -> Result<Extend, StoreError> {
+        let key = self.cfg.lock_key(name);
+        let black = self.cfg.blacklist_key(&record.session);
+        let txn = Txn::new()
+            .when([held_by(&key, fence), absent(&black)])
+            .and_then([TxnOp::put(key, record.to_json(), None)])
+            .or_else([TxnOp::get(black, None)]);
+        let resp = self.txn(txn).await?;
+        Ok(if resp.succeeded() {
+            Extend::Extended
+        } else if !read(&resp, 0).is_empty() {
+            Extend::Blacklisted
+        } else {
+            Extend::Lost
+        })
+    }
+
+    async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
+        validate_name(name)?;
+        let key = self.cfg.lock_key(name);
+        let txn = Txn::new()
+            .when([held_by(&key, fence)])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(self.txn(txn).await?.succeeded())
+    }
+
+    async fn set_waiting(
+        &self,
+        lease: SessionLease,
+        session: &str,
+        name: &str,
+        waiting: bool,
+    ) -> Result<(), StoreError> {
+        let key = self.cfg.waiter_key(name, session);
+        let mut client = self.client.clone();
+        if waiting {
+            let value = json!({ "v": 1, "session": session, "since": now_ms() }).to_string();
+            let opts = PutOptions::new().with_lease(lease.0);
+            timed(self.cfg.request_timeout, client.put(key, value, Some(opts))).await?;
+        } else {
+            timed(self.cfg.request_timeout, client.delete(key, None)).await?;
+        }
+        Ok(())
+    }
+
+    async fn wait_released(&self, name: &str, from: WaitFrom, max: Duration) -> Result<(), StoreError> {
+        let key = self.cfg.lock_key(name);
+        let opts = WatchOptions::new().with_start_revision(from.0 + 1);
+        let mut stream = timed(self.cfg.request_timeout, self.client.clone().watch(key, Some(opts))).await?;
+        let wait = async {
+            loop {
+                let Some(resp) = stream.message().await? else {
+                    return Ok(());
+                };
+                // Compacted or canceled: just try again.
+                if resp.canceled() || resp.compact_revision() > 0 {
+                    return Ok(());
+                }
+                if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    return Ok(());
+                }
+            }
+        };
+        match tokio::time::timeout(max, wait).await {
+            Ok(r) => r.map_err(|e: etcd_client::Error| StoreError::from(e)),
+            Err(_) => Ok(()),
+        }
+    }
+
+    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
+        let key = self.cfg.blacklist_key(&entry.session);
+        timed(
+            self.cfg.request_timeout,
+            self.client.clone().put(key, json_of(entry), None),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LockEntry>, StoreError> {
+        let key = self.cfg.lock_key(name);
+        let resp = timed(
+            self.cfg.request_timeout,
+            self.client.clone().get(key, None::<GetOptions>),
+        )
+        .await?;
+        Ok(resp.kvs().first().map(|kv| self.entry(name, kv)))
     }
 }

@@ -1,8 +1,11 @@
 //! The lockscope protocol on etcd v3.
 //!
 //! Layout under a configurable prefix (default `/lockscope/`): `locks/<name>` holds
-//! the JSON [`LockRecord`](lockscope_model::LockRecord). The key's `create_revision`
-//! is the fencing token; its `mod_revision` identifies the exact value a reader saw.
+//! the JSON [`LockRecord`](lockscope_model::LockRecord), `sessions/<id>` and
+//! `waiters/<name>/<id>` live on the session's lease, `blacklist/<id>` marks a
+//! refused session. The lock key's `create_revision` is the fencing token; its
+//! `mod_revision` identifies the exact value a reader saw. `docs/protocol.md` is
+//! the authority.
 //!
 //! The client uses a lazily connecting, balanced gRPC channel: a request to a dead
 //! endpoint waits rather than failing, so every request here runs under a timeout.
@@ -10,7 +13,7 @@
 mod locks;
 mod observer;
 
-pub use locks::{Acquire, EtcdLocks};
+pub use locks::EtcdLocks;
 pub use observer::EtcdObserver;
 
 use std::future::Future;
@@ -56,6 +59,19 @@ impl EtcdConfig {
 
     pub(crate) fn lock_key(&self, name: &str) -> String {
         format!("{}locks/{name}", self.prefix)
+    }
+
+    pub(crate) fn session_key(&self, session: &str) -> String {
+        format!("{}sessions/{session}", self.prefix)
+    }
+
+    pub(crate) fn blacklist_key(&self, session: &str) -> String {
+        format!("{}blacklist/{session}", self.prefix)
+    }
+
+    pub(crate) fn waiter_key(&self, name: &str, session: &str) -> String {
+        // The session id comes last: lock names may contain '/', session ids may not.
+        format!("{}waiters/{name}/{session}", self.prefix)
     }
 
     pub(crate) async fn connect(&self) -> Result<Client, StoreError> {

@@ -1,0 +1,88 @@
+//! The backtrace recorded with a lock: where in the holder's code `lock` was
+//! called. Runtime and library frames are dropped; at most [`MAX_FRAMES`] remain.
+
+use std::backtrace::Backtrace;
+
+pub const MAX_FRAMES: usize = 16;
+
+/// Frames from these crates say nothing about the caller.
+const SKIP: &[&str] = &[
+    "std::",
+    "core::",
+    "alloc::",
+    "tokio::",
+    "futures",
+    "<std::",
+    "<core::",
+    "<alloc::",
+    "<tokio::",
+    "<futures",
+    "__rust",
+    "_start",
+    "__libc",
+    "lockscope_store::client",
+    "<lockscope_store::client",
+    "main",
+];
+
+/// Captures the current backtrace and keeps the caller's frames, innermost first,
+/// each as `symbol (file:line)` when the location is known.
+pub fn capture() -> Vec<String> {
+    trim(&Backtrace::force_capture().to_string())
+}
+
+/// Parses `std::backtrace::Backtrace`'s display form.
+pub fn trim(text: &str) -> Vec<String> {
+    let mut frames: Vec<(String, Option<String>)> = Vec::new();
+    for line in text.lines() {
+        let t = line.trim_start();
+        if let Some(at) = t.strip_prefix("at ") {
+            if let Some(last) = frames.last_mut() {
+                last.1.get_or_insert_with(|| at.to_string());
+            }
+        } else if let Some((num, sym)) = t.split_once(": ") {
+            if num.chars().all(|c| c.is_ascii_digit()) {
+                frames.push((sym.to_string(), None));
+            }
+        }
+    }
+    frames
+        .into_iter()
+        .filter(|(sym, _)| !SKIP.iter().any(|p| sym.starts_with(p)))
+        .map(|(sym, at)| {
+            let sym = sym.trim_end_matches("::{{closure}}").to_string();
+            match at {
+                Some(at) => format!("{sym} ({at})"),
+                None => sym,
+            }
+        })
+        .take(MAX_FRAMES)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_only_the_callers_frames() {
+        let text = "   0: std::backtrace::Backtrace::force_capture
+             at /rustc/abc/library/std/src/backtrace.rs:312:13
+   1: lockscope_store::client::Session<S>::lock::{{closure}}
+             at ./store/src/client/mod.rs:200:5
+   2: billing::invoices::run::{{closure}}
+             at ./src/invoices.rs:42:18
+   3: <core::pin::Pin<P> as core::future::future::Future>::poll
+   4: billing::main::{{closure}}
+             at ./src/main.rs:9:5
+   5: tokio::runtime::park::CachedParkThread::block_on
+";
+        assert_eq!(
+            trim(text),
+            vec![
+                "billing::invoices::run (./src/invoices.rs:42:18)",
+                "billing::main (./src/main.rs:9:5)"
+            ]
+        );
+    }
+}
