@@ -55,6 +55,10 @@ impl From<etcd_client::Error> for StoreError {
         match e {
             etcd_client::Error::TransportError(t) => StoreError::Unreachable(t.to_string()),
             etcd_client::Error::IoError(io) => StoreError::Unreachable(io.to_string()),
+            // tonic reports a refused or dropped connection as this status.
+            etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unavailable => {
+                StoreError::Unreachable(s.message().to_string())
+            }
             other => StoreError::Backend(other.to_string()),
         }
     }

@@ -2,6 +2,11 @@
 //! a temporary data directory, and a TCP proxy that can cut every connection.
 //!
 //! Panics instead of returning errors: these are for tests only.
+//!
+//! [`contract`] is the lock protocol's contract suite, written once over
+//! [`LockStore`](crate::protocol::LockStore): every store runs it.
+
+pub mod contract;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};
@@ -89,6 +94,18 @@ impl EtcdServer {
         SocketAddr::from(([127, 0, 0, 1], self.client_port))
     }
 
+    /// Every gRPC request etcd has started (unary calls and streams), from its own
+    /// Prometheus metrics: the store's side of "how many requests did we make".
+    pub async fn grpc_requests(&self) -> u64 {
+        let text = http_get(self.client_port, "/metrics")
+            .await
+            .expect("etcd serves /metrics");
+        text.lines()
+            .filter(|l| l.starts_with("grpc_server_started_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     /// Kills etcd (data kept).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -111,25 +128,36 @@ impl Drop for EtcdServer {
 }
 
 async fn health(port: u16) -> bool {
-    let Ok(Ok(mut s)) = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(("127.0.0.1", port))).await
-    else {
-        return false;
-    };
-    let req = format!("GET /health HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
-    if s.write_all(req.as_bytes()).await.is_err() {
-        return false;
-    }
-    let mut body = String::new();
-    let _ = tokio::time::timeout(Duration::from_secs(1), s.read_to_string(&mut body)).await;
-    body.contains("\"health\":\"true\"")
+    http_get(port, "/health")
+        .await
+        .is_some_and(|b| b.contains("\"health\":\"true\""))
 }
 
-/// Forwards loopback TCP to `upstream` until [`cut`](TcpProxy::cut): then every
-/// open connection is closed and new ones are refused until [`restore`](TcpProxy::restore).
+/// A plain HTTP/1.0 GET on loopback; `None` if the server does not answer.
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(("127.0.0.1", port)))
+        .await
+        .ok()?
+        .ok()?;
+    let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    s.write_all(req.as_bytes()).await.ok()?;
+    let mut body = String::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut body))
+        .await
+        .ok()?
+        .ok()?;
+    Some(body)
+}
+
+/// Forwards loopback TCP to `upstream`. [`cut`](TcpProxy::cut) closes every open
+/// connection and refuses new ones; [`freeze`](TcpProxy::freeze) keeps connections
+/// open but forwards nothing (a store that hangs); [`restore`](TcpProxy::restore)
+/// forwards again.
 pub struct TcpProxy {
     addr: SocketAddr,
     open: Arc<AtomicBool>,
     generation: watch::Sender<u64>,
+    frozen: watch::Sender<bool>,
 }
 
 impl TcpProxy {
@@ -138,25 +166,40 @@ impl TcpProxy {
         let addr = listener.local_addr().unwrap();
         let open = Arc::new(AtomicBool::new(true));
         let (generation, _) = watch::channel(0u64);
-        let (gen_tx, is_open) = (generation.clone(), open.clone());
+        let (frozen, _) = watch::channel(false);
+        let (gen_tx, frozen_tx, is_open) = (generation.clone(), frozen.clone(), open.clone());
         tokio::spawn(async move {
             while let Ok((mut down, _)) = listener.accept().await {
                 if !is_open.load(Ordering::SeqCst) {
                     continue; // dropped: the client sees the connection closed
                 }
                 let mut cut = gen_tx.subscribe();
+                let mut frozen = frozen_tx.subscribe();
                 tokio::spawn(async move {
+                    // While frozen, hold the client's socket and send nothing.
+                    if frozen.wait_for(|f| !*f).await.map(|_| ()).is_err() {
+                        return;
+                    }
                     let Ok(mut up) = TcpStream::connect(upstream).await else {
                         return;
                     };
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
                         _ = cut.changed() => {}
+                        _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
+                            // Hang: both sockets stay open, nothing moves, until cut.
+                            let _ = cut.changed().await;
+                        }
                     }
                 });
             }
         });
-        TcpProxy { addr, open, generation }
+        TcpProxy {
+            addr,
+            open,
+            generation,
+            frozen,
+        }
     }
 
     pub fn endpoint(&self) -> String {
@@ -168,8 +211,13 @@ impl TcpProxy {
         self.generation.send_modify(|g| *g += 1);
     }
 
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
     pub fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
+        self.frozen.send_replace(false);
     }
 }
 

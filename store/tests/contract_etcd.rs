@@ -1,0 +1,98 @@
+//! The lock protocol's contract suite (`lockscope_store::testing::contract`)
+//! against a real etcd, plus what only a network store can show: a store that
+//! hangs still cannot make `lock` overrun its deadline.
+
+use std::time::Duration;
+
+use lockscope_store::client::Session;
+use lockscope_store::etcd::{EtcdConfig, EtcdLocks};
+use lockscope_store::testing::contract::{self, opts, quiet};
+use lockscope_store::testing::{EtcdServer, TcpProxy};
+use lockscope_store::StoreError;
+use tokio::time::Instant;
+
+async fn connect(endpoint: String) -> EtcdLocks {
+    let mut cfg = EtcdConfig::new(vec![endpoint], "/contract/");
+    cfg.request_timeout = Duration::from_secs(2);
+    EtcdLocks::connect(cfg).await.unwrap()
+}
+
+#[tokio::test]
+async fn exclusive_acquire_and_fenced_release() {
+    let etcd = EtcdServer::start().await;
+    contract::exclusive_acquire_and_fenced_release(connect(etcd.endpoint()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_16_workers_500_increments() {
+    let etcd = EtcdServer::start().await;
+    contract::mutual_exclusion(async || connect(etcd.endpoint()).await, 16, 500).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_is_not_polling() {
+    let etcd = EtcdServer::start().await;
+    // A watch per waiter, no request while the lock is held: allow one per waiter.
+    contract::waiting_is_not_polling(
+        async || connect(etcd.endpoint()).await,
+        async || etcd.grpc_requests().await,
+        10,
+        Duration::from_secs(3),
+        10,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn heartbeat_extends_and_blacklist_refuses() {
+    let etcd = EtcdServer::start().await;
+    contract::heartbeat_extends_and_blacklist_refuses(connect(etcd.endpoint()).await).await;
+}
+
+#[tokio::test]
+async fn only_the_holder_releases() {
+    let etcd = EtcdServer::start().await;
+    contract::only_the_holder_releases(connect(etcd.endpoint()).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_batches_from_4_workers() {
+    let etcd = EtcdServer::start().await;
+    contract::overlapping_batches(async || connect(etcd.endpoint()).await, 4).await;
+}
+
+#[tokio::test]
+async fn deadlines_are_exact() {
+    let etcd = EtcdServer::start().await;
+    contract::deadlines_are_exact(connect(etcd.endpoint()).await, Duration::from_millis(500)).await;
+}
+
+#[tokio::test]
+async fn a_hanging_store_cannot_stretch_a_deadline() {
+    let etcd = EtcdServer::start().await;
+    let proxy = TcpProxy::start(etcd.addr()).await;
+    let session = Session::open(connect(proxy.endpoint()).await, quiet("hang"))
+        .await
+        .unwrap();
+    proxy.freeze();
+    let started = Instant::now();
+    let r = session
+        .lock("hang/x", opts("never").deadline(Duration::from_secs(1)))
+        .await;
+    let took = started.elapsed();
+    assert!(matches!(r, Err(StoreError::Deadline { .. })), "{:?}", r.err());
+    assert!(took < Duration::from_millis(1500), "returned after {took:?}");
+}
+
+#[tokio::test]
+async fn an_unreachable_store_is_a_clear_error() {
+    let port = lockscope_store::testing::free_port();
+    let err = match Session::open(connect(format!("http://127.0.0.1:{port}")).await, quiet("nobody")).await {
+        Err(e) => e,
+        Ok(_) => panic!("opened a session on a closed port"),
+    };
+    assert!(
+        matches!(err, StoreError::Unreachable(_) | StoreError::Timeout(_)),
+        "{err}"
+    );
+}
