@@ -185,7 +185,15 @@ pub async fn heartbeat_extends_and_blacklist_refuses<S: LockStore>(store: S) {
         "the session heartbeat extends it too"
     );
 
-    let other = session.lock("hb/two", opts("second lock")).await.unwrap();
+    // The record carries where `lock` was called: this function, not the library.
+    let mut with_bt = opts("second lock");
+    with_bt.backtrace = true;
+    let other = session.lock("hb/two", with_bt).await.unwrap();
+    let bt = store.get("hb/two").await.unwrap().unwrap().record().unwrap().backtrace.clone();
+    assert!(
+        bt.first().is_some_and(|f| f.contains("heartbeat_extends_and_blacklist_refuses")),
+        "backtrace starts at the caller: {bt:#?}"
+    );
     let entry = BlacklistRecord {
         v: RECORD_VERSION,
         session: session.id().to_string(),
