@@ -3,8 +3,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+use crate::demo::DemoConfig;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,6 +35,10 @@ pub enum Command {
     Lock(LockArgs),
     /// Release a lock taken with `lock`, only if it is still that acquisition.
     Unlock(UnlockArgs),
+    /// Run a simulated fleet of workers taking real locks through the client
+    /// library (contention, timeouts, overdue holders, dead workers' abandoned
+    /// locks), for the dashboard to show and as a load generator.
+    Demo(DemoArgs),
 }
 
 #[derive(Debug, Args)]
@@ -91,6 +98,73 @@ pub struct UnlockArgs {
     pub fence: i64,
 }
 
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    pub store: EtcdArgs,
+    /// Simulated workers, each with its own session.
+    #[arg(long, env = "LOCKSCOPE_DEMO_WORKERS", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
+    pub workers: u32,
+    /// Distinct lock names: a few readable ones, then `demo/jobs/<n>`.
+    #[arg(long, env = "LOCKSCOPE_DEMO_KEYS", default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..))]
+    pub keys: u32,
+    /// How many of the locks are hot (the first ones; at most `--keys`).
+    #[arg(long, env = "LOCKSCOPE_DEMO_HOT_KEYS", default_value_t = 3)]
+    pub hot_keys: u32,
+    /// Fraction (0 to 1) of acquisitions that go to the hot locks.
+    #[arg(long, env = "LOCKSCOPE_DEMO_HOT_SHARE", default_value_t = 0.5, value_parser = fraction)]
+    pub hot_share: f64,
+    /// Mean hold time in milliseconds (exponentially distributed, kept under the
+    /// expected runtime except for stalls).
+    #[arg(long, env = "LOCKSCOPE_DEMO_HOLD_MS", default_value_t = 1500)]
+    pub hold_ms: u64,
+    /// Expected runtime recorded with every lock, in milliseconds (overdue past it).
+    #[arg(long, env = "LOCKSCOPE_DEMO_EXPECTED_RUNTIME_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub expected_runtime_ms: u64,
+    /// Probability per acquisition that the worker dies holding the lock (the lock
+    /// stays until the unlocker releases it; the worker restarts with a new session).
+    #[arg(long, env = "LOCKSCOPE_DEMO_DIE_RATE", default_value_t = 0.02, value_parser = fraction)]
+    pub die_rate: f64,
+    /// Probability per acquisition that the worker holds 1.5 to 3 times its
+    /// expected runtime, so the lock turns overdue.
+    #[arg(long, env = "LOCKSCOPE_DEMO_STALL_RATE", default_value_t = 0.05, value_parser = fraction)]
+    pub stall_rate: f64,
+    /// Stop after this many seconds; 0 runs until ctrl-c or SIGTERM.
+    #[arg(long, env = "LOCKSCOPE_DEMO_DURATION_SECS", default_value_t = 0)]
+    pub duration_secs: u64,
+    /// Seed for the workers' random decisions (which lock, how long, die or stall).
+    #[arg(long, env = "LOCKSCOPE_DEMO_SEED")]
+    pub seed: Option<u64>,
+}
+
+impl DemoArgs {
+    pub fn demo_config(&self) -> DemoConfig {
+        DemoConfig {
+            workers: self.workers as usize,
+            keys: self.keys as usize,
+            hot_keys: self.hot_keys as usize,
+            hot_share: self.hot_share,
+            hold_mean: Duration::from_millis(self.hold_ms),
+            expected_runtime: Duration::from_millis(self.expected_runtime_ms),
+            die_rate: self.die_rate,
+            stall_rate: self.stall_rate,
+            duration: (self.duration_secs > 0).then(|| Duration::from_secs(self.duration_secs)),
+            seed: self.seed,
+            ..DemoConfig::default()
+        }
+    }
+}
+
+/// A probability: a number from 0 to 1.
+fn fraction(s: &str) -> Result<f64, String> {
+    let f: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
+    if (0.0..=1.0).contains(&f) {
+        Ok(f)
+    } else {
+        Err(format!("{s} is not between 0 and 1"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +182,48 @@ mod tests {
         assert_eq!(cli.serve.store.endpoints, ["http://a:1", "http://b:2"]);
         let cli = Cli::try_parse_from(["lockscope", "lock", "x", "--etcd", "http://a:1", "--purpose", "p"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Lock(ref l)) if l.name == "x" && l.purpose == "p"));
+    }
+
+    #[test]
+    fn demo_defaults_match_the_library_defaults() {
+        let cli = Cli::try_parse_from(["lockscope", "demo", "--etcd", "http://a:1"]).unwrap();
+        let Some(Command::Demo(args)) = cli.command else {
+            panic!("not demo: {:?}", cli.command)
+        };
+        assert_eq!(args.demo_config(), DemoConfig::default());
+    }
+
+    #[test]
+    fn demo_flags_are_parsed_and_checked() {
+        let cli = Cli::try_parse_from([
+            "lockscope",
+            "demo",
+            "--etcd",
+            "http://a:1",
+            "--workers",
+            "4",
+            "--hot-share",
+            "0.8",
+            "--duration-secs",
+            "3",
+            "--seed",
+            "9",
+        ])
+        .unwrap();
+        let Some(Command::Demo(args)) = cli.command else {
+            panic!("not demo")
+        };
+        let cfg = args.demo_config();
+        assert_eq!((cfg.workers, cfg.hot_share, cfg.seed), (4, 0.8, Some(9)));
+        assert_eq!(cfg.duration, Some(Duration::from_secs(3)));
+        for bad in [
+            ["--die-rate", "1.5"],
+            ["--hot-share", "-0.1"],
+            ["--stall-rate", "x"],
+            ["--workers", "0"],
+        ] {
+            let argv = ["lockscope", "demo", "--etcd", "http://a:1", bad[0], bad[1]];
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");
+        }
     }
 }

@@ -4,10 +4,12 @@
 //! - [`hub`]: one task per fleet owns its live table and fans out deltas.
 //! - [`ws`]: the `/ws` subscriber protocol, independent of axum for testing.
 //! - [`http`]: routes, the server-rendered page, errors.
+//! - [`demo`]: a simulated fleet of workers over the client library (`lockscope demo`).
 //!
 //! Data flows one way: store observer → hub reducer → snapshot + deltas → browser.
 
 pub mod config;
+pub mod demo;
 pub mod http;
 pub mod hub;
 pub mod ws;

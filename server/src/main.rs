@@ -1,10 +1,11 @@
-//! `lockscope`: runs the dashboard, or takes and releases a lock from the shell.
+//! `lockscope`: runs the dashboard, takes and releases a lock from the shell, or
+//! runs a demo fleet of workers.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use lockscope::config::{Cli, Command, EtcdArgs, LockArgs, ServeArgs, UnlockArgs};
+use lockscope::config::{Cli, Command, DemoArgs, EtcdArgs, LockArgs, ServeArgs, UnlockArgs};
 use lockscope::http::AppState;
 use lockscope::hub::HubHandle;
 use lockscope_model::record::RECORD_VERSION;
@@ -27,6 +28,7 @@ async fn main() -> anyhow::Result<()> {
         None => serve(cli.serve).await,
         Some(Command::Lock(args)) => lock(args).await,
         Some(Command::Unlock(args)) => unlock(args).await,
+        Some(Command::Demo(args)) => demo(args).await,
     }
 }
 
@@ -119,4 +121,24 @@ async fn unlock(args: UnlockArgs) -> anyhow::Result<()> {
             args.fence
         )
     }
+}
+
+async fn demo(args: DemoArgs) -> anyhow::Result<()> {
+    let cfg = etcd_config(&args.store);
+    tracing::info!(endpoints = ?cfg.endpoints, prefix = %cfg.prefix, "demo fleet on etcd");
+    let locks = EtcdLocks::connect(cfg).await?;
+    let stats = lockscope::demo::run(locks, args.demo_config(), shutdown_signal())
+        .await
+        .context("demo fleet")?;
+    println!("demo finished: {stats}");
+    if !stats.abandoned.is_empty() {
+        println!(
+            "{} locks of dead workers stay held until the unlocker (or `lockscope unlock`) releases them:",
+            stats.abandoned.len()
+        );
+        for a in &stats.abandoned {
+            println!("  {} fence={} session={}", a.name, a.fence, a.session);
+        }
+    }
+    Ok(())
 }

@@ -172,7 +172,7 @@ async fn the_page_shows_held_locks_without_javascript() {
         );
     }
     assert!(page.contains("malformed record"));
-    assert!(page.contains("integration"), "purpose shown");
+    assert!(page.contains("test-service@test-host"), "the holder is shown");
     assert_eq!(page.matches("data-testid=\"lock-row\"").count(), 4);
 }
 

@@ -48,7 +48,10 @@ async fn measure<F: AsyncFnMut(usize)>(label: &'static str, cycles: usize, mut c
 
 #[tokio::main]
 async fn main() {
-    let cycles: usize = std::env::var("CYCLES").ok().and_then(|c| c.parse().ok()).unwrap_or(2000);
+    let cycles: usize = std::env::var("CYCLES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(2000);
     let etcd = EtcdServer::start().await;
     let mut raw = Client::connect([etcd.endpoint()], None).await.unwrap();
     let value = vec![b'x'; 400]; // about a lock record's size
@@ -68,7 +71,9 @@ async fn main() {
     })
     .await;
 
-    let store = EtcdLocks::connect(EtcdConfig::new(vec![etcd.endpoint()], "/bench/")).await.unwrap();
+    let store = EtcdLocks::connect(EtcdConfig::new(vec![etcd.endpoint()], "/bench/"))
+        .await
+        .unwrap();
     let session = Session::open(store, SessionConfig::new("bench")).await.unwrap();
     let plain = LockOptions::new("bench", Duration::from_secs(60)).without_backtrace();
     let lib_stats = measure("Session::lock + unlock", cycles, async |_| {
@@ -84,7 +89,10 @@ async fn main() {
     .await;
 
     println!("{cycles} sequential cycles each, one client, etcd on tmpfs\n");
-    println!("{:<42} {:>10} {:>10} {:>10} {:>8}", "", "median", "mean", "p99", "ratio");
+    println!(
+        "{:<42} {:>10} {:>10} {:>10} {:>8}",
+        "", "median", "mean", "p99", "ratio"
+    );
     let base = raw_stats.median().as_secs_f64();
     for s in [&raw_stats, &lib_stats, &bt_stats] {
         println!(

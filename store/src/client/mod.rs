@@ -588,7 +588,7 @@ impl<S: LockStore> LockGuard<S> {
         let mut rx = self.held.state.subscribe();
         let valid_until = *self.held.valid_until.lock().unwrap();
         tokio::select! {
-            r = rx.wait_for(|s| *s != State::Held) => match r.map(|s| *s) {
+            r = async { rx.wait_for(|s| *s != State::Held).await.map(|s| *s) } => match r {
                 Ok(State::Lost(why)) => why,
                 _ => LossReason::TakenAway,
             },
@@ -660,4 +660,11 @@ impl<S: LockStore> Session<S> {
     pub async fn heartbeat_now(&self) {
         self.beat().await
     }
+}
+
+/// Compile-time check: waiting for a loss works in a spawned task.
+#[allow(dead_code)]
+fn lost_is_send<S: LockStore>(guard: &LockGuard<S>) {
+    fn send<T: Send>(_: T) {}
+    send(guard.lost());
 }
