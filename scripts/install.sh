@@ -20,6 +20,8 @@ command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
 command -v etcd >/dev/null || pkgs+=(etcd-server)
 command -v etcdctl >/dev/null || pkgs+=(etcd-client)
 if [ "$want_tests" = 1 ]; then
+  # PostgreSQL for the SQL store's tests (started by the tests on a free port).
+  compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || pkgs+=(postgresql)
   [ -x /usr/bin/chromium ] || pkgs+=(chromium)
   command -v npm >/dev/null || pkgs+=(nodejs npm)
 fi

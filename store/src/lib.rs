@@ -11,6 +11,7 @@
 //! - [`client`]: the client library on top of any [`protocol::LockStore`]: sessions,
 //!   `lock` with a deadline, batch try-lock, heartbeats, guards.
 //! - [`etcd`]: the etcd v3 adapter (observer + [`protocol::LockStore`]).
+//! - [`sql`]: SQLite and PostgreSQL ([`protocol::LockStore`]; observer to come).
 //! - [`backoff`]: capped, jittered reconnect delays.
 //! - `testing` (feature `test-util`): a real etcd on a free port, and a TCP proxy
 //!   that can cut connections, for integration tests.
@@ -19,6 +20,7 @@ pub mod backoff;
 pub mod client;
 pub mod etcd;
 pub mod protocol;
+pub mod sql;
 #[cfg(feature = "test-util")]
 pub mod testing;
 

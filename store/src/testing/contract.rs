@@ -189,9 +189,18 @@ pub async fn heartbeat_extends_and_blacklist_refuses<S: LockStore>(store: S) {
     let mut with_bt = opts("second lock");
     with_bt.backtrace = true;
     let other = session.lock("hb/two", with_bt).await.unwrap();
-    let bt = store.get("hb/two").await.unwrap().unwrap().record().unwrap().backtrace.clone();
+    let bt = store
+        .get("hb/two")
+        .await
+        .unwrap()
+        .unwrap()
+        .record()
+        .unwrap()
+        .backtrace
+        .clone();
     assert!(
-        bt.first().is_some_and(|f| f.contains("heartbeat_extends_and_blacklist_refuses")),
+        bt.first()
+            .is_some_and(|f| f.contains("heartbeat_extends_and_blacklist_refuses")),
         "backtrace starts at the caller: {bt:#?}"
     );
     let entry = BlacklistRecord {

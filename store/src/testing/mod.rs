@@ -249,3 +249,145 @@ pub async fn take<S: crate::protocol::LockStore>(store: &S, name: &str) -> i64 {
         crate::protocol::Attempt::Busy { holder, .. } => panic!("{name} already held: {holder:?}"),
     }
 }
+
+/// A throwaway PostgreSQL (Debian's `postgresql`): `initdb` into a temporary
+/// directory, `pg_ctl` on a free loopback port, trust auth for user `lockscope`.
+/// PostgreSQL refuses to run as root, so as root it runs as the `postgres` user.
+/// Stopped and deleted on drop.
+pub struct PgServer {
+    dir: tempfile::TempDir,
+    port: u16,
+    bin: std::path::PathBuf,
+}
+
+fn pg_bin_dir() -> std::path::PathBuf {
+    let mut dirs: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .filter(|p| p.join("initdb").exists())
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.pop().unwrap_or_default() // empty: rely on PATH
+}
+
+fn running_as_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout.starts_with(b"0\n"))
+        .unwrap_or(false)
+}
+
+impl PgServer {
+    pub async fn start() -> PgServer {
+        let base = if std::path::Path::new("/dev/shm").is_dir() {
+            "/dev/shm"
+        } else {
+            "/tmp"
+        };
+        let dir = tempfile::Builder::new()
+            .prefix("lockscope-pg-")
+            .tempdir_in(base)
+            .unwrap();
+        let s = PgServer {
+            dir,
+            port: free_port(),
+            bin: pg_bin_dir(),
+        };
+        if running_as_root() {
+            let ok = Command::new("chown")
+                .args(["-R", "postgres:"])
+                .arg(s.dir.path())
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "chown to the postgres user (is Debian's postgresql installed?)");
+        }
+        let data = s.dir.path().join("data");
+        s.run(
+            "initdb",
+            &[
+                "-D",
+                &data.to_string_lossy(),
+                "-A",
+                "trust",
+                "-U",
+                "lockscope",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        );
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+            s.port,
+            s.dir.path().display()
+        );
+        let log = s.dir.path().join("log");
+        s.run(
+            "pg_ctl",
+            &[
+                "-D",
+                &data.to_string_lossy(),
+                "-l",
+                &log.to_string_lossy(),
+                "-o",
+                &opts,
+                "-w",
+                "start",
+            ],
+        );
+        s
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let exe = if self.bin.as_os_str().is_empty() {
+            tool.into()
+        } else {
+            self.bin.join(tool)
+        };
+        let mut cmd = if running_as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        let out = cmd
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool}: {e} (scripts/install.sh installs postgresql)"));
+        assert!(
+            out.status.success(),
+            "{tool} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `postgres://lockscope@127.0.0.1:<port>/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://lockscope@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let data = self.dir.path().join("data");
+        let exe = if self.bin.as_os_str().is_empty() {
+            "pg_ctl".into()
+        } else {
+            self.bin.join("pg_ctl")
+        };
+        let mut cmd = if running_as_root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(exe);
+            c
+        } else {
+            Command::new(exe)
+        };
+        let _ = cmd.arg("-D").arg(data).args(["-m", "immediate", "-w", "stop"]).output();
+    }
+}

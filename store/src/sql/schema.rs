@@ -1,0 +1,91 @@
+//! The SQL schema, per dialect, as sqlx migrations embedded in the binary. They run
+//! on start; a database that has migrations this build does not know (written by a
+//! newer lockscope) is refused rather than used.
+
+use std::borrow::Cow;
+
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+
+use super::Dialect;
+
+const SQLITE_V1: &str = r#"
+CREATE TABLE lockscope_locks (
+    name     TEXT PRIMARY KEY NOT NULL,
+    fence    INTEGER NOT NULL,
+    owner    TEXT,
+    session  TEXT,
+    record   TEXT,
+    revision INTEGER NOT NULL
+);
+CREATE TABLE lockscope_sessions (
+    session     TEXT PRIMARY KEY NOT NULL,
+    record      TEXT NOT NULL,
+    waiting_for TEXT,
+    expires_at  INTEGER NOT NULL
+);
+CREATE TABLE lockscope_blacklist (
+    session TEXT PRIMARY KEY NOT NULL,
+    record  TEXT NOT NULL
+);
+CREATE TABLE lockscope_changes (
+    id      INTEGER PRIMARY KEY CHECK (id = 1),
+    counter INTEGER NOT NULL
+);
+INSERT INTO lockscope_changes (id, counter) VALUES (1, 0);
+CREATE TRIGGER lockscope_locks_ins AFTER INSERT ON lockscope_locks
+BEGIN UPDATE lockscope_changes SET counter = counter + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_locks_upd AFTER UPDATE ON lockscope_locks
+BEGIN UPDATE lockscope_changes SET counter = counter + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_locks_del AFTER DELETE ON lockscope_locks
+BEGIN UPDATE lockscope_changes SET counter = counter + 1 WHERE id = 1; END;
+"#;
+
+const POSTGRES_V1: &str = r#"
+CREATE TABLE lockscope_locks (
+    name     TEXT PRIMARY KEY,
+    fence    BIGINT NOT NULL,
+    owner    TEXT,
+    session  TEXT,
+    record   TEXT,
+    revision BIGINT NOT NULL
+);
+CREATE TABLE lockscope_sessions (
+    session     TEXT PRIMARY KEY,
+    record      TEXT NOT NULL,
+    waiting_for TEXT,
+    expires_at  BIGINT NOT NULL
+);
+CREATE TABLE lockscope_blacklist (
+    session TEXT PRIMARY KEY,
+    record  TEXT NOT NULL
+);
+CREATE FUNCTION lockscope_notify() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('lockscope_locks', COALESCE(NEW.name, OLD.name));
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER lockscope_locks_notify AFTER INSERT OR UPDATE OR DELETE ON lockscope_locks
+FOR EACH ROW EXECUTE FUNCTION lockscope_notify();
+"#;
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 1;
+
+pub fn migrator(dialect: Dialect) -> Migrator {
+    let v1 = match dialect {
+        Dialect::Sqlite => SQLITE_V1,
+        Dialect::Postgres => POSTGRES_V1,
+    };
+    let migrations = vec![Migration::new(
+        1,
+        Cow::Borrowed("lockscope tables"),
+        MigrationType::Simple,
+        Cow::Borrowed(v1),
+        false,
+    )];
+    Migrator {
+        migrations: Cow::Owned(migrations),
+        ..Migrator::DEFAULT
+    }
+}

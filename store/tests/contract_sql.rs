@@ -1,0 +1,137 @@
+//! The lock protocol's contract suite (`lockscope_store::testing::contract`)
+//! against SQLite (a file in a temporary directory) and a real PostgreSQL
+//! (started by the test on a free port), plus the SQL schema's own guarantees.
+
+use std::time::Duration;
+
+use lockscope_store::sql::SqlLocks;
+use lockscope_store::testing::contract;
+use lockscope_store::testing::PgServer;
+
+struct Sqlite {
+    _dir: tempfile::TempDir,
+    url: String,
+}
+
+fn sqlite() -> Sqlite {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("locks.db").display());
+    Sqlite { _dir: dir, url }
+}
+
+async fn connect(url: &str) -> SqlLocks {
+    SqlLocks::connect(url).await.unwrap()
+}
+
+macro_rules! contract_tests {
+    ($dialect:ident, $server:expr) => {
+        mod $dialect {
+            use super::*;
+
+            #[tokio::test]
+            async fn exclusive_acquire_and_fenced_release() {
+                let db = $server;
+                contract::exclusive_acquire_and_fenced_release(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mutual_exclusion_16_workers_500_increments() {
+                let db = $server;
+                contract::mutual_exclusion(async || connect(&db.url()).await, 16, 500).await;
+            }
+
+            #[tokio::test]
+            async fn heartbeat_extends_and_blacklist_refuses() {
+                let db = $server;
+                contract::heartbeat_extends_and_blacklist_refuses(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
+            async fn only_the_holder_releases() {
+                let db = $server;
+                contract::only_the_holder_releases(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn overlapping_batches_from_4_workers() {
+                let db = $server;
+                contract::overlapping_batches(async || connect(&db.url()).await, 4).await;
+            }
+
+            #[tokio::test]
+            async fn deadlines_are_exact() {
+                let db = $server;
+                contract::deadlines_are_exact(connect(&db.url()).await, Duration::from_millis(500)).await;
+            }
+        }
+    };
+}
+
+impl Sqlite {
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+}
+
+contract_tests!(sqlite_store, sqlite());
+contract_tests!(postgres_store, PgServer::start().await);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_waiters_are_notified_not_polling() {
+    let pg = PgServer::start().await;
+    let counter = connect(&pg.url()).await;
+    let url = pg.url();
+    // Each waiter uses its own store; count the statements of all of them.
+    let stores = std::sync::Mutex::new(Vec::new());
+    contract::waiting_is_not_polling(
+        async || {
+            let s = connect(&url).await;
+            stores.lock().unwrap().push(s.clone());
+            s
+        },
+        async || stores.lock().unwrap().iter().map(SqlLocks::statements).sum::<u64>() + counter.statements(),
+        10,
+        Duration::from_secs(3),
+        10,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_waiters_back_off() {
+    // SQLite cannot notify: waiters poll with a jittered 25–250 ms backoff. The
+    // bound says how much: about one attempt per waiter per 137 ms on average.
+    let db = sqlite();
+    let stores = std::sync::Mutex::new(Vec::new());
+    contract::waiting_is_not_polling(
+        async || {
+            let s = connect(&db.url).await;
+            stores.lock().unwrap().push(s.clone());
+            s
+        },
+        async || stores.lock().unwrap().iter().map(SqlLocks::statements).sum::<u64>(),
+        10,
+        Duration::from_secs(3),
+        10 * 3000 / 25,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_with_a_clear_message() {
+    let db = sqlite();
+    connect(&db.url).await;
+    let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    sqlx::query("INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) VALUES (99, 'from the future', true, x'00', 0)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = match SqlLocks::connect(&db.url).await {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("opened a database with a newer schema"),
+    };
+    assert!(
+        err.contains("version 99") && err.contains("newer than this lockscope"),
+        "{err}"
+    );
+}
