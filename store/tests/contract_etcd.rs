@@ -96,3 +96,9 @@ async fn an_unreachable_store_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn force_release_races_reacquire_1000_rounds() {
+    let etcd = EtcdServer::start().await;
+    contract::force_release_races_reacquire(connect(etcd.endpoint()).await, 1000).await;
+}

@@ -4,9 +4,14 @@
 
 use std::time::Duration;
 
-use lockscope_store::sql::SqlLocks;
+use lockscope_model::{FleetState, LockBody, StoreStatus};
+use lockscope_store::protocol::LockStore;
+use lockscope_store::sql::{SqlLocks, SqlObserver};
 use lockscope_store::testing::contract;
+use lockscope_store::testing::take;
 use lockscope_store::testing::PgServer;
+use lockscope_store::{Observer, ObserverEvent};
+use tokio::sync::mpsc;
 
 struct Sqlite {
     _dir: tempfile::TempDir,
@@ -56,6 +61,18 @@ macro_rules! contract_tests {
             async fn overlapping_batches_from_4_workers() {
                 let db = $server;
                 contract::overlapping_batches(async || connect(&db.url()).await, 4).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn force_release_races_reacquire_1000_rounds() {
+                let db = $server;
+                contract::force_release_races_reacquire(connect(&db.url()).await, 1000).await;
+            }
+
+            #[tokio::test]
+            async fn the_observer_follows_the_table_and_shows_malformed_rows() {
+                let db = $server;
+                observer_follows(&db.url()).await;
             }
 
             #[tokio::test]
@@ -134,4 +151,60 @@ async fn a_newer_schema_is_refused_with_a_clear_message() {
         err.contains("version 99") && err.contains("newer than this lockscope"),
         "{err}"
     );
+}
+
+/// Applies observer events until the observer is live and `done` holds (10 s at most).
+async fn until(
+    rx: &mut mpsc::Receiver<ObserverEvent>,
+    state: &mut FleetState,
+    live: &mut bool,
+    done: impl Fn(&FleetState) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(*live && done(state)) {
+        match tokio::time::timeout_at(deadline, rx.recv())
+            .await
+            .expect("observer too slow")
+            .unwrap()
+        {
+            ObserverEvent::Status(s) => *live = matches!(s, StoreStatus::Live { .. }),
+            ObserverEvent::Events(evs) => {
+                for e in evs {
+                    state.apply(e);
+                }
+            }
+        }
+    }
+}
+
+async fn observer_follows(url: &str) {
+    let store = connect(url).await;
+    let a = take(&store, "obs/a").await;
+    let (tx, mut rx) = mpsc::channel(16);
+    tokio::spawn(Box::new(SqlObserver::new(url)).run(tx));
+    let mut state = FleetState::default();
+    let mut live = false;
+    until(&mut rx, &mut state, &mut live, |s| {
+        s.get("obs/a").is_some_and(|e| e.fence == a)
+    })
+    .await;
+
+    let b = take(&store, "obs/b").await;
+    assert!(store.release("obs/a", a).await.unwrap());
+    until(&mut rx, &mut state, &mut live, |s| {
+        s.len() == 1 && s.get("obs/b").is_some_and(|e| e.fence == b)
+    })
+    .await;
+
+    // A row written by something that is not a lockscope client.
+    let pool = sqlx::AnyPool::connect(url).await.unwrap();
+    sqlx::query("INSERT INTO lockscope_locks (name, fence, owner, session, record, revision) VALUES ('obs/garbage', 1, 'x', 'y', '{oops', 1)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    until(&mut rx, &mut state, &mut live, |s| s.get("obs/garbage").is_some()).await;
+    match &state.get("obs/garbage").unwrap().body {
+        LockBody::Malformed { raw, .. } => assert_eq!(raw, b"{oops"),
+        other => panic!("shown as {other:?}"),
+    }
 }

@@ -10,7 +10,10 @@
 //! Waiting: PostgreSQL notifies releases (`LISTEN lockscope_locks`, from a
 //! trigger); SQLite has no notifications, so waiters back off with jitter.
 
+mod observer;
 mod schema;
+
+pub use observer::SqlObserver;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

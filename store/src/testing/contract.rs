@@ -331,3 +331,48 @@ pub async fn deadlines_are_exact<S: LockStore>(store: S, slack: Duration) {
     );
     assert!(took >= deadline && took <= deadline + slack, "returned after {took:?}");
 }
+
+/// An operator force-releases the acquisition they saw while its holder releases
+/// and another worker re-acquires: the operator's compare-and-set may only ever
+/// delete the acquisition it names. `rounds` races; zero wrong deletions allowed.
+pub async fn force_release_races_reacquire<S: LockStore>(store: S, rounds: usize) {
+    let mut wrong = 0;
+    let mut operator_won = 0;
+    for round in 0..rounds {
+        let seen = take(&store, "race/x").await;
+        let (holder, operator) = (store.clone(), store.clone());
+        let reacquire = tokio::spawn(async move {
+            // The holder's own release races the operator's: either may win.
+            let _ = holder.release("race/x", seen).await.unwrap();
+            let rec = super::record(&format!("next-{round}"), "re-acquire", now_ms());
+            match holder.try_acquire("race/x", &rec).await.unwrap() {
+                Attempt::Acquired { fence } => Some(fence),
+                Attempt::Busy { .. } => None,
+            }
+        });
+        let force = tokio::spawn(async move { operator.release("race/x", seen).await.unwrap() });
+        let (next, forced) = (reacquire.await.unwrap(), force.await.unwrap());
+        operator_won += forced as usize;
+        let now = store.get("race/x").await.unwrap();
+        match next {
+            Some(fence) => {
+                if now.as_ref().map(|e| e.fence) != Some(fence) {
+                    wrong += 1;
+                }
+                assert!(store.release("race/x", fence).await.unwrap() || now.is_none());
+            }
+            None => {
+                // Busy means the old acquisition was still there when we tried;
+                // whoever released it, the lock must now be free or ours to clean.
+                if let Some(e) = now {
+                    store.release("race/x", e.fence).await.unwrap();
+                }
+            }
+        }
+    }
+    eprintln!("force_release_races_reacquire: {rounds} rounds, operator won {operator_won}, {wrong} wrong deletions");
+    assert_eq!(
+        wrong, 0,
+        "a force-release deleted a lock someone else had just acquired"
+    );
+}
