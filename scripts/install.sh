@@ -12,14 +12,15 @@ want_tests=1
 say() { printf '\033[1m[install]\033[0m %s\n' "$*"; }
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# Debian packages: protoc for etcd-client's build, etcd for the store,
-# Chromium and Node for the browser tests.
+# Debian packages: protoc for etcd-client's build; for the tests also etcd,
+# PostgreSQL, Chromium and Node.
 pkgs=()
 command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/timestamp.proto ] || pkgs+=(libprotobuf-dev)
-command -v etcd >/dev/null || pkgs+=(etcd-server)
-command -v etcdctl >/dev/null || pkgs+=(etcd-client)
 if [ "$want_tests" = 1 ]; then
+  # etcd for the etcd store's tests (each test starts its own).
+  command -v etcd >/dev/null || pkgs+=(etcd-server)
+  command -v etcdctl >/dev/null || pkgs+=(etcd-client)
   # PostgreSQL for the SQL store's tests (started by the tests on a free port).
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || pkgs+=(postgresql)
   [ -x /usr/bin/chromium ] || pkgs+=(chromium)

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 use lockscope_model::time::Millis;
-use lockscope_model::{FleetEvent, FleetState, LockEntry, ServerMsg, Snapshot, StoreStatus};
+use lockscope_model::{FleetEvent, FleetState, FleetSummary, LockEntry, Page, ServerMsg, Snapshot, StoreStatus};
 
 /// The browser's link to the server.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +43,8 @@ pub struct LiveView {
     /// Row names in display (name) order; the keyed list iterates this.
     pub names: RwSignal<Vec<String>>,
     pub fleet: RwSignal<String>,
+    /// Every fleet's headline numbers (refreshed every few seconds).
+    pub overview: RwSignal<Vec<FleetSummary>>,
     pub status: RwSignal<StoreStatus>,
     pub connection: RwSignal<Connection>,
     /// Server time minus browser time, in ms (estimated from pings).
@@ -55,8 +57,10 @@ pub struct LiveView {
 
 impl LiveView {
     /// The state as the server rendered it.
-    pub fn new(snapshot: Snapshot) -> LiveView {
+    pub fn new(page: Page) -> LiveView {
+        let snapshot = page.snapshot;
         let view = LiveView {
+            overview: RwSignal::new(page.fleets),
             table: StoredValue::new(FleetState::default()),
             rows: StoredValue::new(HashMap::new()),
             names: RwSignal::new(Vec::new()),
@@ -69,6 +73,17 @@ impl LiveView {
         };
         view.load(snapshot);
         view
+    }
+
+    /// Where the shown fleet's locks live.
+    pub fn source(&self) -> String {
+        let fleet = self.fleet.get();
+        self.overview.with(|o| {
+            o.iter()
+                .find(|f| f.name == fleet)
+                .map(|f| f.source.clone())
+                .unwrap_or_default()
+        })
     }
 
     /// The row signal for `name`, if the lock is shown.
@@ -121,6 +136,7 @@ impl LiveView {
             // A fresh snapshot follows on the same connection.
             ServerMsg::Lagged { .. } => {}
             ServerMsg::Pong { .. } => {}
+            ServerMsg::Overview { fleets, .. } => self.overview.set(fleets),
             ServerMsg::Error { reason } => return Followup::Resync(reason),
         }
         Followup::None
@@ -207,6 +223,13 @@ mod tests {
         }
     }
 
+    fn page(snapshot: Snapshot) -> Page {
+        Page {
+            snapshot,
+            fleets: vec![],
+        }
+    }
+
     fn delta(seq: u64, events: Vec<FleetEvent>) -> ServerMsg {
         ServerMsg::Delta {
             seq,
@@ -219,7 +242,7 @@ mod tests {
     fn a_heartbeat_touches_one_row_signal_and_not_the_row_list() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(snapshot(3, vec![entry("a", 1), entry("b", 2)]));
+            let v = LiveView::new(page(snapshot(3, vec![entry("a", 1), entry("b", 2)])));
             assert_eq!(v.names.get_untracked(), vec!["a", "b"]);
             let a_before = v.row("a").unwrap();
             let names_before = v.names.get_untracked();
@@ -237,7 +260,7 @@ mod tests {
     fn deltas_add_and_remove_rows_and_gaps_force_a_resync() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(snapshot(3, vec![entry("a", 1)]));
+            let v = LiveView::new(page(snapshot(3, vec![entry("a", 1)])));
             v.receive(delta(4, vec![FleetEvent::Upsert(entry("c", 6))]), 1_500);
             v.receive(
                 delta(
@@ -264,7 +287,7 @@ mod tests {
     fn clock_offset_comes_from_the_server() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(snapshot(1, vec![]));
+            let v = LiveView::new(page(snapshot(1, vec![])));
             // Browser clock 400 ms behind the server, 100 ms round trip.
             v.pong(10_000, 10_100, 10_450);
             assert_eq!(v.clock_offset.get_untracked(), 400);
@@ -277,7 +300,7 @@ mod tests {
     fn wrong_protocol_is_refused() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(snapshot(1, vec![]));
+            let v = LiveView::new(page(snapshot(1, vec![])));
             let hello = ServerMsg::Hello {
                 protocol: 999,
                 server_version: "x".into(),

@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 use lockscope_model::fleet::Liveness;
 use lockscope_model::time::{human_duration, utc_hms};
-use lockscope_model::{LockBody, LockEntry, Snapshot, StoreStatus};
+use lockscope_model::{FleetSummary, LockBody, LockEntry, Page, StoreStatus};
 
 use crate::live::{Connection, LiveView};
 
@@ -28,12 +28,12 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
-/// The page. On the server it reads the [`Snapshot`] the request handler provided
-/// as context; during hydration the same value comes from the page itself.
+/// The page. On the server it reads the [`Page`] the request handler provided as
+/// context; during hydration the same value comes from the page itself.
 #[component]
 pub fn App() -> impl IntoView {
-    let snapshot = SharedValue::new(|| use_context::<Snapshot>().unwrap_or_default()).into_inner();
-    let live = LiveView::new(snapshot);
+    let page = SharedValue::new(|| use_context::<Page>().unwrap_or_default()).into_inner();
+    let live = LiveView::new(page);
     provide_context(live);
     #[cfg(feature = "hydrate")]
     crate::socket::start(live);
@@ -42,9 +42,11 @@ pub fn App() -> impl IntoView {
         <header class="top">
             <h1>"lockscope"</h1>
             <span class="fleet" data-testid="fleet">{move || live.fleet.get()}</span>
+            <span class="source" data-testid="source">{move || live.source()}</span>
             <Indicator/>
         </header>
         <main>
+            <Overview/>
             <LockTable/>
         </main>
         <footer>
@@ -92,6 +94,50 @@ fn Indicator() -> impl IntoView {
         <span class="indicator" data-testid="connection" data-state=move || state().0>
             {move || state().1}
         </span>
+    }
+}
+
+/// One row per fleet: its connection and headline numbers; the name switches to
+/// that fleet's table.
+#[component]
+fn Overview() -> impl IntoView {
+    let live = expect_context::<LiveView>();
+    let row = move |f: FleetSummary| {
+        let current = live.fleet.with(|c| *c == f.name);
+        let (state, label) = match &f.status {
+            StoreStatus::Live { .. } => ("live", "live".to_string()),
+            StoreStatus::Connecting { .. } => ("connecting", "connecting".to_string()),
+            StoreStatus::Unreachable { since, .. } => {
+                ("unreachable", format!("unreachable since {} UTC", utc_hms(*since)))
+            }
+        };
+        view! {
+            <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current>
+                <td><a href=format!("/?fleet={}", f.name)>{f.name.clone()}</a></td>
+                <td class="state" data-state=state>{label}</td>
+                <td data-testid="fleet-held">{f.held}</td>
+                <td>{f.overdue}</td>
+                <td>{f.expired}</td>
+                <td>{f.malformed}</td>
+                <td class="source">{f.source}</td>
+            </tr>
+        }
+    };
+    view! {
+        <table class="overview" data-testid="fleet-overview">
+            <thead>
+                <tr>
+                    <th>"fleet"</th>
+                    <th>"store"</th>
+                    <th>"held"</th>
+                    <th>"overdue"</th>
+                    <th>"expired"</th>
+                    <th>"malformed"</th>
+                    <th>"source"</th>
+                </tr>
+            </thead>
+            <tbody>{move || live.overview.get().into_iter().map(row).collect_view()}</tbody>
+        </table>
     }
 }
 

@@ -64,7 +64,12 @@ fn connect(live: LiveView) {
     } else {
         "ws"
     };
-    let url = format!("{scheme}://{}/ws", location.host().unwrap_or_default());
+    // Fleet names are restricted to URL-safe characters by the server's config.
+    let url = format!(
+        "{scheme}://{}/ws?fleet={}",
+        location.host().unwrap_or_default(),
+        live.fleet.get_untracked()
+    );
     let ws = match WebSocket::new(&url) {
         Ok(ws) => ws,
         Err(e) => {

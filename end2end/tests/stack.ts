@@ -54,14 +54,30 @@ export class Stack {
     private listenPort: number,
   ) {}
 
+  /** A real etcd and the server watching it. */
   static async start(): Promise<Stack> {
+    const s = await Stack.prepare();
+    await s.startEtcd();
+    await s.startServer(['--etcd', s.etcdEndpoint, '--prefix', PREFIX, '--fleet', 'e2e-fleet']);
+    return s;
+  }
+
+  /** The server with nothing configured: the embedded SQLite default and its demo fleet. */
+  static async startEmbedded(): Promise<Stack> {
+    const s = await Stack.prepare();
+    await s.startServer(['--embedded-db', s.embeddedDb]);
+    return s;
+  }
+
+  private static async prepare(): Promise<Stack> {
     const base = process.platform === 'linux' ? '/dev/shm' : tmpdir();
     const dir = mkdtempSync(join(base, 'lockscope-e2e-'));
     const listen = await freePort();
-    const s = new Stack(dir, await freePort(), await freePort(), `http://127.0.0.1:${listen}`, listen);
-    await s.startEtcd();
-    await s.startServer();
-    return s;
+    return new Stack(dir, await freePort(), await freePort(), `http://127.0.0.1:${listen}`, listen);
+  }
+
+  get embeddedDb(): string {
+    return join(this.dir, 'embedded.db');
   }
 
   get etcdEndpoint(): string {
@@ -96,11 +112,10 @@ export class Stack {
     await exited(p);
   }
 
-  private async startServer(): Promise<void> {
+  private async startServer(args: string[]): Promise<void> {
     this.server = spawn(
       bin,
-      ['--etcd', this.etcdEndpoint, '--prefix', PREFIX, '--listen', `127.0.0.1:${this.listenPort}`,
-       '--site-root', join(root, 'target', 'site'), '--fleet', 'e2e-fleet'],
+      [...args, '--listen', `127.0.0.1:${this.listenPort}`, '--site-root', join(root, 'target', 'site')],
       { cwd: root, stdio: ['ignore', 'pipe', 'pipe'] },
     );
     const log = (b: Buffer) => (this.serverLog += b.toString());
@@ -108,7 +123,8 @@ export class Stack {
     this.server.stderr!.on('data', log);
     await until('the server to see the store', 30_000, async () => {
       const r = await fetch(`${this.url}/healthz`);
-      return (await r.json()).store?.state === 'live' ? true : undefined;
+      const fleets: { status: { state: string } }[] = (await r.json()).fleets ?? [];
+      return fleets.length > 0 && fleets.every((f) => f.status.state === 'live') ? true : undefined;
     });
   }
 

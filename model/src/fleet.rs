@@ -144,8 +144,12 @@ impl FleetState {
             FleetEvent::Reset { revision, locks } => {
                 let mut fresh: BTreeMap<String, LockEntry> = locks.into_iter().map(|e| (e.name.clone(), e)).collect();
                 let mut changes = Vec::new();
-                for name in self.locks.keys() {
+                for (name, old) in &self.locks {
                     if !fresh.contains_key(name) {
+                        // Absent from the whole truth: the removal must win over the
+                        // entry in every copy, whatever the store's revision scheme
+                        // (a SQL row's own counter can run ahead of the reset's).
+                        let revision = revision.max(old.revision);
                         changes.push(FleetEvent::Remove {
                             name: name.clone(),
                             revision,
@@ -176,7 +180,9 @@ impl FleetState {
             FleetEvent::Remove { name, revision } => {
                 self.revision = self.revision.max(revision);
                 match self.locks.get(&name) {
-                    Some(old) if old.revision < revision => {
+                    // Not older than what we show (equal only for a reset's removal:
+                    // a store's delete always has a higher revision than the put).
+                    Some(old) if old.revision <= revision => {
                         self.locks.remove(&name);
                         vec![FleetEvent::Remove { name, revision }]
                     }
@@ -206,6 +212,20 @@ impl FleetState {
     /// Locks in name order.
     pub fn locks(&self) -> impl Iterator<Item = &LockEntry> {
         self.locks.values()
+    }
+
+    /// (held, overdue, expired, malformed) at `now`; held counts every entry.
+    pub fn counts(&self, now: Millis) -> (u64, u64, u64, u64) {
+        let (mut overdue, mut expired, mut malformed) = (0, 0, 0);
+        for e in self.locks.values() {
+            match e.record().map(|r| r.liveness(now)) {
+                Some(Liveness::Healthy) => {}
+                Some(Liveness::Overdue) => overdue += 1,
+                Some(Liveness::Expired) => expired += 1,
+                None => malformed += 1,
+            }
+        }
+        (self.locks.len() as u64, overdue, expired, malformed)
     }
 }
 
@@ -344,6 +364,15 @@ mod tests {
         }
         assert_eq!(hub.locks().collect::<Vec<_>>(), browser.locks().collect::<Vec<_>>());
         assert_eq!(hub.revision(), 9);
+        // A store whose row revisions run ahead of its reset revision (SQL rows
+        // count their own writes): the removal still reaches the copy.
+        for ch in hub.apply(up("e", 60, 60)) {
+            browser.apply(ch);
+        }
+        for ch in hub.apply(reset(10, vec![held("b", 2, 2)])) {
+            browser.apply(ch);
+        }
+        assert_eq!(browser.locks().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["b"]);
     }
 
     #[test]
@@ -361,6 +390,17 @@ mod tests {
             LockBody::Malformed { raw, .. } => assert_eq!(raw.len(), MALFORMED_KEEP_BYTES),
             other => panic!("expected malformed, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn counts_by_liveness() {
+        let mut s = FleetState::default();
+        s.apply(up("a", 1, 1));
+        s.apply(FleetEvent::Upsert(LockEntry::from_stored("bad".into(), 2, 2, b"x")));
+        let r = sample("o");
+        assert_eq!(s.counts(r.alert_at - 1), (2, 0, 0, 1));
+        assert_eq!(s.counts(r.alert_at), (2, 1, 0, 1));
+        assert_eq!(s.counts(r.auto_unlock_at), (2, 0, 1, 1));
     }
 
     #[test]

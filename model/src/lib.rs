@@ -17,4 +17,4 @@ pub mod wire;
 
 pub use fleet::{FleetEvent, FleetState, LockBody, LockEntry, StoreStatus};
 pub use record::LockRecord;
-pub use wire::{ClientMsg, ServerMsg, Snapshot, PROTOCOL_VERSION};
+pub use wire::{ClientMsg, FleetSummary, Page, ServerMsg, Snapshot, PROTOCOL_VERSION};

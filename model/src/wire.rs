@@ -42,11 +42,36 @@ pub enum ServerMsg {
     Pong { nonce: u64, server_time: Millis },
     /// The client sent something the server could not use; the connection closes.
     Error { reason: String },
+    /// Every fleet's headline numbers, sent every few seconds.
+    Overview {
+        server_time: Millis,
+        fleets: Vec<FleetSummary>,
+    },
 }
 
-/// A fleet's table as one subscriber's view sees it, at hub sequence `seq`. Also
-/// what the server embeds in the page it renders, so the page is complete without
-/// JavaScript and hydrates from the same data.
+/// One fleet's headline numbers, for the overview row.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FleetSummary {
+    pub name: String,
+    /// Where the fleet's locks live (credentials removed), e.g. `etcd http://10.0.0.5:2379`.
+    pub source: String,
+    pub status: StoreStatus,
+    pub held: u64,
+    pub overdue: u64,
+    pub expired: u64,
+    pub malformed: u64,
+}
+
+/// What the server embeds in a rendered page: the chosen fleet's table and the
+/// overview of all fleets. The page is complete without JavaScript and hydrates
+/// from this same value.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Page {
+    pub snapshot: Snapshot,
+    pub fleets: Vec<FleetSummary>,
+}
+
+/// A fleet's table as one subscriber's view sees it, at hub sequence `seq`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Snapshot {
     pub fleet: String,

@@ -53,13 +53,30 @@ pub struct EtcdArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    #[command(flatten)]
-    pub store: EtcdArgs,
+    /// etcd client endpoints, comma-separated: one etcd fleet, named by `--fleet`.
+    #[arg(long = "etcd", env = "LOCKSCOPE_ETCD", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// Key prefix of the lockscope layout in etcd.
+    #[arg(long, env = "LOCKSCOPE_PREFIX", default_value = "/lockscope/")]
+    pub prefix: String,
+    /// A fleet to watch, as NAME=STORE; repeatable (environment: `;`-separated).
+    /// STORE is `etcd:ENDPOINT[,ENDPOINT…]`, `sqlite:PATH`, `postgres://…`, or a
+    /// read-only ShedLock table: `shedlock+postgres://…[#TABLE]`,
+    /// `shedlock+sqlite:PATH[#TABLE]`. With no `--store` and no `--etcd`, lockscope
+    /// runs on an embedded SQLite file with a demo fleet.
+    #[arg(long = "store", env = "LOCKSCOPE_STORES", value_delimiter = ';', value_parser = parse_store)]
+    pub stores: Vec<StoreSpec>,
+    /// The embedded default's SQLite file (used when no store is configured).
+    #[arg(long, env = "LOCKSCOPE_EMBEDDED_DB", default_value = ".lockscope/lockscope.db")]
+    pub embedded_db: PathBuf,
+    /// Do not run the demo fleet on the embedded default.
+    #[arg(long, env = "LOCKSCOPE_NO_DEMO")]
+    pub no_demo: bool,
     /// Address to serve the dashboard on.
     #[arg(long, env = "LOCKSCOPE_LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
-    /// Name shown for this fleet.
-    #[arg(long, env = "LOCKSCOPE_FLEET", default_value = "etcd")]
+    /// Name of the `--etcd` fleet.
+    #[arg(long, env = "LOCKSCOPE_FLEET", default_value = "etcd", value_parser = parse_fleet_name)]
     pub fleet: String,
     /// Directory holding the built site (`pkg/` with the wasm, JS and CSS).
     #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
@@ -68,6 +85,114 @@ pub struct ServeArgs {
     /// (it then gets a fresh snapshot).
     #[arg(long, env = "LOCKSCOPE_WS_BUFFER", default_value_t = 1024)]
     pub ws_buffer: usize,
+}
+
+/// One configured fleet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreSpec {
+    pub name: String,
+    pub kind: StoreKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    Etcd {
+        endpoints: Vec<String>,
+    },
+    /// lockscope's own tables (`sqlite://…?mode=rwc` or `postgres://…`).
+    Sql {
+        url: String,
+    },
+    /// A ShedLock table, read-only.
+    ShedLock {
+        url: String,
+        table: String,
+    },
+}
+
+impl StoreSpec {
+    /// Where the locks live, for people: no credentials.
+    pub fn source(&self) -> String {
+        match &self.kind {
+            StoreKind::Etcd { endpoints } => format!("etcd {}", endpoints.join(",")),
+            StoreKind::Sql { url } => without_password(url),
+            StoreKind::ShedLock { url, table } => format!("ShedLock table {table} in {}", without_password(url)),
+        }
+    }
+}
+
+/// `scheme://user:secret@host/…` → `scheme://user@host/…`.
+pub fn without_password(url: &str) -> String {
+    let url = url.split('?').next().unwrap_or(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}@{host}")
+        }
+        None => url.to_string(),
+    }
+}
+
+fn parse_fleet_name(name: &str) -> Result<String, String> {
+    if !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
+        Ok(name.to_string())
+    } else {
+        Err(format!("fleet name {name:?}: use 1 to 64 of A-Z a-z 0-9 - _ ."))
+    }
+}
+
+fn sqlite_url(path: &str) -> String {
+    format!("sqlite://{path}?mode=rwc")
+}
+
+/// Parses `NAME=STORE` (see `--store`).
+pub fn parse_store(spec: &str) -> Result<StoreSpec, String> {
+    let (name, store) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("{spec:?}: expected NAME=STORE"))?;
+    let name = parse_fleet_name(name.trim())?;
+    let store = store.trim();
+    let kind = if let Some(endpoints) = store.strip_prefix("etcd:") {
+        let endpoints: Vec<String> = endpoints
+            .split(',')
+            .filter(|e| !e.is_empty())
+            .map(str::to_string)
+            .collect();
+        if endpoints.is_empty() {
+            return Err(format!("{spec:?}: etcd needs at least one endpoint"));
+        }
+        StoreKind::Etcd { endpoints }
+    } else if let Some(rest) = store.strip_prefix("shedlock+") {
+        let (url, table) = match rest.split_once('#') {
+            Some((u, t)) => (u, t.to_string()),
+            None => (rest, "shedlock".to_string()),
+        };
+        let url = match url.strip_prefix("sqlite:") {
+            // Read-only: no `mode=rwc`, a missing file is an error, not a new database.
+            Some(path) => format!("sqlite://{}", path.trim_start_matches("//")),
+            None if url.starts_with("postgres://") || url.starts_with("postgresql://") => url.to_string(),
+            None => {
+                return Err(format!(
+                    "{spec:?}: ShedLock is read from shedlock+postgres://… or shedlock+sqlite:PATH"
+                ))
+            }
+        };
+        StoreKind::ShedLock { url, table }
+    } else if let Some(path) = store.strip_prefix("sqlite:") {
+        StoreKind::Sql {
+            url: sqlite_url(path.trim_start_matches("//")),
+        }
+    } else if store.starts_with("postgres://") || store.starts_with("postgresql://") {
+        StoreKind::Sql { url: store.to_string() }
+    } else {
+        return Err(format!(
+            "{spec:?}: STORE must start with etcd:, sqlite:, postgres:// or shedlock+"
+        ));
+    };
+    Ok(StoreSpec { name, kind })
 }
 
 #[derive(Debug, Args)]
@@ -176,10 +301,71 @@ mod tests {
     }
 
     #[test]
+    fn stores_parse_with_clear_errors() {
+        let ok = [
+            (
+                "prod=etcd:http://a:1,http://b:2",
+                StoreKind::Etcd {
+                    endpoints: vec!["http://a:1".into(), "http://b:2".into()],
+                },
+            ),
+            (
+                "local=sqlite:/tmp/x.db",
+                StoreKind::Sql {
+                    url: "sqlite:///tmp/x.db?mode=rwc".into(),
+                },
+            ),
+            (
+                "pg=postgres://u:p@h/db",
+                StoreKind::Sql {
+                    url: "postgres://u:p@h/db".into(),
+                },
+            ),
+            (
+                "jobs=shedlock+postgres://u@h/db#sched.shedlock",
+                StoreKind::ShedLock {
+                    url: "postgres://u@h/db".into(),
+                    table: "sched.shedlock".into(),
+                },
+            ),
+            (
+                "old=shedlock+sqlite:/tmp/s.db",
+                StoreKind::ShedLock {
+                    url: "sqlite:///tmp/s.db".into(),
+                    table: "shedlock".into(),
+                },
+            ),
+        ];
+        for (spec, kind) in ok {
+            assert_eq!(parse_store(spec).unwrap().kind, kind, "{spec}");
+        }
+        for (spec, why) in [
+            ("no-equals", "NAME=STORE"),
+            ("bad name=sqlite:x", "fleet name"),
+            ("x=etcd:", "at least one endpoint"),
+            ("x=mysql://h", "must start with"),
+            ("x=shedlock+mysql://h", "ShedLock"),
+        ] {
+            let err = parse_store(spec).unwrap_err();
+            assert!(err.contains(why), "{spec}: {err}");
+        }
+        let pg = parse_store("pg=postgres://admin:hunter2@db:5432/locks?sslmode=require").unwrap();
+        assert_eq!(pg.source(), "postgres://admin@db:5432/locks");
+    }
+
+    #[test]
     fn serve_is_the_default_and_subcommands_have_their_own_store() {
         let cli = Cli::try_parse_from(["lockscope", "--etcd", "http://a:1,http://b:2"]).unwrap();
         assert!(cli.command.is_none());
-        assert_eq!(cli.serve.store.endpoints, ["http://a:1", "http://b:2"]);
+        assert_eq!(cli.serve.etcd, ["http://a:1", "http://b:2"]);
+        let cli =
+            Cli::try_parse_from(["lockscope", "--store", "a=sqlite:x.db", "--store", "b=etcd:http://e:1"]).unwrap();
+        assert_eq!(cli.serve.stores.len(), 2);
+        let cli = Cli::try_parse_from(["lockscope"]).unwrap();
+        assert!(
+            cli.serve.etcd.is_empty() && cli.serve.stores.is_empty(),
+            "nothing configured: the embedded default"
+        );
         let cli = Cli::try_parse_from(["lockscope", "lock", "x", "--etcd", "http://a:1", "--purpose", "p"]).unwrap();
         assert!(matches!(cli.command, Some(Command::Lock(ref l)) if l.name == "x" && l.purpose == "p"));
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use axum::body::Body;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -13,28 +13,48 @@ use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use leptos::prelude::{provide_context, LeptosOptions};
 use lockscope_app::shell;
+use lockscope_model::Page;
 use tokio::sync::watch;
 use tower_http::services::ServeDir;
 
-use crate::hub::HubHandle;
+use crate::hub::{Fleets, HubHandle};
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
 #[derive(Clone)]
 pub struct AppState {
-    pub hub: HubHandle,
+    pub fleets: Fleets,
     pub leptos: LeptosOptions,
     pub shutdown: watch::Receiver<bool>,
 }
 
 impl AppState {
-    pub fn new(hub: HubHandle, site_root: PathBuf, shutdown: watch::Receiver<bool>) -> AppState {
+    pub fn new(fleets: Fleets, site_root: PathBuf, shutdown: watch::Receiver<bool>) -> AppState {
         let leptos = LeptosOptions::builder()
             .output_name("lockscope")
             .site_root(site_root.to_string_lossy().as_ref())
             .site_pkg_dir("pkg")
             .build();
-        AppState { hub, leptos, shutdown }
+        AppState {
+            fleets,
+            leptos,
+            shutdown,
+        }
     }
+
+    /// The fleet a request names (`?fleet=`), or the first.
+    fn fleet(&self, q: &FleetQuery) -> Result<&HubHandle, AppError> {
+        self.fleets
+            .get(q.fleet.as_deref())
+            .ok_or_else(|| AppError::NoSuchFleet {
+                name: q.fleet.clone().unwrap_or_default(),
+                known: self.fleets.names().join(", "),
+            })
+    }
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct FleetQuery {
+    pub fleet: Option<String>,
 }
 
 /// Errors of the HTTP layer. Clients get a status and a short reason; details go
@@ -45,6 +65,8 @@ pub enum AppError {
     HubUnavailable,
     #[error("{0}")]
     Forbidden(String),
+    #[error("no fleet named {name:?}; this server has: {known}")]
+    NoSuchFleet { name: String, known: String },
 }
 
 impl IntoResponse for AppError {
@@ -52,6 +74,7 @@ impl IntoResponse for AppError {
         let status = match self {
             AppError::HubUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AppError::NoSuchFleet { .. } => StatusCode::NOT_FOUND,
         };
         tracing::warn!(%status, error = %self, "request failed");
         (status, self.to_string()).into_response()
@@ -72,37 +95,45 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The lock table, rendered from the hub's current snapshot.
-async fn page(State(state): State<AppState>, req: Request<Body>) -> Result<Response, AppError> {
-    let snapshot = state.hub.snapshot().await.map_err(|_| AppError::HubUnavailable)?;
+/// The lock table of one fleet (`?fleet=`), with every fleet's overview,
+/// rendered from the hubs' current state.
+async fn page(
+    State(state): State<AppState>,
+    Query(q): Query<FleetQuery>,
+    req: Request<Body>,
+) -> Result<Response, AppError> {
+    let snapshot = state
+        .fleet(&q)?
+        .snapshot()
+        .await
+        .map_err(|_| AppError::HubUnavailable)?;
+    let page = Page {
+        snapshot,
+        fleets: state.fleets.summaries().await,
+    };
     let options = state.leptos.clone();
     let render = leptos_axum::render_app_to_stream_with_context(
-        move || provide_context(snapshot.clone()),
+        move || provide_context(page.clone()),
         move || shell(options.clone()),
     );
     Ok(render(req).await.into_response())
 }
 
-async fn healthz(State(state): State<AppState>) -> Result<Response, AppError> {
-    let snap = state.hub.snapshot().await.map_err(|_| AppError::HubUnavailable)?;
-    Ok(Json(serde_json::json!({
-        "status": "ok",
-        "fleet": snap.fleet,
-        "store": snap.status,
-        "locks": snap.locks.len(),
-    }))
-    .into_response())
+async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok", "fleets": state.fleets.summaries().await }))
 }
 
 async fn ws_upgrade(
     State(state): State<AppState>,
+    Query(q): Query<FleetQuery>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
     check_same_origin(&headers)?;
+    let hub = state.fleet(&q)?.clone();
     Ok(upgrade
         .max_message_size(lockscope_model::wire::MAX_CLIENT_MSG_BYTES * 4)
-        .on_upgrade(move |socket| subscriber(state, socket)))
+        .on_upgrade(move |socket| subscriber(state, hub, socket)))
 }
 
 /// A page on another site must not read the lock table through the visitor's
@@ -122,7 +153,7 @@ fn check_same_origin(headers: &HeaderMap) -> Result<(), AppError> {
     }
 }
 
-async fn subscriber(state: AppState, socket: WebSocket) {
+async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket) {
     let (sink, stream) = socket.split();
     let sink = sink.with(|out: WsOut| async move {
         Ok::<_, axum::Error>(match out {
@@ -141,7 +172,7 @@ async fn subscriber(state: AppState, socket: WebSocket) {
             Ok(Message::Ping(_) | Message::Pong(_)) => None,
         }
     });
-    serve_subscriber(state.hub, Box::pin(sink), Box::pin(stream), state.shutdown).await;
+    serve_subscriber(hub, state.fleets, Box::pin(sink), Box::pin(stream), state.shutdown).await;
 }
 
 #[cfg(test)]

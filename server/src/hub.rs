@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use lockscope_model::{FleetEvent, FleetState, ServerMsg, Snapshot, StoreStatus};
+use lockscope_model::{FleetEvent, FleetState, FleetSummary, ServerMsg, Snapshot, StoreStatus};
 use lockscope_store::{now_ms, Observer, ObserverEvent};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tracing::debug;
@@ -37,6 +37,40 @@ pub struct HubHandle {
 enum Command {
     Subscribe(oneshot::Sender<Subscription>),
     Snapshot(oneshot::Sender<Snapshot>),
+    Summary(oneshot::Sender<FleetSummary>),
+}
+
+/// Every fleet the server watches, in the order configured; the first is the
+/// default page.
+#[derive(Clone)]
+pub struct Fleets(Arc<Vec<HubHandle>>);
+
+impl Fleets {
+    pub fn new(hubs: Vec<HubHandle>) -> Fleets {
+        Fleets(Arc::new(hubs))
+    }
+
+    /// The named fleet, or the first when `name` is `None`.
+    pub fn get(&self, name: Option<&str>) -> Option<&HubHandle> {
+        match name {
+            None => self.0.first(),
+            Some(n) => self.0.iter().find(|h| h.fleet() == n),
+        }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.0.iter().map(|h| h.fleet().to_string()).collect()
+    }
+
+    /// Every running fleet's summary, in order.
+    pub async fn summaries(&self) -> Vec<FleetSummary> {
+        let asks = self.0.iter().map(HubHandle::summary);
+        futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .filter_map(Result::ok)
+            .collect()
+    }
 }
 
 /// A snapshot and every message after it.
@@ -46,19 +80,20 @@ pub struct Subscription {
 }
 
 impl HubHandle {
-    /// Starts a hub fed by `observer`.
-    pub fn spawn(fleet: &str, observer: Box<dyn Observer>, buffer: usize) -> HubHandle {
+    /// Starts a hub fed by `observer`; `source` says where the locks live.
+    pub fn spawn(fleet: &str, source: &str, observer: Box<dyn Observer>, buffer: usize) -> HubHandle {
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(observer.run(tx));
-        HubHandle::with_events(fleet, rx, buffer)
+        HubHandle::with_events(fleet, source, rx, buffer)
     }
 
     /// Starts a hub fed by a channel of observer events.
-    pub fn with_events(fleet: &str, events: mpsc::Receiver<ObserverEvent>, buffer: usize) -> HubHandle {
+    pub fn with_events(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>, buffer: usize) -> HubHandle {
         let (commands, command_rx) = mpsc::channel(64);
         let (updates, _) = broadcast::channel(buffer.max(1));
         let hub = Hub {
             fleet: fleet.to_string(),
+            source: source.to_string(),
             state: FleetState::default(),
             status: StoreStatus::Connecting { since: now_ms() },
             seq: 0,
@@ -83,6 +118,11 @@ impl HubHandle {
         self.ask(Command::Snapshot).await
     }
 
+    /// Headline numbers, without copying the table.
+    pub async fn summary(&self) -> Result<FleetSummary, HubStopped> {
+        self.ask(Command::Summary).await
+    }
+
     async fn ask<T>(&self, cmd: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, HubStopped> {
         let (tx, rx) = oneshot::channel();
         self.commands.send(cmd(tx)).await.map_err(|_| HubStopped)?;
@@ -92,6 +132,7 @@ impl HubHandle {
 
 struct Hub {
     fleet: String,
+    source: String,
     state: FleetState,
     status: StoreStatus,
     /// Number of deltas published.
@@ -114,6 +155,9 @@ impl Hub {
                     }
                     Some(Command::Snapshot(reply)) => {
                         let _ = reply.send(self.snapshot());
+                    }
+                    Some(Command::Summary(reply)) => {
+                        let _ = reply.send(self.summary());
                     }
                     // Every handle is gone: nobody can read us any more.
                     None => break,
@@ -172,6 +216,19 @@ impl Hub {
         let _ = self.updates.send(frame);
     }
 
+    fn summary(&self) -> FleetSummary {
+        let (held, overdue, expired, malformed) = self.state.counts(now_ms());
+        FleetSummary {
+            name: self.fleet.clone(),
+            source: self.source.clone(),
+            status: self.status.clone(),
+            held,
+            overdue,
+            expired,
+            malformed,
+        }
+    }
+
     fn snapshot(&self) -> Snapshot {
         Snapshot {
             fleet: self.fleet.clone(),
@@ -200,7 +257,7 @@ mod tests {
     #[tokio::test]
     async fn a_subscriber_gets_the_snapshot_then_exactly_the_later_deltas() {
         let (tx, rx) = mpsc::channel(16);
-        let hub = HubHandle::with_events("f", rx, 16);
+        let hub = HubHandle::with_events("f", "test", rx, 16);
         tx.send(ObserverEvent::Events(vec![up("a", 1)])).await.unwrap();
         // The snapshot is taken by the hub task after it handled the event above
         // only if the event was queued first; wait for it through a snapshot.
@@ -232,7 +289,7 @@ mod tests {
     #[tokio::test]
     async fn a_slow_subscriber_is_told_it_lagged() {
         let (tx, rx) = mpsc::channel(16);
-        let hub = HubHandle::with_events("f", rx, 4);
+        let hub = HubHandle::with_events("f", "test", rx, 4);
         let mut sub = hub.subscribe().await.unwrap();
         for i in 0..10 {
             tx.send(ObserverEvent::Events(vec![up(&format!("l{i}"), i + 1)]))

@@ -5,15 +5,18 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use lockscope::config::{Cli, Command, DemoArgs, EtcdArgs, LockArgs, ServeArgs, UnlockArgs};
+use lockscope::config::{Cli, Command, DemoArgs, EtcdArgs, LockArgs, ServeArgs, StoreKind, StoreSpec, UnlockArgs};
+use lockscope::demo::DemoConfig;
 use lockscope::http::AppState;
-use lockscope::hub::HubHandle;
+use lockscope::hub::{Fleets, HubHandle};
 use lockscope_model::record::RECORD_VERSION;
 use lockscope_model::LockRecord;
 use lockscope_store::client::hostname;
 use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
 use lockscope_store::now_ms;
 use lockscope_store::protocol::{Attempt, LockStore};
+use lockscope_store::sql::{ShedLockObserver, SqlLocks, SqlObserver};
+use lockscope_store::Observer;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -37,11 +40,38 @@ fn etcd_config(args: &EtcdArgs) -> EtcdConfig {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let cfg = etcd_config(&args.store);
-    tracing::info!(endpoints = ?cfg.endpoints, prefix = %cfg.prefix, "watching etcd");
-    let hub = HubHandle::spawn(&args.fleet, Box::new(EtcdObserver::new(cfg)), args.ws_buffer);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let state = AppState::new(hub, args.site_root.clone(), stop_rx.clone());
+    let mut specs = args.stores.clone();
+    if !args.etcd.is_empty() {
+        specs.insert(
+            0,
+            StoreSpec {
+                name: args.fleet.clone(),
+                kind: StoreKind::Etcd {
+                    endpoints: args.etcd.clone(),
+                },
+            },
+        );
+    }
+    let mut hubs = Vec::new();
+    for spec in &specs {
+        if hubs.iter().any(|h: &HubHandle| h.fleet() == spec.name) {
+            bail!("two fleets are named {:?}", spec.name);
+        }
+        let observer: Box<dyn Observer> = match &spec.kind {
+            StoreKind::Etcd { endpoints } => {
+                Box::new(EtcdObserver::new(EtcdConfig::new(endpoints.clone(), &args.prefix)))
+            }
+            StoreKind::Sql { url } => Box::new(SqlObserver::new(url)),
+            StoreKind::ShedLock { url, table } => Box::new(ShedLockObserver::new(url, Some(table.as_str()))?),
+        };
+        tracing::info!(fleet = %spec.name, source = %spec.source(), "watching");
+        hubs.push(HubHandle::spawn(&spec.name, &spec.source(), observer, args.ws_buffer));
+    }
+    if hubs.is_empty() {
+        hubs.push(embedded_default(&args, stop_rx.clone()).await?);
+    }
+    let state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -58,6 +88,50 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     });
     lockscope::serve(listener, state, stop_rx, Duration::from_secs(10)).await?;
     Ok(())
+}
+
+/// No store configured: a SQLite file (created if missing) with the demo fleet
+/// working on it, so a newcomer sees a live, contended fleet with nothing installed.
+async fn embedded_default(args: &ServeArgs, stop: watch::Receiver<bool>) -> anyhow::Result<HubHandle> {
+    let path = &args.embedded_db;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let path = std::fs::canonicalize(path)?;
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let store = SqlLocks::connect(&url)
+        .await
+        .with_context(|| format!("opening the embedded store {}", path.display()))?;
+    let demo = !args.no_demo;
+    let source = format!(
+        "embedded SQLite {}{}",
+        path.display(),
+        if demo { " (demo fleet)" } else { "" }
+    );
+    println!("no store configured: using {source}");
+    if demo {
+        let mut stop = stop;
+        tokio::spawn(async move {
+            let until_stop = async move {
+                let _ = stop.wait_for(|s| *s).await.map(|_| ());
+            };
+            match lockscope::demo::run(store, DemoConfig::default(), until_stop).await {
+                Ok(stats) => tracing::info!(%stats, "demo fleet stopped"),
+                Err(e) => tracing::error!(error = %e, "demo fleet failed"),
+            }
+        });
+    }
+    Ok(HubHandle::spawn(
+        "embedded",
+        &source,
+        Box::new(SqlObserver::new(url)),
+        args.ws_buffer,
+    ))
 }
 
 async fn shutdown_signal() {

@@ -1,7 +1,8 @@
 //! One websocket subscriber (`/ws`), independent of axum: it speaks to any
 //! `Sink<WsOut>` / `Stream<Item = WsIn>`, so tests drive it with channels.
 //!
-//! Order of messages: `hello`, `snapshot`, then the hub's frames as published. If
+//! Order of messages: `hello`, `snapshot`, then the hub's frames as published,
+//! with an `overview` of every fleet every [`OVERVIEW_EVERY`]. If
 //! the subscriber falls behind the hub's buffer it gets `lagged` and a fresh
 //! `snapshot` (the browser's reducer turns that into the difference). Bad input
 //! gets an `error` message and a close frame with the reason.
@@ -12,7 +13,10 @@ use lockscope_store::now_ms;
 use tokio::sync::{broadcast::error::RecvError, watch};
 use tracing::debug;
 
-use crate::hub::{Frame, HubHandle};
+use crate::hub::{Fleets, Frame, HubHandle};
+
+/// How often a subscriber gets every fleet's headline numbers.
+pub const OVERVIEW_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// What the client sent, reduced to what the protocol cares about.
 #[derive(Debug)]
@@ -40,9 +44,15 @@ fn frame(msg: &ServerMsg) -> WsOut {
     WsOut::Text(serde_json::to_string(msg).expect("server messages serialise").into())
 }
 
-/// Serves one subscriber until it leaves, misbehaves, or `shutdown` turns true.
-pub async fn serve_subscriber<S, R>(hub: HubHandle, mut out: S, mut input: R, mut shutdown: watch::Receiver<bool>)
-where
+/// Serves one subscriber of `hub` until it leaves, misbehaves, or `shutdown` turns
+/// true.
+pub async fn serve_subscriber<S, R>(
+    hub: HubHandle,
+    fleets: Fleets,
+    mut out: S,
+    mut input: R,
+    mut shutdown: watch::Receiver<bool>,
+) where
     S: Sink<WsOut> + Unpin,
     R: Stream<Item = WsIn> + Unpin,
 {
@@ -66,8 +76,10 @@ where
     if out.send(frame(&ServerMsg::Snapshot(sub.snapshot))).await.is_err() {
         return;
     }
+    let mut overview = tokio::time::interval(OVERVIEW_EVERY);
     loop {
         let out_msg = tokio::select! {
+            _ = overview.tick() => frame(&ServerMsg::Overview { server_time: now_ms(), fleets: fleets.summaries().await }),
             update = sub.updates.recv() => match update {
                 Ok(f) => WsOut::Text(f),
                 Err(RecvError::Lagged(dropped)) => {
@@ -138,10 +150,16 @@ mod tests {
                 .unwrap()
                 .unwrap()
         }
+        /// The next message that is not a periodic overview.
         async fn msg(&mut self) -> ServerMsg {
-            match self.next().await {
-                WsOut::Text(t) => serde_json::from_str(&t).unwrap(),
-                other => panic!("expected a message, got {other:?}"),
+            loop {
+                match self.next().await {
+                    WsOut::Text(t) => match serde_json::from_str(&t).unwrap() {
+                        ServerMsg::Overview { .. } => continue,
+                        m => return m,
+                    },
+                    other => panic!("expected a message, got {other:?}"),
+                }
             }
         }
     }
@@ -155,11 +173,17 @@ mod tests {
         HubHandle,
     ) {
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(64);
-        let hub = HubHandle::with_events("test-fleet", ev_rx, buffer);
+        let hub = HubHandle::with_events("test-fleet", "test", ev_rx, buffer);
         let (out_tx, out_rx) = mpsc::unbounded();
         let (in_tx, in_rx) = mpsc::unbounded();
         let (stop_tx, stop_rx) = watch::channel(false);
-        tokio::spawn(serve_subscriber(hub.clone(), out_tx, in_rx, stop_rx));
+        tokio::spawn(serve_subscriber(
+            hub.clone(),
+            Fleets::new(vec![hub.clone()]),
+            out_tx,
+            in_rx,
+            stop_rx,
+        ));
         (
             ev_tx,
             Client {
@@ -193,6 +217,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_overview_follows_the_snapshot() {
+        let (_ev, mut c, _stop, _hub) = start(16);
+        c.msg().await;
+        c.msg().await;
+        match c.next().await {
+            WsOut::Text(t) => match serde_json::from_str(&t).unwrap() {
+                ServerMsg::Overview { fleets, .. } => {
+                    assert_eq!(fleets.len(), 1);
+                    assert_eq!(fleets[0].name, "test-fleet");
+                    assert_eq!(fleets[0].source, "test");
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
     async fn bad_input_gets_a_reason_and_a_close() {
         for (input, code) in [
             (WsIn::Text("{\"type\":\"drop_tables\"}".into()), close::POLICY_VIOLATION),
@@ -222,11 +264,17 @@ mod tests {
         // A bounded sink the test does not drain: the subscriber blocks on it while
         // the hub keeps publishing into a 2-message buffer.
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(64);
-        let hub = HubHandle::with_events("f", ev_rx, 2);
+        let hub = HubHandle::with_events("f", "test", ev_rx, 2);
         let (out_tx, mut out_rx) = mpsc::channel::<WsOut>(0);
         let (_in_tx, in_rx) = mpsc::unbounded::<WsIn>();
         let (_stop_tx, stop_rx) = watch::channel(false);
-        tokio::spawn(serve_subscriber(hub.clone(), out_tx, in_rx, stop_rx));
+        tokio::spawn(serve_subscriber(
+            hub.clone(),
+            Fleets::new(vec![hub.clone()]),
+            out_tx,
+            in_rx,
+            stop_rx,
+        ));
         async fn text(rx: &mut mpsc::Receiver<WsOut>) -> ServerMsg {
             match rx.next().await.unwrap() {
                 WsOut::Text(t) => serde_json::from_str::<ServerMsg>(&t).unwrap(),
@@ -256,6 +304,7 @@ mod tests {
                     assert!(dropped > 0);
                     seen_lag = true;
                 }
+                ServerMsg::Overview { .. } => {}
                 ServerMsg::Delta { events, .. } => {
                     for e in events {
                         if let FleetEvent::Upsert(l) = e {

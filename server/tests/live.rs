@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use lockscope::http::AppState;
-use lockscope::hub::HubHandle;
+use lockscope::hub::{Fleets, HubHandle};
 use lockscope_model::{FleetEvent, ServerMsg, Snapshot, StoreStatus};
 use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
 use lockscope_store::protocol::LockStore;
@@ -30,9 +30,9 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
     let cfg = EtcdConfig::new(vec![etcd.endpoint()], PREFIX);
     let locks = EtcdLocks::connect(cfg.clone()).await.unwrap();
     prepare(&locks).await;
-    let hub = HubHandle::spawn("it", Box::new(EtcdObserver::new(cfg)), 4096);
+    let hub = HubHandle::spawn("it", "etcd under test", Box::new(EtcdObserver::new(cfg)), 4096);
     let (stop, stop_rx) = watch::channel(false);
-    let state = AppState::new(hub.clone(), "target/site".into(), stop_rx.clone());
+    let state = AppState::new(Fleets::new(vec![hub.clone()]), "target/site".into(), stop_rx.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
@@ -98,7 +98,10 @@ async fn next_msg(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> Server
             .unwrap()
             .unwrap();
         if let Message::Text(t) = m {
-            return serde_json::from_str(&t).unwrap();
+            match serde_json::from_str(&t).unwrap() {
+                ServerMsg::Overview { .. } => continue,
+                msg => return msg,
+            }
         }
     }
 }
@@ -187,10 +190,14 @@ async fn healthz_reports_the_store() {
     let (status, body) = s.get("/healthz").await;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(body.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-    assert_eq!(json["store"]["state"], "live");
-    assert_eq!(json["locks"], 1);
+    assert_eq!(json["fleets"][0]["name"], "it");
+    assert_eq!(json["fleets"][0]["status"]["state"], "live");
+    assert_eq!(json["fleets"][0]["held"], 1);
     let (status, _) = s.get("/no/such/page").await;
     assert_eq!(status, 404);
+    let (status, body) = s.get("/?fleet=nope").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("no fleet named \"nope\"; this server has: it"), "{body}");
 }
 
 #[tokio::test]
@@ -213,4 +220,58 @@ async fn a_cross_origin_websocket_is_refused_with_a_reason() {
     next_msg(&mut ws).await;
     ws.send(Message::Text("{\"type\":\"nope\"}".into())).await.unwrap();
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Error { .. }));
+}
+
+#[tokio::test]
+async fn two_fleets_side_by_side_etcd_and_sqlite() {
+    let s = stack(async |locks| {
+        take(locks, "from-etcd").await;
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
+    let sql = lockscope_store::sql::SqlLocks::connect(&url).await.unwrap();
+    take(&sql, "from-sqlite").await;
+    let sql_hub = HubHandle::spawn(
+        "sql",
+        "sqlite",
+        Box::new(lockscope_store::sql::SqlObserver::new(&url)),
+        64,
+    );
+    let fleets = Fleets::new(vec![s.hub.clone(), sql_hub.clone()]);
+    let (_stop, stop_rx) = watch::channel(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lockscope::serve(
+        listener,
+        AppState::new(fleets, "target/site".into(), stop_rx.clone()),
+        stop_rx,
+        Duration::from_secs(1),
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sql_hub.snapshot().await.unwrap().locks.is_empty() || s.hub.snapshot().await.unwrap().locks.is_empty() {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let two = Stack { addr, ..s };
+    let (_, page) = two.get("/?fleet=sql").await;
+    assert!(page.contains("data-lock=\"from-sqlite\"") && !page.contains("data-lock=\"from-etcd\""));
+    assert!(
+        page.contains("data-fleet=\"it\"") && page.contains("data-fleet=\"sql\""),
+        "overview lists both fleets"
+    );
+    let (_, page) = two.get("/").await;
+    assert!(
+        page.contains("data-lock=\"from-etcd\""),
+        "the first fleet is the default"
+    );
+    let mut ws = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?fleet=sql"))
+        .await
+        .unwrap()
+        .0;
+    assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { ref fleet, .. } if fleet == "sql"));
+    match next_msg(&mut ws).await {
+        ServerMsg::Snapshot(snap) => assert_eq!(snap.locks[0].name, "from-sqlite"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -12,8 +12,10 @@
 
 mod observer;
 mod schema;
+mod shedlock;
 
 pub use observer::SqlObserver;
+pub use shedlock::ShedLockObserver;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
