@@ -75,6 +75,14 @@ impl LiveView {
         view
     }
 
+    /// (held, overdue, expired, malformed) of the shown fleet, from the live table:
+    /// updates with every row change and every clock tick.
+    pub fn counts(&self) -> (u64, u64, u64, u64) {
+        self.names.track();
+        let now = self.now.get();
+        self.table.with_value(|t| t.counts(now))
+    }
+
     /// Where the shown fleet's locks live.
     pub fn source(&self) -> String {
         let fleet = self.fleet.get();

@@ -104,6 +104,9 @@ fn Overview() -> impl IntoView {
     let live = expect_context::<LiveView>();
     let row = move |f: FleetSummary| {
         let current = live.fleet.with(|c| *c == f.name);
+        // The fleet on screen counts from its live table, so the overview never
+        // disagrees with the rows below it; the others refresh every few seconds.
+        let counts = move || if current { live.counts() } else { (f.held, f.overdue, f.expired, f.malformed) };
         let (state, label) = match &f.status {
             StoreStatus::Live { .. } => ("live", "live".to_string()),
             StoreStatus::Connecting { .. } => ("connecting", "connecting".to_string()),
@@ -115,10 +118,10 @@ fn Overview() -> impl IntoView {
             <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current>
                 <td><a href=format!("/?fleet={}", f.name)>{f.name.clone()}</a></td>
                 <td class="state" data-state=state>{label}</td>
-                <td data-testid="fleet-held">{f.held}</td>
-                <td>{f.overdue}</td>
-                <td>{f.expired}</td>
-                <td>{f.malformed}</td>
+                <td data-testid="fleet-held">{move || counts().0}</td>
+                <td data-testid="fleet-overdue">{move || counts().1}</td>
+                <td data-testid="fleet-expired">{move || counts().2}</td>
+                <td data-testid="fleet-malformed">{move || counts().3}</td>
                 <td class="source">{f.source}</td>
             </tr>
         }
