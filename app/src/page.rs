@@ -106,7 +106,13 @@ fn Overview() -> impl IntoView {
         let current = live.fleet.with(|c| *c == f.name);
         // The fleet on screen counts from its live table, so the overview never
         // disagrees with the rows below it; the others refresh every few seconds.
-        let counts = move || if current { live.counts() } else { (f.held, f.overdue, f.expired, f.malformed) };
+        let counts = move || {
+            if current {
+                live.counts()
+            } else {
+                (f.held, f.overdue, f.expired, f.malformed)
+            }
+        };
         let (state, label) = match &f.status {
             StoreStatus::Live { .. } => ("live", "live".to_string()),
             StoreStatus::Connecting { .. } => ("connecting", "connecting".to_string()),

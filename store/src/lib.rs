@@ -19,6 +19,7 @@
 pub mod backoff;
 pub mod client;
 pub mod etcd;
+mod link;
 pub mod protocol;
 pub mod sql;
 #[cfg(feature = "test-util")]

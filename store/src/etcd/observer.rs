@@ -8,99 +8,60 @@
 
 use etcd_client::{Client, EventType, GetOptions, KeyValue, WatchOptions};
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, LockEntry, StoreStatus};
+use lockscope_model::{FleetEvent, LockEntry};
 use tokio::sync::mpsc;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use super::{prefix_end, timed, EtcdConfig};
 use crate::backoff::Backoff;
-use crate::{now_ms, Observer, ObserverEvent, StoreError};
+use crate::link::{run_observer, Link, Session};
+use crate::{Observer, ObserverEvent, StoreError};
 
 pub struct EtcdObserver {
     cfg: EtcdConfig,
-}
-
-/// Why a connected session ended without an error.
-enum SessionEnd {
-    /// The hub is gone: stop.
-    Closed,
+    /// The last revision whose events have all been sent; `None` until the first
+    /// snapshot (and again after compaction ate the history we needed).
+    resume: Option<i64>,
 }
 
 impl EtcdObserver {
     pub fn new(cfg: EtcdConfig) -> EtcdObserver {
-        EtcdObserver { cfg }
-    }
-
-    async fn run_loop(self, tx: mpsc::Sender<ObserverEvent>) {
-        let mut backoff = Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max);
-        // The last revision whose events have all been sent; `None` until the first
-        // snapshot (and again after compaction ate our history).
-        let mut resume: Option<i64> = None;
-        let mut down_since = None;
-        if tx
-            .send(ObserverEvent::Status(StoreStatus::Connecting { since: now_ms() }))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        loop {
-            let mut session = Session {
-                cfg: &self.cfg,
-                tx: &tx,
-                resume: &mut resume,
-            };
-            let err = match session.run(&mut backoff, &mut down_since).await {
-                Ok(SessionEnd::Closed) => return,
-                Err(e) => e,
-            };
-            let delay = backoff.next_delay();
-            let since = *down_since.get_or_insert_with(now_ms);
-            warn!(error = %err, retry_in = ?delay, "etcd observer disconnected");
-            let status = StoreStatus::Unreachable {
-                since,
-                error: err.to_string(),
-                retry_at: now_ms() + delay.as_millis() as i64,
-            };
-            if tx.send(ObserverEvent::Status(status)).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(delay).await;
-        }
+        EtcdObserver { cfg, resume: None }
     }
 }
 
 impl Observer for EtcdObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
-        Box::pin(self.run_loop(events))
+        let link = Link::new(events, Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max));
+        Box::pin(run_observer(link, "etcd", *self))
     }
 }
 
-struct Session<'a> {
-    cfg: &'a EtcdConfig,
-    tx: &'a mpsc::Sender<ObserverEvent>,
-    resume: &'a mut Option<i64>,
+impl Session for EtcdObserver {
+    fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.observe(link))
+    }
 }
 
-impl Session<'_> {
-    async fn run(&mut self, backoff: &mut Backoff, down_since: &mut Option<i64>) -> Result<SessionEnd, StoreError> {
+impl EtcdObserver {
+    /// One connection: snapshot if needed, then watch; `Ok` only when the hub is gone.
+    async fn observe(&mut self, link: &mut Link) -> Result<(), StoreError> {
         let mut client = self.cfg.connect().await?;
         loop {
-            let from = match *self.resume {
+            let from = match self.resume {
                 Some(rev) => rev,
-                None => match self.snapshot(&mut client).await? {
+                None => match self.snapshot(&mut client, link).await? {
                     Some(rev) => rev,
-                    None => return Ok(SessionEnd::Closed),
+                    None => return Ok(()),
                 },
             };
-            *self.resume = Some(from);
+            self.resume = Some(from);
             let prefix = self.cfg.locks_prefix();
             let opts = WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(from + 1)
                 .with_progress_notify();
             let mut stream = timed(self.cfg.request_timeout, client.watch(prefix.clone(), Some(opts))).await?;
-            let mut announced = false;
             loop {
                 let Some(resp) = stream.message().await? else {
                     return Err(StoreError::Unreachable("watch stream ended".into()));
@@ -111,24 +72,15 @@ impl Session<'_> {
                         compacted = resp.compact_revision(),
                         "history compacted, taking a fresh snapshot"
                     );
-                    *self.resume = None;
+                    self.resume = None;
                     break;
                 }
                 if resp.canceled() {
                     return Err(StoreError::Backend(format!("watch canceled: {}", resp.cancel_reason())));
                 }
-                if !announced {
-                    // The watch is established from where we left off: we are live.
-                    announced = true;
-                    backoff.reset();
-                    *down_since = None;
-                    if self
-                        .send(ObserverEvent::Status(StoreStatus::Live { since: now_ms() }))
-                        .await
-                        .is_err()
-                    {
-                        return Ok(SessionEnd::Closed);
-                    }
+                // The watch is established from where we left off: we are live.
+                if link.live().await.is_err() {
+                    return Ok(());
                 }
                 let mut events = Vec::with_capacity(resp.events().len());
                 let mut last = None;
@@ -145,8 +97,8 @@ impl Session<'_> {
                     });
                 }
                 if !events.is_empty() {
-                    if self.send(ObserverEvent::Events(events)).await.is_err() {
-                        return Ok(SessionEnd::Closed);
+                    if link.events(events).await.is_err() {
+                        return Ok(());
                     }
                 } else if !resp.created() {
                     // A progress notification: every event up to the header's
@@ -154,7 +106,7 @@ impl Session<'_> {
                     last = resp.header().map(|h| h.revision());
                 }
                 if let Some(rev) = last {
-                    *self.resume = Some(self.resume.unwrap_or(0).max(rev));
+                    self.resume = Some(self.resume.unwrap_or(0).max(rev));
                 }
             }
         }
@@ -162,7 +114,7 @@ impl Session<'_> {
 
     /// Reads every lock at one revision, page by page, and sends it as one reset.
     /// Returns the revision, or `None` if the hub is gone.
-    async fn snapshot(&mut self, client: &mut Client) -> Result<Option<i64>, StoreError> {
+    async fn snapshot(&mut self, client: &mut Client, link: &Link) -> Result<Option<i64>, StoreError> {
         let prefix = self.cfg.locks_prefix();
         let end = prefix_end(prefix.as_bytes());
         let mut from = prefix.as_bytes().to_vec();
@@ -190,18 +142,10 @@ impl Session<'_> {
             }
         }
         debug!(revision, locks = locks.len(), "snapshot taken");
-        if self
-            .send(ObserverEvent::Events(vec![FleetEvent::Reset { revision, locks }]))
-            .await
-            .is_err()
-        {
+        if link.events(vec![FleetEvent::Reset { revision, locks }]).await.is_err() {
             return Ok(None);
         }
         Ok(Some(revision))
-    }
-
-    async fn send(&self, ev: ObserverEvent) -> Result<(), ()> {
-        self.tx.send(ev).await.map_err(|_| ())
     }
 }
 

@@ -13,13 +13,13 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, StoreStatus};
+use lockscope_model::FleetEvent;
 use tokio::sync::{broadcast, mpsc};
-use tracing::warn;
 
 use super::{Dialect, SqlLocks};
 use crate::backoff::Backoff;
-use crate::{now_ms, Observer, ObserverEvent, StoreError};
+use crate::link::{run_observer, Link, Session};
+use crate::{Observer, ObserverEvent, StoreError};
 
 pub struct SqlObserver {
     url: String,
@@ -38,46 +38,11 @@ impl SqlObserver {
         }
     }
 
-    async fn run_loop(mut self, tx: mpsc::Sender<ObserverEvent>) {
-        if tx
-            .send(ObserverEvent::Status(StoreStatus::Connecting { since: now_ms() }))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let mut down_since = None;
-        loop {
-            let err = match self.session(&tx, &mut down_since).await {
-                Ok(()) => return, // the hub is gone
-                Err(e) => e,
-            };
-            let delay = self.backoff.next_delay();
-            let since = *down_since.get_or_insert_with(now_ms);
-            warn!(error = %err, retry_in = ?delay, "sql observer disconnected");
-            let status = StoreStatus::Unreachable {
-                since,
-                error: err.to_string(),
-                retry_at: now_ms() + delay.as_millis() as i64,
-            };
-            if tx.send(ObserverEvent::Status(status)).await.is_err() {
-                return;
-            }
-            tokio::time::sleep(delay).await;
-        }
-    }
-
-    /// Runs until an error (returned) or until the hub is gone (`Ok`).
-    async fn session(
-        &mut self,
-        tx: &mpsc::Sender<ObserverEvent>,
-        down_since: &mut Option<i64>,
-    ) -> Result<(), StoreError> {
+    async fn observe(&self, link: &mut Link) -> Result<(), StoreError> {
         let store = SqlLocks::connect(&self.url).await?;
         let mut notified = store.notified.as_ref().map(broadcast::Sender::subscribe);
         let mut last_counter = None;
         let mut snapshots = 0i64;
-        let mut live = false;
         loop {
             let changed = match store.dialect() {
                 Dialect::Sqlite => {
@@ -94,25 +59,12 @@ impl SqlObserver {
             };
             if let Some(revision) = changed {
                 let locks = store.held().await?;
-                if tx
-                    .send(ObserverEvent::Events(vec![FleetEvent::Reset { revision, locks }]))
-                    .await
-                    .is_err()
-                {
+                if link.events(vec![FleetEvent::Reset { revision, locks }]).await.is_err() {
                     return Ok(());
                 }
             }
-            if !live {
-                live = true;
-                self.backoff.reset();
-                *down_since = None;
-                if tx
-                    .send(ObserverEvent::Status(StoreStatus::Live { since: now_ms() }))
-                    .await
-                    .is_err()
-                {
-                    return Ok(());
-                }
+            if link.live().await.is_err() {
+                return Ok(());
             }
             match notified.as_mut() {
                 None => tokio::time::sleep(self.poll).await,
@@ -123,15 +75,22 @@ impl SqlObserver {
                     while rx.try_recv().is_ok() {}
                 }
             }
-            if tx.is_closed() {
+            if link.hub_gone() {
                 return Ok(());
             }
         }
     }
 }
 
+impl Session for SqlObserver {
+    fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.observe(link))
+    }
+}
+
 impl Observer for SqlObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
-        Box::pin(self.run_loop(events))
+        let link = Link::new(events, self.backoff.clone());
+        Box::pin(run_observer(link, "sql", *self))
     }
 }

@@ -37,7 +37,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use lockscope_model::fleet::MALFORMED_KEEP_BYTES;
 use lockscope_model::record::RECORD_VERSION;
-use lockscope_model::{FleetEvent, LockBody, LockEntry, LockRecord, StoreStatus};
+use lockscope_model::{FleetEvent, LockBody, LockEntry, LockRecord};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use tokio::sync::mpsc;
@@ -45,6 +45,7 @@ use tracing::warn;
 
 use super::Dialect;
 use crate::backoff::Backoff;
+use crate::link::{run_observer, Link, Session};
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 /// Watches a ShedLock table (see the module documentation).
@@ -157,49 +158,13 @@ impl ShedLockObserver {
         Ok(pool)
     }
 
-    async fn run_loop(mut self, tx: mpsc::Sender<ObserverEvent>) {
-        if tx
-            .send(ObserverEvent::Status(StoreStatus::Connecting { since: now_ms() }))
-            .await
-            .is_err()
-        {
-            return;
-        }
-        let mut down_since = None;
-        loop {
-            let err = match self.session(&tx, &mut down_since).await {
-                Ok(()) => return, // the hub is gone
-                Err(e) => e,
-            };
-            let delay = self.backoff.next_delay();
-            let since = *down_since.get_or_insert_with(now_ms);
-            warn!(error = %err, table = %self.table, retry_in = ?delay, "shedlock observer disconnected");
-            let status = StoreStatus::Unreachable {
-                since,
-                error: err.to_string(),
-                retry_at: now_ms() + delay.as_millis() as i64,
-            };
-            if tx.send(ObserverEvent::Status(status)).await.is_err() {
-                return;
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = tx.closed() => return,
-            }
-        }
-    }
-
     /// Runs until an error (returned) or until the hub is gone (`Ok`).
-    async fn session(
-        &mut self,
-        tx: &mpsc::Sender<ObserverEvent>,
-        down_since: &mut Option<i64>,
-    ) -> Result<(), StoreError> {
+    async fn observe(&mut self, link: &mut Link) -> Result<(), StoreError> {
         let pool = tokio::time::timeout(self.read_timeout, self.connect())
             .await
             .map_err(|_| StoreError::Timeout(self.read_timeout))??;
         let sql = self.select();
-        let mut live = false;
+        let mut first = true;
         let mut warned_name = false;
         loop {
             let rows = tokio::time::timeout(self.read_timeout, sqlx::query(&sql).fetch_all(&pool))
@@ -228,26 +193,18 @@ impl ShedLockObserver {
             }
             // After a reconnect, send the table even if unchanged: it may have been
             // a different database.
-            if let Some(reset) = self.reset(held, now, !live) {
-                if tx.send(ObserverEvent::Events(vec![reset])).await.is_err() {
+            if let Some(reset) = self.reset(held, now, first) {
+                if link.events(vec![reset]).await.is_err() {
                     return Ok(());
                 }
             }
-            if !live {
-                live = true;
-                self.backoff.reset();
-                *down_since = None;
-                if tx
-                    .send(ObserverEvent::Status(StoreStatus::Live { since: now_ms() }))
-                    .await
-                    .is_err()
-                {
-                    return Ok(());
-                }
+            first = false;
+            if link.live().await.is_err() {
+                return Ok(());
             }
-            tokio::select! {
-                _ = tokio::time::sleep(self.poll) => {}
-                _ = tx.closed() => return Ok(()),
+            tokio::time::sleep(self.poll).await;
+            if link.hub_gone() {
+                return Ok(());
             }
         }
     }
@@ -296,9 +253,16 @@ impl ShedLockObserver {
     }
 }
 
+impl Session for ShedLockObserver {
+    fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.observe(link))
+    }
+}
+
 impl Observer for ShedLockObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
-        Box::pin(self.run_loop(events))
+        let link = Link::new(events, self.backoff.clone());
+        Box::pin(run_observer(link, "shedlock", *self))
     }
 }
 

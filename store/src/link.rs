@@ -1,0 +1,102 @@
+//! An observer's link to its hub, shared by every observer so that all stores
+//! report the same way: events go out in order, and the store connection is
+//! reported as `Connecting`, then `Live`, then `Unreachable { since, error,
+//! retry_at }` with a capped, jittered backoff between attempts, and `Live` again.
+
+use futures::future::BoxFuture;
+use lockscope_model::{FleetEvent, StoreStatus};
+use tokio::sync::mpsc;
+use tracing::warn;
+
+use crate::backoff::Backoff;
+use crate::{now_ms, ObserverEvent, StoreError};
+
+/// The hub has gone away: the observer should stop.
+#[derive(Debug)]
+pub(crate) struct HubGone;
+
+pub(crate) struct Link {
+    tx: mpsc::Sender<ObserverEvent>,
+    backoff: Backoff,
+    /// When the store became unreachable (kept across failed attempts).
+    down_since: Option<i64>,
+    /// Whether `Live` was reported since the last (re)connect.
+    live: bool,
+}
+
+impl Link {
+    pub fn new(tx: mpsc::Sender<ObserverEvent>, backoff: Backoff) -> Link {
+        Link {
+            tx,
+            backoff,
+            down_since: None,
+            live: false,
+        }
+    }
+
+    pub async fn events(&self, events: Vec<FleetEvent>) -> Result<(), HubGone> {
+        self.tx.send(ObserverEvent::Events(events)).await.map_err(|_| HubGone)
+    }
+
+    async fn status(&self, status: StoreStatus) -> Result<(), HubGone> {
+        self.tx.send(ObserverEvent::Status(status)).await.map_err(|_| HubGone)
+    }
+
+    /// Reports the store live once per connection, and resets the backoff.
+    pub async fn live(&mut self) -> Result<(), HubGone> {
+        if self.live {
+            return Ok(());
+        }
+        self.live = true;
+        self.backoff.reset();
+        self.down_since = None;
+        self.status(StoreStatus::Live { since: now_ms() }).await
+    }
+
+    pub fn hub_gone(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Reports the failure and waits out the backoff.
+    async fn failed(&mut self, err: &StoreError, store: &str) -> Result<(), HubGone> {
+        self.live = false;
+        let delay = self.backoff.next_delay();
+        let since = *self.down_since.get_or_insert_with(now_ms);
+        warn!(store, error = %err, retry_in = ?delay, "observer disconnected");
+        let retry_at = now_ms() + delay.as_millis() as i64;
+        self.status(StoreStatus::Unreachable {
+            since,
+            error: err.to_string(),
+            retry_at,
+        })
+        .await?;
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => Ok(()),
+            _ = self.tx.closed() => Err(HubGone),
+        }
+    }
+}
+
+/// One connection's worth of observing a store.
+pub(crate) trait Session: Send {
+    /// Connects and reports until an error (returned), or until the hub is gone
+    /// (`Ok`).
+    fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+/// Runs sessions until the hub is gone, reporting each failure and retrying after
+/// the backoff.
+pub(crate) async fn run_observer(mut link: Link, store: &str, mut observer: impl Session) {
+    if link.status(StoreStatus::Connecting { since: now_ms() }).await.is_err() {
+        return;
+    }
+    loop {
+        let err = match observer.session(&mut link).await {
+            Ok(()) => return,
+            Err(e) => e,
+        };
+        if link.failed(&err, store).await.is_err() {
+            return;
+        }
+    }
+}
