@@ -9,7 +9,9 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 use lockscope_model::time::Millis;
-use lockscope_model::{FleetEvent, FleetState, FleetSummary, LockEntry, Page, ServerMsg, Snapshot, StoreStatus};
+use lockscope_model::{
+    Counts, FleetEvent, FleetState, FleetSummary, LockEntry, Page, ServerMsg, Snapshot, StoreStatus,
+};
 
 /// The browser's link to the server.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,6 +44,8 @@ pub struct LiveView {
     rows: StoredValue<HashMap<String, ArcRwSignal<LockEntry>>>,
     /// Row names in display (name) order; the keyed list iterates this.
     pub names: RwSignal<Vec<String>>,
+    /// Bumped whenever a session starts or stops waiting.
+    waiters_changed: RwSignal<u64>,
     pub fleet: RwSignal<String>,
     /// Every fleet's headline numbers (refreshed every few seconds).
     pub overview: RwSignal<Vec<FleetSummary>>,
@@ -64,6 +68,7 @@ impl LiveView {
             table: StoredValue::new(FleetState::default()),
             rows: StoredValue::new(HashMap::new()),
             names: RwSignal::new(Vec::new()),
+            waiters_changed: RwSignal::new(0),
             fleet: RwSignal::new(snapshot.fleet.clone()),
             status: RwSignal::new(snapshot.status.clone()),
             connection: RwSignal::new(Connection::Static),
@@ -77,10 +82,18 @@ impl LiveView {
 
     /// (held, overdue, expired, malformed) of the shown fleet, from the live table:
     /// updates with every row change and every clock tick.
-    pub fn counts(&self) -> (u64, u64, u64, u64) {
+    pub fn counts(&self) -> Counts {
         self.names.track();
+        self.waiters_changed.track();
         let now = self.now.get();
         self.table.with_value(|t| t.counts(now))
+    }
+
+    /// Sessions waiting for `lock` (reactive).
+    pub fn waiters_of(&self, lock: &str) -> Vec<String> {
+        self.waiters_changed.track();
+        self.table
+            .with_value(|t| t.waiters_of(lock).map(str::to_string).collect())
     }
 
     /// Where the shown fleet's locks live.
@@ -177,12 +190,14 @@ impl LiveView {
         self.apply(FleetEvent::Reset {
             revision: snap.revision,
             locks: snap.locks,
+            waiters: snap.waiters,
         });
     }
 
     fn apply(&self, event: FleetEvent) {
         let changes = self.table.try_update_value(|t| t.apply(event)).unwrap_or_default();
         let mut names_changed = false;
+        let mut waiters_changed = false;
         for change in changes {
             match change {
                 FleetEvent::Upsert(entry) => {
@@ -202,8 +217,12 @@ impl LiveView {
                     });
                     names_changed = true;
                 }
-                FleetEvent::Reset { .. } => unreachable!("the reducer returns only upserts and removals"),
+                FleetEvent::Waiting(_) | FleetEvent::StoppedWaiting(_) => waiters_changed = true,
+                FleetEvent::Reset { .. } => unreachable!("the reducer never returns a reset"),
             }
+        }
+        if waiters_changed {
+            self.waiters_changed.update(|n| *n += 1);
         }
         if names_changed {
             let names = self.table.with_value(|t| t.locks().map(|e| e.name.clone()).collect());
@@ -228,6 +247,7 @@ mod tests {
             revision: 9,
             status: StoreStatus::Live { since: 1 },
             locks,
+            waiters: vec![],
         }
     }
 
@@ -288,6 +308,26 @@ mod tests {
             assert_eq!(v.names.get_untracked(), vec!["z"]);
             assert_eq!(v.receive(delta(21, vec![]), 1_500), Followup::None);
             assert_eq!(v.connection.get_untracked(), Connection::Live);
+        });
+    }
+
+    #[test]
+    fn waiters_are_followed_per_lock() {
+        let owner = Owner::new();
+        owner.with(|| {
+            let v = LiveView::new(page(snapshot(1, vec![entry("a", 1)])));
+            let w = |s: &str| lockscope_model::Waiter {
+                lock: "a".into(),
+                session: s.into(),
+            };
+            v.receive(
+                delta(2, vec![FleetEvent::Waiting(w("s1")), FleetEvent::Waiting(w("s2"))]),
+                0,
+            );
+            assert_eq!(v.waiters_of("a"), vec!["s1", "s2"]);
+            v.receive(delta(3, vec![FleetEvent::StoppedWaiting(w("s1"))]), 0);
+            assert_eq!(v.waiters_of("a"), vec!["s2"]);
+            assert_eq!(v.counts().waiters, 1);
         });
     }
 

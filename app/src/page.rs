@@ -106,13 +106,7 @@ fn Overview() -> impl IntoView {
         let current = live.fleet.with(|c| *c == f.name);
         // The fleet on screen counts from its live table, so the overview never
         // disagrees with the rows below it; the others refresh every few seconds.
-        let counts = move || {
-            if current {
-                live.counts()
-            } else {
-                (f.held, f.overdue, f.expired, f.malformed)
-            }
-        };
+        let counts = move || if current { live.counts() } else { f.counts };
         let (state, label) = match &f.status {
             StoreStatus::Live { .. } => ("live", "live".to_string()),
             StoreStatus::Connecting { .. } => ("connecting", "connecting".to_string()),
@@ -124,10 +118,11 @@ fn Overview() -> impl IntoView {
             <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current>
                 <td><a href=format!("/?fleet={}", f.name)>{f.name.clone()}</a></td>
                 <td class="state" data-state=state>{label}</td>
-                <td data-testid="fleet-held">{move || counts().0}</td>
-                <td data-testid="fleet-overdue">{move || counts().1}</td>
-                <td data-testid="fleet-expired">{move || counts().2}</td>
-                <td data-testid="fleet-malformed">{move || counts().3}</td>
+                <td data-testid="fleet-held">{move || counts().held}</td>
+                <td data-testid="fleet-overdue">{move || counts().overdue}</td>
+                <td data-testid="fleet-expired">{move || counts().expired}</td>
+                <td data-testid="fleet-malformed">{move || counts().malformed}</td>
+                <td data-testid="fleet-waiters">{move || counts().waiters}</td>
                 <td class="source">{f.source}</td>
             </tr>
         }
@@ -142,6 +137,7 @@ fn Overview() -> impl IntoView {
                     <th>"overdue"</th>
                     <th>"expired"</th>
                     <th>"malformed"</th>
+                    <th>"waiters"</th>
                     <th>"source"</th>
                 </tr>
             </thead>
@@ -162,6 +158,7 @@ fn LockTable() -> impl IntoView {
                     <th>"purpose"</th>
                     <th>"held for"</th>
                     <th>"expires in"</th>
+                    <th>"waiters"</th>
                     <th>"fence"</th>
                 </tr>
             </thead>
@@ -188,9 +185,18 @@ fn LockRow(name: String) -> impl IntoView {
     // An arena handle owned by this row's view: dropped when the row unmounts.
     let row = RwSignal::from(row);
     let entry = move || row.get();
+    let lock = StoredValue::new(name.clone());
+    let waiters = move || lock.with_value(|l| live.waiters_of(l));
     view! {
         <tr data-testid="lock-row" data-lock=name.clone() class=move || row_class(&entry(), live.now.get())>
             {move || cells(entry(), live.now.get())}
+            <td class="waiters" data-testid="waiters" title=move || waiters().join("\n")>
+                {move || match waiters().len() {
+                    0 => String::new(),
+                    n => n.to_string(),
+                }}
+            </td>
+            <td class="fence" data-testid="fence">{move || row.with(|e| e.fence)}</td>
         </tr>
     }
     .into_any()
@@ -226,7 +232,6 @@ fn cells(e: LockEntry, now: i64) -> impl IntoView {
                 <td class="purpose">{r.purpose}</td>
                 <td class="age" data-testid="held-for">{human_duration(now - r.acquired_at)}</td>
                 <td class="expires" data-testid="expires-in">{expires}</td>
-                <td class="fence" data-testid="fence">{e.fence}</td>
             }
             .into_any()
         }
@@ -239,7 +244,6 @@ fn cells(e: LockEntry, now: i64) -> impl IntoView {
                     {error}
                     <code>{preview}</code>
                 </td>
-                <td class="fence" data-testid="fence">{e.fence}</td>
             }
             .into_any()
         }

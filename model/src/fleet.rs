@@ -7,7 +7,7 @@
 //! removals: the hub forwards exactly those, and the browser re-renders exactly
 //! those rows.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -99,12 +99,40 @@ impl LockRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum FleetEvent {
-    /// The complete table at `revision`.
-    Reset { revision: i64, locks: Vec<LockEntry> },
+    /// The complete table at `revision`, waiters included.
+    Reset {
+        revision: i64,
+        locks: Vec<LockEntry>,
+        #[serde(default)]
+        waiters: Vec<Waiter>,
+    },
     /// A lock was taken, or its record changed.
     Upsert(LockEntry),
     /// A lock was released (deleted at `revision`).
     Remove { name: String, revision: i64 },
+    /// A session started waiting for a lock.
+    Waiting(Waiter),
+    /// A session stopped waiting (it got the lock, gave up, or died).
+    StoppedWaiting(Waiter),
+}
+
+/// A session blocked on a lock.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Waiter {
+    pub lock: String,
+    pub session: String,
+}
+
+/// A fleet's headline numbers at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Every lock entry, malformed ones included.
+    pub held: u64,
+    pub overdue: u64,
+    pub expired: u64,
+    pub malformed: u64,
+    /// Sessions waiting for a lock.
+    pub waiters: u64,
 }
 
 /// The connection between the server and one store, on the server's clock.
@@ -133,15 +161,29 @@ impl Default for StoreStatus {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FleetState {
     locks: BTreeMap<String, LockEntry>,
+    /// Ordered by lock, then session: the waiters of one lock are a range.
+    waiters: BTreeSet<Waiter>,
     revision: i64,
 }
 
 impl FleetState {
-    /// Applies one event and returns what actually changed, as `Upsert`/`Remove`
-    /// events in a deterministic order. Stale events return nothing.
+    /// Applies one event and returns what actually changed, as events other than
+    /// `Reset`, in a deterministic order. Stale events return nothing.
     pub fn apply(&mut self, event: FleetEvent) -> Vec<FleetEvent> {
         match event {
-            FleetEvent::Reset { revision, locks } => {
+            FleetEvent::Waiting(w) => match self.waiters.insert(w.clone()) {
+                true => vec![FleetEvent::Waiting(w)],
+                false => Vec::new(),
+            },
+            FleetEvent::StoppedWaiting(w) => match self.waiters.remove(&w) {
+                true => vec![FleetEvent::StoppedWaiting(w)],
+                false => Vec::new(),
+            },
+            FleetEvent::Reset {
+                revision,
+                locks,
+                waiters,
+            } => {
                 let mut fresh: BTreeMap<String, LockEntry> = locks.into_iter().map(|e| (e.name.clone(), e)).collect();
                 let mut changes = Vec::new();
                 for (name, old) in &self.locks {
@@ -162,6 +204,15 @@ impl FleetState {
                     }
                 }
                 std::mem::swap(&mut self.locks, &mut fresh);
+                let waiters: BTreeSet<Waiter> = waiters.into_iter().collect();
+                changes.extend(
+                    self.waiters
+                        .difference(&waiters)
+                        .cloned()
+                        .map(FleetEvent::StoppedWaiting),
+                );
+                changes.extend(waiters.difference(&self.waiters).cloned().map(FleetEvent::Waiting));
+                self.waiters = waiters;
                 // A reset is the whole truth, even if the store went back in time
                 // (restored from a backup): its revision replaces ours.
                 self.revision = revision;
@@ -214,18 +265,39 @@ impl FleetState {
         self.locks.values()
     }
 
-    /// (held, overdue, expired, malformed) at `now`; held counts every entry.
-    pub fn counts(&self, now: Millis) -> (u64, u64, u64, u64) {
-        let (mut overdue, mut expired, mut malformed) = (0, 0, 0);
+    /// Sessions waiting for `lock`, in order.
+    pub fn waiters_of<'a>(&'a self, lock: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        let from = Waiter {
+            lock: lock.to_string(),
+            session: String::new(),
+        };
+        self.waiters
+            .range(from..)
+            .take_while(move |w| w.lock == lock)
+            .map(|w| w.session.as_str())
+    }
+
+    /// Every waiter, ordered by lock then session.
+    pub fn waiters(&self) -> impl Iterator<Item = &Waiter> {
+        self.waiters.iter()
+    }
+
+    /// The headline numbers at `now`.
+    pub fn counts(&self, now: Millis) -> Counts {
+        let mut c = Counts {
+            held: self.locks.len() as u64,
+            waiters: self.waiters.len() as u64,
+            ..Counts::default()
+        };
         for e in self.locks.values() {
             match e.record().map(|r| r.liveness(now)) {
                 Some(Liveness::Healthy) => {}
-                Some(Liveness::Overdue) => overdue += 1,
-                Some(Liveness::Expired) => expired += 1,
-                None => malformed += 1,
+                Some(Liveness::Overdue) => c.overdue += 1,
+                Some(Liveness::Expired) => c.expired += 1,
+                None => c.malformed += 1,
             }
         }
-        (self.locks.len() as u64, overdue, expired, malformed)
+        c
     }
 }
 
@@ -252,7 +324,18 @@ mod tests {
         }
     }
     fn reset(revision: i64, locks: Vec<LockEntry>) -> FleetEvent {
-        FleetEvent::Reset { revision, locks }
+        FleetEvent::Reset {
+            revision,
+            locks,
+            waiters: vec![],
+        }
+    }
+
+    fn waiter(lock: &str, session: &str) -> Waiter {
+        Waiter {
+            lock: lock.into(),
+            session: session.into(),
+        }
     }
 
     struct Case {
@@ -397,10 +480,54 @@ mod tests {
         let mut s = FleetState::default();
         s.apply(up("a", 1, 1));
         s.apply(FleetEvent::Upsert(LockEntry::from_stored("bad".into(), 2, 2, b"x")));
+        s.apply(FleetEvent::Waiting(waiter("a", "s1")));
         let r = sample("o");
-        assert_eq!(s.counts(r.alert_at - 1), (2, 0, 0, 1));
-        assert_eq!(s.counts(r.alert_at), (2, 1, 0, 1));
-        assert_eq!(s.counts(r.auto_unlock_at), (2, 0, 1, 1));
+        let c = |held, overdue, expired, malformed| Counts {
+            held,
+            overdue,
+            expired,
+            malformed,
+            waiters: 1,
+        };
+        assert_eq!(s.counts(r.alert_at - 1), c(2, 0, 0, 1));
+        assert_eq!(s.counts(r.alert_at), c(2, 1, 0, 1));
+        assert_eq!(s.counts(r.auto_unlock_at), c(2, 0, 1, 1));
+    }
+
+    #[test]
+    fn waiters_come_and_go_and_resets_diff_them() {
+        let mut s = FleetState::default();
+        assert_eq!(
+            s.apply(FleetEvent::Waiting(waiter("a", "s1"))),
+            vec![FleetEvent::Waiting(waiter("a", "s1"))]
+        );
+        assert_eq!(
+            s.apply(FleetEvent::Waiting(waiter("a", "s1"))),
+            vec![],
+            "duplicates change nothing"
+        );
+        s.apply(FleetEvent::Waiting(waiter("a", "s2")));
+        s.apply(FleetEvent::Waiting(waiter("ab", "s3")));
+        assert_eq!(
+            s.waiters_of("a").collect::<Vec<_>>(),
+            vec!["s1", "s2"],
+            "not ab's waiter"
+        );
+        assert_eq!(s.apply(FleetEvent::StoppedWaiting(waiter("zz", "s9"))), vec![]);
+        let changes = s.apply(FleetEvent::Reset {
+            revision: 5,
+            locks: vec![],
+            waiters: vec![waiter("a", "s2"), waiter("b", "s4")],
+        });
+        assert_eq!(
+            changes,
+            vec![
+                FleetEvent::StoppedWaiting(waiter("a", "s1")),
+                FleetEvent::StoppedWaiting(waiter("ab", "s3")),
+                FleetEvent::Waiting(waiter("b", "s4")),
+            ]
+        );
+        assert_eq!(s.waiters().count(), 2);
     }
 
     #[test]

@@ -15,6 +15,6 @@ pub mod record;
 pub mod time;
 pub mod wire;
 
-pub use fleet::{FleetEvent, FleetState, LockBody, LockEntry, StoreStatus};
+pub use fleet::{Counts, FleetEvent, FleetState, LockBody, LockEntry, StoreStatus, Waiter};
 pub use record::LockRecord;
 pub use wire::{ClientMsg, FleetSummary, Page, ServerMsg, Snapshot, PROTOCOL_VERSION};

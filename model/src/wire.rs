@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{FleetEvent, LockEntry, StoreStatus};
+use crate::fleet::{Counts, FleetEvent, LockEntry, StoreStatus, Waiter};
 use crate::time::Millis;
 
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -56,10 +56,8 @@ pub struct FleetSummary {
     /// Where the fleet's locks live (credentials removed), e.g. `etcd http://10.0.0.5:2379`.
     pub source: String,
     pub status: StoreStatus,
-    pub held: u64,
-    pub overdue: u64,
-    pub expired: u64,
-    pub malformed: u64,
+    #[serde(flatten)]
+    pub counts: Counts,
 }
 
 /// What the server embeds in a rendered page: the chosen fleet's table and the
@@ -80,6 +78,8 @@ pub struct Snapshot {
     pub revision: i64,
     pub status: StoreStatus,
     pub locks: Vec<LockEntry>,
+    #[serde(default)]
+    pub waiters: Vec<Waiter>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -217,15 +217,11 @@ impl Hub {
     }
 
     fn summary(&self) -> FleetSummary {
-        let (held, overdue, expired, malformed) = self.state.counts(now_ms());
         FleetSummary {
             name: self.fleet.clone(),
             source: self.source.clone(),
             status: self.status.clone(),
-            held,
-            overdue,
-            expired,
-            malformed,
+            counts: self.state.counts(now_ms()),
         }
     }
 
@@ -237,6 +233,7 @@ impl Hub {
             revision: self.state.revision(),
             status: self.status.clone(),
             locks: self.state.locks().cloned().collect(),
+            waiters: self.state.waiters().cloned().collect(),
         }
     }
 }

@@ -76,6 +76,12 @@ macro_rules! contract_tests {
             }
 
             #[tokio::test]
+            async fn the_observer_shows_waiters() {
+                let db = $server;
+                observer_shows_waiters(&db.url()).await;
+            }
+
+            #[tokio::test]
             async fn deadlines_are_exact() {
                 let db = $server;
                 contract::deadlines_are_exact(connect(&db.url()).await, Duration::from_millis(500)).await;
@@ -162,11 +168,14 @@ async fn until(
 ) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !(*live && done(state)) {
-        match tokio::time::timeout_at(deadline, rx.recv())
-            .await
-            .expect("observer too slow")
-            .unwrap()
-        {
+        let next = tokio::time::timeout_at(deadline, rx.recv()).await.unwrap_or_else(|_| {
+            let waiters: Vec<_> = state.waiters().collect();
+            panic!(
+                "observer too slow: live {live}, {} locks, waiters {waiters:?}",
+                state.len()
+            )
+        });
+        match next.unwrap() {
             ObserverEvent::Status(s) => *live = matches!(s, StoreStatus::Live { .. }),
             ObserverEvent::Events(evs) => {
                 for e in evs {
@@ -207,4 +216,33 @@ async fn observer_follows(url: &str) {
         LockBody::Malformed { raw, .. } => assert_eq!(raw, b"{oops"),
         other => panic!("shown as {other:?}"),
     }
+}
+
+async fn observer_shows_waiters(url: &str) {
+    use lockscope_store::client::Session;
+    use lockscope_store::testing::contract::{opts, quiet};
+    let store = connect(url).await;
+    let holder = Session::open(store.clone(), quiet("holder")).await.unwrap();
+    let waiter = Session::open(store.clone(), quiet("waiter")).await.unwrap();
+    let held = holder.lock("w/x", opts("hold")).await.unwrap();
+    let (tx, mut rx) = mpsc::channel(16);
+    tokio::spawn(Box::new(SqlObserver::new(url)).run(tx));
+    let mut state = FleetState::default();
+    let mut live = false;
+    until(&mut rx, &mut state, &mut live, |s| s.get("w/x").is_some()).await;
+
+    let id = waiter.id().to_string();
+    // The task returns the guard: dropping it would release the lock.
+    let blocked = tokio::spawn(async move { waiter.lock("w/x", opts("wait")).await });
+    until(&mut rx, &mut state, &mut live, |s| {
+        s.waiters_of("w/x").eq([id.as_str()])
+    })
+    .await;
+    assert!(held.unlock().await.unwrap());
+    let guard = blocked.await.unwrap().unwrap();
+    let fence = guard.fence();
+    until(&mut rx, &mut state, &mut live, |s| {
+        s.waiters_of("w/x").next().is_none() && s.get("w/x").is_some_and(|e| e.fence == fence)
+    })
+    .await;
 }

@@ -175,3 +175,33 @@ async fn an_unreachable_store_is_reported_not_hung() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn waiters_are_observed_while_they_wait() {
+    use lockscope_store::testing::contract::{opts, quiet};
+    let etcd = EtcdServer::start().await;
+    let store = EtcdLocks::connect(config(etcd.endpoint())).await.unwrap();
+    let holder = lockscope_store::client::Session::open(store.clone(), quiet("holder"))
+        .await
+        .unwrap();
+    let waiter = lockscope_store::client::Session::open(store.clone(), quiet("waiter"))
+        .await
+        .unwrap();
+    let held = holder.lock("w/x", opts("hold")).await.unwrap();
+    let mut w = Watcher::start(config(etcd.endpoint()));
+    w.until("the lock, live", |w| w.live() && w.state.get("w/x").is_some())
+        .await;
+
+    let id = waiter.id().to_string();
+    // The task returns the guard: dropping it would release the lock.
+    let blocked = tokio::spawn(async move { waiter.lock("w/x", opts("wait")).await });
+    w.until("the waiter", |w| w.state.waiters_of("w/x").eq([id.as_str()]))
+        .await;
+    assert!(held.unlock().await.unwrap());
+    let guard = blocked.await.unwrap().unwrap();
+    let fence = guard.fence();
+    w.until("the waiter gone and holding", |w| {
+        w.state.waiters_of("w/x").next().is_none() && w.state.get("w/x").is_some_and(|e| e.fence == fence)
+    })
+    .await;
+}

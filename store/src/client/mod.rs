@@ -452,8 +452,9 @@ impl<S: LockStore> Session<S> {
         self.inner.store.close_session(self.inner.lease, &self.inner.id).await
     }
 
-    /// One heartbeat now: the session record, then every held lock.
-    async fn beat(&self) {
+    /// Heartbeats now instead of at the next tick: refreshes the session record and
+    /// extends every held lock (reporting any loss to its guard).
+    pub async fn heartbeat_now(&self) {
         beat(&self.inner).await
     }
 }
@@ -651,14 +652,6 @@ impl<S: LockStore> Drop for LockGuard<S> {
             }
             Err(_) => warn!(lock = %name, "guard dropped outside a tokio runtime; the lock stays until auto-unlock"),
         }
-    }
-}
-
-#[doc(hidden)]
-impl<S: LockStore> Session<S> {
-    /// Runs one heartbeat immediately (tests).
-    pub async fn heartbeat_now(&self) {
-        self.beat().await
     }
 }
 

@@ -61,6 +61,10 @@ impl EtcdConfig {
         format!("{}locks/{name}", self.prefix)
     }
 
+    pub(crate) fn waiters_prefix(&self) -> String {
+        format!("{}waiters/", self.prefix)
+    }
+
     pub(crate) fn session_key(&self, session: &str) -> String {
         format!("{}sessions/{session}", self.prefix)
     }

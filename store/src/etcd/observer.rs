@@ -8,7 +8,7 @@
 
 use etcd_client::{Client, EventType, GetOptions, KeyValue, WatchOptions};
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, LockEntry};
+use lockscope_model::{FleetEvent, LockEntry, Waiter};
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
@@ -56,12 +56,17 @@ impl EtcdObserver {
                 },
             };
             self.resume = Some(from);
-            let prefix = self.cfg.locks_prefix();
+            // One watch over the whole layout: lock and waiter keys (session and
+            // blacklist keys are ignored here).
             let opts = WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(from + 1)
                 .with_progress_notify();
-            let mut stream = timed(self.cfg.request_timeout, client.watch(prefix.clone(), Some(opts))).await?;
+            let mut stream = timed(
+                self.cfg.request_timeout,
+                client.watch(self.cfg.prefix.clone(), Some(opts)),
+            )
+            .await?;
             loop {
                 let Some(resp) = stream.message().await? else {
                     return Err(StoreError::Unreachable("watch stream ended".into()));
@@ -86,21 +91,24 @@ impl EtcdObserver {
                 let mut last = None;
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
-                    let name = name_of(kv, &prefix);
                     last = Some(kv.mod_revision());
-                    events.push(match ev.event_type() {
-                        EventType::Put => FleetEvent::Upsert(entry_of(kv, name)),
-                        EventType::Delete => FleetEvent::Remove {
+                    let put = ev.event_type() == EventType::Put;
+                    events.extend(match self.key_of(kv) {
+                        Key::Lock(name) if put => Some(FleetEvent::Upsert(entry_of(kv, name))),
+                        Key::Lock(name) => Some(FleetEvent::Remove {
                             name,
                             revision: kv.mod_revision(),
-                        },
+                        }),
+                        Key::Waiter(w) if put => Some(FleetEvent::Waiting(w)),
+                        Key::Waiter(w) => Some(FleetEvent::StoppedWaiting(w)),
+                        Key::Other => None,
                     });
                 }
                 if !events.is_empty() {
                     if link.events(events).await.is_err() {
                         return Ok(());
                     }
-                } else if !resp.created() {
+                } else if !resp.created() && resp.events().is_empty() {
                     // A progress notification: every event up to the header's
                     // revision has been delivered.
                     last = resp.header().map(|h| h.revision());
@@ -112,14 +120,46 @@ impl EtcdObserver {
         }
     }
 
-    /// Reads every lock at one revision, page by page, and sends it as one reset.
-    /// Returns the revision, or `None` if the hub is gone.
+    /// Reads every lock and waiter at one revision, page by page, and sends them as
+    /// one reset. Returns the revision, or `None` if the hub is gone.
     async fn snapshot(&mut self, client: &mut Client, link: &Link) -> Result<Option<i64>, StoreError> {
-        let prefix = self.cfg.locks_prefix();
+        let (revision, lock_kvs) = self.range(client, &self.cfg.locks_prefix(), 0).await?;
+        let (_, waiter_kvs) = self.range(client, &self.cfg.waiters_prefix(), revision).await?;
+        let mut locks = Vec::with_capacity(lock_kvs.len());
+        let mut waiters = Vec::new();
+        for kv in lock_kvs.iter().chain(&waiter_kvs) {
+            match self.key_of(kv) {
+                Key::Lock(name) => locks.push(entry_of(kv, name)),
+                Key::Waiter(w) => waiters.push(w),
+                Key::Other => {}
+            }
+        }
+        debug!(revision, locks = locks.len(), waiters = waiters.len(), "snapshot taken");
+        if link
+            .events(vec![FleetEvent::Reset {
+                revision,
+                locks,
+                waiters,
+            }])
+            .await
+            .is_err()
+        {
+            return Ok(None);
+        }
+        Ok(Some(revision))
+    }
+
+    /// Every key under `prefix` at `revision` (0: now), in pages of `page_size`, so
+    /// that no response nears gRPC's 4 MiB limit. Returns the revision read at.
+    async fn range(
+        &self,
+        client: &mut Client,
+        prefix: &str,
+        mut revision: i64,
+    ) -> Result<(i64, Vec<KeyValue>), StoreError> {
         let end = prefix_end(prefix.as_bytes());
         let mut from = prefix.as_bytes().to_vec();
-        let mut revision = 0;
-        let mut locks = Vec::new();
+        let mut kvs = Vec::new();
         loop {
             let mut opts = GetOptions::new().with_range(end.clone()).with_limit(self.cfg.page_size);
             if revision > 0 {
@@ -130,29 +170,42 @@ impl EtcdObserver {
             if revision == 0 {
                 revision = resp.header().map(|h| h.revision()).unwrap_or_default();
             }
-            for kv in resp.kvs() {
-                locks.push(entry_of(kv, name_of(kv, &prefix)));
-            }
+            kvs.extend_from_slice(resp.kvs());
             match resp.kvs().last() {
                 Some(last) if resp.more() => {
                     from = last.key().to_vec();
                     from.push(0);
                 }
-                _ => break,
+                _ => return Ok((revision, kvs)),
             }
         }
-        debug!(revision, locks = locks.len(), "snapshot taken");
-        if link.events(vec![FleetEvent::Reset { revision, locks }]).await.is_err() {
-            return Ok(None);
+    }
+
+    fn key_of(&self, kv: &KeyValue) -> Key {
+        let key = String::from_utf8_lossy(kv.key());
+        let Some(rest) = key.strip_prefix(self.cfg.prefix.as_str()) else {
+            return Key::Other;
+        };
+        if let Some(name) = rest.strip_prefix("locks/") {
+            Key::Lock(name.to_string())
+        } else if let Some((lock, session)) = rest.strip_prefix("waiters/").and_then(|w| w.rsplit_once('/')) {
+            // Lock names may contain '/'; session ids may not, so the last segment
+            // is the session.
+            Key::Waiter(Waiter {
+                lock: lock.to_string(),
+                session: session.to_string(),
+            })
+        } else {
+            Key::Other
         }
-        Ok(Some(revision))
     }
 }
 
-fn name_of(kv: &KeyValue, prefix: &str) -> String {
-    let key = kv.key();
-    let rest = key.strip_prefix(prefix.as_bytes()).unwrap_or(key);
-    String::from_utf8_lossy(rest).into_owned()
+/// What a key under the prefix is.
+enum Key {
+    Lock(String),
+    Waiter(Waiter),
+    Other,
 }
 
 fn entry_of(kv: &KeyValue, name: String) -> LockEntry {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::record::{BlacklistRecord, SessionRecord};
-use lockscope_model::{LockEntry, LockRecord};
+use lockscope_model::{LockEntry, LockRecord, Waiter};
 use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow};
 use sqlx::AnyPool;
 use sqlx::Row;
@@ -35,6 +35,15 @@ type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{now_ms, validate_name, StoreError};
+
+/// A change PostgreSQL notified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// A lock row changed (`NOTIFY lockscope_locks, '<name>'`).
+    Lock(String),
+    /// A session started or stopped waiting (`NOTIFY lockscope_waiters`).
+    Waiters,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -59,8 +68,8 @@ pub struct SqlLocks {
     dialect: Dialect,
     /// Statements sent, for tests that check waiting is not polling.
     statements: Arc<AtomicU64>,
-    /// PostgreSQL only: names from `NOTIFY lockscope_locks`.
-    notified: Option<broadcast::Sender<String>>,
+    /// PostgreSQL only: what the triggers notify.
+    notified: Option<broadcast::Sender<Change>>,
 }
 
 impl SqlLocks {
@@ -147,7 +156,22 @@ impl SqlLocks {
         rows.iter().map(entry_of).collect()
     }
 
-    /// SQLite: the change counter bumped by every write to the locks table.
+    /// Every session waiting for a lock.
+    pub async fn waiting(&self) -> Result<Vec<Waiter>, StoreError> {
+        let q = self.sql("SELECT waiting_for, session FROM lockscope_sessions WHERE waiting_for IS NOT NULL");
+        let rows = sqlx::query(&q).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Waiter {
+                    lock: r.try_get(0)?,
+                    session: r.try_get(1)?,
+                })
+            })
+            .collect()
+    }
+
+    /// SQLite: the change counter bumped by every write to the locks table and by
+    /// sessions starting or stopping to wait.
     pub async fn change_counter(&self) -> Result<i64, StoreError> {
         let q = self.sql("SELECT counter FROM lockscope_changes WHERE id = 1");
         let row = self
@@ -170,11 +194,11 @@ fn schema_error(e: sqlx::migrate::MigrateError, url: &str) -> StoreError {
     }
 }
 
-/// Listens for `NOTIFY lockscope_locks` and re-broadcasts lock names. One
+/// Listens for the triggers' notifications and re-broadcasts them. One
 /// connection per store; reconnects (sqlx's listener does) and keeps going.
-async fn listen(url: &str) -> Result<broadcast::Sender<String>, StoreError> {
+async fn listen(url: &str) -> Result<broadcast::Sender<Change>, StoreError> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener.listen("lockscope_locks").await?;
+    listener.listen_all(["lockscope_locks", "lockscope_waiters"]).await?;
     let (tx, _) = broadcast::channel(1024);
     // The task holds only a weak sender: once every clone of the store is gone,
     // it stops at the next notification.
@@ -184,7 +208,10 @@ async fn listen(url: &str) -> Result<broadcast::Sender<String>, StoreError> {
             match listener.recv().await {
                 Ok(n) => match weak.upgrade() {
                     Some(tx) => {
-                        let _ = tx.send(n.payload().to_string());
+                        let _ = tx.send(match n.channel() {
+                            "lockscope_locks" => Change::Lock(n.payload().to_string()),
+                            _ => Change::Waiters,
+                        });
                     }
                     None => return,
                 },
@@ -364,7 +391,7 @@ impl LockStore for SqlLocks {
                 let wait = async {
                     loop {
                         match rx.recv().await {
-                            Ok(n) if n == name => return,
+                            Ok(Change::Lock(n)) if n == name => return,
                             Ok(_) => {}
                             Err(broadcast::error::RecvError::Lagged(_)) => return,
                             Err(broadcast::error::RecvError::Closed) => return,

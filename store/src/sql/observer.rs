@@ -58,8 +58,16 @@ impl SqlObserver {
                 }
             };
             if let Some(revision) = changed {
-                let locks = store.held().await?;
-                if link.events(vec![FleetEvent::Reset { revision, locks }]).await.is_err() {
+                let (locks, waiters) = (store.held().await?, store.waiting().await?);
+                if link
+                    .events(vec![FleetEvent::Reset {
+                        revision,
+                        locks,
+                        waiters,
+                    }])
+                    .await
+                    .is_err()
+                {
                     return Ok(());
                 }
             }

@@ -69,21 +69,46 @@ CREATE TRIGGER lockscope_locks_notify AFTER INSERT OR UPDATE OR DELETE ON locksc
 FOR EACH ROW EXECUTE FUNCTION lockscope_notify();
 "#;
 
+// Waiters: the observer learns when a session starts or stops waiting.
+const SQLITE_V2: &str = r#"
+CREATE TRIGGER lockscope_sessions_wait AFTER UPDATE OF waiting_for ON lockscope_sessions
+BEGIN UPDATE lockscope_changes SET counter = counter + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_sessions_del AFTER DELETE ON lockscope_sessions
+BEGIN UPDATE lockscope_changes SET counter = counter + 1 WHERE id = 1; END;
+"#;
+
+const POSTGRES_V2: &str = r#"
+CREATE FUNCTION lockscope_notify_waiting() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('lockscope_waiters', COALESCE(NEW.waiting_for, OLD.waiting_for, ''));
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER lockscope_sessions_notify AFTER UPDATE OF waiting_for OR DELETE ON lockscope_sessions
+FOR EACH ROW EXECUTE FUNCTION lockscope_notify_waiting();
+"#;
+
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 pub fn migrator(dialect: Dialect) -> Migrator {
-    let v1 = match dialect {
-        Dialect::Sqlite => SQLITE_V1,
-        Dialect::Postgres => POSTGRES_V1,
+    let (v1, v2) = match dialect {
+        Dialect::Sqlite => (SQLITE_V1, SQLITE_V2),
+        Dialect::Postgres => (POSTGRES_V1, POSTGRES_V2),
     };
-    let migrations = vec![Migration::new(
-        1,
-        Cow::Borrowed("lockscope tables"),
-        MigrationType::Simple,
-        Cow::Borrowed(v1),
-        false,
-    )];
+    let migration = |version, description, sql| {
+        Migration::new(
+            version,
+            Cow::Borrowed(description),
+            MigrationType::Simple,
+            Cow::Borrowed(sql),
+            false,
+        )
+    };
+    let migrations = vec![
+        migration(1, "lockscope tables", v1),
+        migration(2, "waiter notifications", v2),
+    ];
     Migrator {
         migrations: Cow::Owned(migrations),
         ..Migrator::DEFAULT

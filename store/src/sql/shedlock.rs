@@ -246,7 +246,9 @@ impl ShedLockObserver {
             shown.insert(name, (body, revision));
         }
         self.shown = shown;
+        // ShedLock has no waiters.
         Some(FleetEvent::Reset {
+            waiters: Vec::new(),
             revision: self.revision,
             locks,
         })
