@@ -43,7 +43,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct EtcdArgs {
-    /// etcd client endpoints, comma-separated (e.g. `http://127.0.0.1:2379`).
+    /// etcd client endpoints, comma-separated (e.g. `http://etcd-1:2379`).
     #[arg(long = "etcd", env = "LOCKSCOPE_ETCD", value_delimiter = ',', required = true)]
     pub endpoints: Vec<String>,
     /// Key prefix of the lockscope layout; locks live under `<prefix>locks/`.

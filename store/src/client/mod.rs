@@ -8,7 +8,7 @@
 //! use lockscope_store::client::{LockOptions, Session, SessionConfig};
 //! use lockscope_store::etcd::{EtcdConfig, EtcdLocks};
 //!
-//! let store = EtcdLocks::connect(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()], "/lockscope/")).await?;
+//! let store = EtcdLocks::connect(EtcdConfig::new(vec!["http://etcd-1:2379".into()], "/lockscope/")).await?;
 //! let session = Session::open(store, SessionConfig::new("billing")).await?;
 //! let guard = session
 //!     .lock("invoices/2026-11", LockOptions::new("monthly invoice run", Duration::from_secs(600)))
