@@ -4,7 +4,7 @@
 //! retry_at }` with a capped, jittered backoff between attempts, and `Live` again.
 
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, StoreStatus};
+use lockscope_model::{FleetEvent, LockEntry, StoreStatus, Waiter};
 use tokio::sync::mpsc;
 use tracing::warn;
 
@@ -36,6 +36,16 @@ impl Link {
 
     pub async fn events(&self, events: Vec<FleetEvent>) -> Result<(), HubGone> {
         self.tx.send(ObserverEvent::Events(events)).await.map_err(|_| HubGone)
+    }
+
+    /// Sends the store's whole truth; the hub's reducer turns it into the difference.
+    pub async fn reset(&self, revision: i64, locks: Vec<LockEntry>, waiters: Vec<Waiter>) -> Result<(), HubGone> {
+        self.events(vec![FleetEvent::Reset {
+            revision,
+            locks,
+            waiters,
+        }])
+        .await
     }
 
     async fn status(&self, status: StoreStatus) -> Result<(), HubGone> {

@@ -135,15 +135,7 @@ impl EtcdObserver {
             }
         }
         debug!(revision, locks = locks.len(), waiters = waiters.len(), "snapshot taken");
-        if link
-            .events(vec![FleetEvent::Reset {
-                revision,
-                locks,
-                waiters,
-            }])
-            .await
-            .is_err()
-        {
+        if link.reset(revision, locks, waiters).await.is_err() {
             return Ok(None);
         }
         Ok(Some(revision))

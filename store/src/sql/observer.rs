@@ -13,7 +13,6 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lockscope_model::FleetEvent;
 use tokio::sync::{broadcast, mpsc};
 
 use super::{Dialect, SqlLocks};
@@ -59,15 +58,7 @@ impl SqlObserver {
             };
             if let Some(revision) = changed {
                 let (locks, waiters) = (store.held().await?, store.waiting().await?);
-                if link
-                    .events(vec![FleetEvent::Reset {
-                        revision,
-                        locks,
-                        waiters,
-                    }])
-                    .await
-                    .is_err()
-                {
+                if link.reset(revision, locks, waiters).await.is_err() {
                     return Ok(());
                 }
             }
