@@ -48,10 +48,6 @@ impl EtcdLocks {
         Ok(EtcdLocks { client, cfg })
     }
 
-    pub fn config(&self) -> &EtcdConfig {
-        &self.cfg
-    }
-
     async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
         timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await
     }

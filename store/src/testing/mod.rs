@@ -26,6 +26,16 @@ pub struct EtcdServer {
     peer_port: u16,
 }
 
+/// A temporary directory, under /dev/shm when there is one (fsync on tmpfs is free).
+fn scratch_dir(prefix: &str) -> tempfile::TempDir {
+    let base = if std::path::Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    };
+    tempfile::Builder::new().prefix(prefix).tempdir_in(base).unwrap()
+}
+
 /// A free loopback port (bound and released; the tiny race is acceptable in tests).
 pub fn free_port() -> u16 {
     StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -33,16 +43,7 @@ pub fn free_port() -> u16 {
 
 impl EtcdServer {
     pub async fn start() -> EtcdServer {
-        // Under /dev/shm when there is one: fsync on tmpfs is free.
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("lockscope-etcd-")
-            .tempdir_in(base)
-            .unwrap();
+        let dir = scratch_dir("lockscope-etcd-");
         let mut s = EtcdServer {
             child: None,
             dir,
@@ -283,15 +284,7 @@ fn running_as_root() -> bool {
 
 impl PgServer {
     pub async fn start() -> PgServer {
-        let base = if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("lockscope-pg-")
-            .tempdir_in(base)
-            .unwrap();
+        let dir = scratch_dir("lockscope-pg-");
         let s = PgServer {
             dir,
             port: free_port(),
@@ -343,19 +336,24 @@ impl PgServer {
         s
     }
 
-    fn run(&self, tool: &str, args: &[&str]) {
+    /// A PostgreSQL tool, run as the `postgres` user when we are root.
+    fn command(&self, tool: &str) -> Command {
         let exe = if self.bin.as_os_str().is_empty() {
             tool.into()
         } else {
             self.bin.join(tool)
         };
-        let mut cmd = if running_as_root() {
+        if running_as_root() {
             let mut c = Command::new("runuser");
             c.args(["-u", "postgres", "--"]).arg(exe);
             c
         } else {
             Command::new(exe)
-        };
+        }
+    }
+
+    fn run(&self, tool: &str, args: &[&str]) {
+        let mut cmd = self.command(tool);
         let out = cmd
             .args(args)
             .output()
@@ -376,18 +374,7 @@ impl PgServer {
 impl Drop for PgServer {
     fn drop(&mut self) {
         let data = self.dir.path().join("data");
-        let exe = if self.bin.as_os_str().is_empty() {
-            "pg_ctl".into()
-        } else {
-            self.bin.join("pg_ctl")
-        };
-        let mut cmd = if running_as_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(exe);
-            c
-        } else {
-            Command::new(exe)
-        };
+        let mut cmd = self.command("pg_ctl");
         let _ = cmd.arg("-D").arg(data).args(["-m", "immediate", "-w", "stop"]).output();
     }
 }
