@@ -1,15 +1,18 @@
-//! lockscope's UI. The server renders the complete page (readable without
-//! JavaScript) from the hub's snapshot; in the browser the same page hydrates,
-//! opens `/ws` and keeps the table live by feeding the messages to the model's
-//! reducer.
+//! lockscope's UI. The server renders the page (readable without JavaScript)
+//! from one window of the view the URL names; in the browser the same page
+//! hydrates, opens `/ws`, asks for that view and keeps it live by feeding the
+//! frames to the model's window reducer.
 //!
-//! - [`live`]: the browser-side state (table, store status, connection, clock
-//!   offset) and how each server message changes it; plain logic, tested natively.
+//! - [`live`]: the browser-side state (the view's window, aggregates, store
+//!   status, connection, clock offset) and how each server message changes it;
+//!   plain logic, tested natively.
+//! - [`rows`]: what a row says, as text (pure, tested natively).
 //! - [`page`]: the components.
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
 pub mod live;
 pub mod page;
+pub mod rows;
 #[cfg(feature = "hydrate")]
 mod socket;
 

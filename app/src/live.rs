@@ -1,17 +1,17 @@
 //! The browser's copy of one fleet's view.
 //!
-//! The table is a [`FleetState`] (the model's reducer, the same one the hub runs)
-//! plus one signal per row: the reducer's effective changes decide which row
-//! signals are set, created or dropped, so one changed lock re-renders one row and
-//! the keyed list only adds or removes the rows that came or went.
+//! The rows are a [`Window`] (the model's window reducer, the same one the tests
+//! check the hub against) plus one signal per row: each frame's changes decide
+//! which row signals are set, created or dropped, so one changed lock re-renders
+//! one row, and the keyed list only moves, adds or removes the rows whose place
+//! changed. Nothing here depends on the fleet's size: it holds one window.
 
 use std::collections::HashMap;
 
 use leptos::prelude::*;
 use lockscope_model::time::Millis;
-use lockscope_model::{
-    Counts, FleetEvent, FleetState, FleetSummary, LockEntry, Page, ServerMsg, Snapshot, StoreStatus,
-};
+use lockscope_model::view::{Aggregates, ViewSpec, WindowRow};
+use lockscope_model::{Counts, FleetSummary, Page, ServerMsg, StoreStatus, Window};
 
 /// The browser's link to the server.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,70 +30,86 @@ pub enum Connection {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Followup {
     None,
-    /// Something does not add up (a gap in `seq`, a protocol we do not speak):
-    /// drop the connection and start over from a fresh snapshot.
+    /// Acknowledge frame `seq` once it is on screen.
+    Ack(u64),
+    /// Something does not add up (a protocol we do not speak, a frame that does not
+    /// fit our window): drop the connection and start over from a fresh window.
     Resync(String),
 }
+
+/// A frame's data counts as late, and the page says so, past this.
+pub const BEHIND_AFTER_MS: i64 = 250;
 
 /// Reactive state of the page. `Copy`: every field is an arena handle.
 #[derive(Clone, Copy)]
 pub struct LiveView {
-    table: StoredValue<FleetState>,
+    window: StoredValue<Window>,
     /// One signal per row, shared with that row's view: reference-counted, so a
     /// removed row's signal lives until its view is gone.
-    rows: StoredValue<HashMap<String, ArcRwSignal<LockEntry>>>,
-    /// Row names in display (name) order; the keyed list iterates this.
-    pub names: RwSignal<Vec<String>>,
-    /// Bumped whenever a session starts or stops waiting.
-    waiters_changed: RwSignal<u64>,
+    rows: StoredValue<HashMap<String, ArcRwSignal<WindowRow>>>,
+    /// Row names in window order; the keyed list iterates this.
+    pub order: RwSignal<Vec<String>>,
+    /// Rows matching the view, and the window's first row among them.
+    pub total: RwSignal<u64>,
+    pub offset: RwSignal<u64>,
+    pub aggregates: RwSignal<Aggregates>,
+    /// The view on screen (and in the URL).
+    pub view: RwSignal<ViewSpec>,
+    /// Numbers the view requests; frames say which one they answer.
+    view_id: StoredValue<u32>,
     pub fleet: RwSignal<String>,
-    /// Every fleet's headline numbers (refreshed every few seconds).
+    /// Every fleet's headline numbers.
     pub overview: RwSignal<Vec<FleetSummary>>,
     pub status: RwSignal<StoreStatus>,
     pub connection: RwSignal<Connection>,
+    /// Why the URL's view was not usable, if it was not.
+    pub view_error: RwSignal<Option<String>>,
     /// Server time minus browser time, in ms (estimated from pings).
     pub clock_offset: RwSignal<i64>,
     /// The current time on the server's clock; ticks once a second in the browser.
     pub now: RwSignal<Millis>,
-    /// Sequence number of the last snapshot or delta applied.
-    seq: StoredValue<u64>,
+    /// How old the last frame's oldest change was when it reached us (ms).
+    pub lag_ms: RwSignal<i64>,
 }
 
 impl LiveView {
     /// The state as the server rendered it.
     pub fn new(page: Page) -> LiveView {
-        let snapshot = page.snapshot;
+        let now = page.frame.as_ref().map_or(0, |f| f.server_time);
         let view = LiveView {
-            overview: RwSignal::new(page.fleets),
-            table: StoredValue::new(FleetState::default()),
+            window: StoredValue::new(Window::default()),
             rows: StoredValue::new(HashMap::new()),
-            names: RwSignal::new(Vec::new()),
-            waiters_changed: RwSignal::new(0),
-            fleet: RwSignal::new(snapshot.fleet.clone()),
-            status: RwSignal::new(snapshot.status.clone()),
+            order: RwSignal::new(Vec::new()),
+            total: RwSignal::new(0),
+            offset: RwSignal::new(0),
+            aggregates: RwSignal::new(Aggregates::default()),
+            view: RwSignal::new(page.view),
+            view_id: StoredValue::new(0),
+            fleet: RwSignal::new(page.fleet),
+            overview: RwSignal::new(page.fleets),
+            status: RwSignal::new(page.status),
             connection: RwSignal::new(Connection::Static),
+            view_error: RwSignal::new(page.view_error),
             clock_offset: RwSignal::new(0),
-            now: RwSignal::new(snapshot.server_time),
-            seq: StoredValue::new(0),
+            now: RwSignal::new(now),
+            lag_ms: RwSignal::new(0),
         };
-        view.load(snapshot);
+        if let Some(frame) = page.frame {
+            // The server rendered this very frame; it cannot fail to apply.
+            let _ = view.apply_frame(frame);
+        }
         view
     }
 
-    /// (held, overdue, expired, malformed) of the shown fleet, from the live table:
-    /// updates with every row change and every clock tick.
+    /// Counts of the fleet on screen: the view's aggregates, with `held` taken
+    /// from the window's own total when the view shows every lock, so the
+    /// overview never disagrees with the table below it.
     pub fn counts(&self) -> Counts {
-        self.names.track();
-        self.waiters_changed.track();
-        let now = self.now.get();
-        self.table.with_value(|t| t.counts(now))
-    }
-
-    /// Sessions waiting for `lock` (reactive).
-    pub fn waiters_of(&self, lock: &str) -> Vec<String> {
-        self.waiters_changed.track();
-        self.table
-            .with_value(|t| t.waiters_of(lock).map(str::to_string).collect())
+        let mut c = self.aggregates.with(|a| a.counts);
+        if self.view.with(|v| v.filter.is_empty()) {
+            c.held = self.total.get();
+        }
+        c
     }
 
     /// Where the shown fleet's locks live.
@@ -107,17 +123,31 @@ impl LiveView {
         })
     }
 
-    /// The row signal for `name`, if the lock is shown.
-    pub fn row(&self, name: &str) -> Option<ArcRwSignal<LockEntry>> {
+    /// The row signal for `name`, if the lock is in the window.
+    pub fn row(&self, name: &str) -> Option<ArcRwSignal<WindowRow>> {
         self.rows.with_value(|r| r.get(name).cloned())
     }
 
+    /// Rows in the window.
     pub fn len(&self) -> usize {
-        self.table.with_value(FleetState::len)
+        self.window.with_value(Window::len)
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Shows `view` from now on: returns the id to send with it.
+    pub fn request(&self, view: ViewSpec) -> u32 {
+        let id = self.view_id.get_value() + 1;
+        self.view_id.set_value(id);
+        self.view.set(view);
+        id
+    }
+
+    /// The view to ask for on a new connection, and its id.
+    pub fn current_request(&self) -> (u32, ViewSpec) {
+        (self.view_id.get_value(), self.view.get_untracked())
     }
 
     /// Applies one server message; `local_now` is the browser's clock.
@@ -130,32 +160,21 @@ impl LiveView {
                 ));
             }
             ServerMsg::Hello { fleet, .. } => self.fleet.set(fleet),
-            ServerMsg::Snapshot(snap) => {
-                self.sync_clock(snap.server_time, local_now);
-                self.load(snap);
+            ServerMsg::Window(frame) => {
+                self.sync_clock(frame.server_time, local_now);
+                let transit = (local_now + self.clock_offset.get_untracked() - frame.server_time).max(0);
+                self.lag_ms.set(frame.waited_ms as i64 + transit);
+                let seq = frame.seq;
+                if let Err(e) = self.apply_frame(frame) {
+                    return Followup::Resync(e);
+                }
                 self.connection.set(Connection::Live);
-            }
-            ServerMsg::Delta {
-                seq,
-                server_time,
-                events,
-            } => {
-                let expected = self.seq.get_value() + 1;
-                if seq != expected {
-                    return Followup::Resync(format!("delta {seq} arrived, expected {expected}"));
-                }
-                self.seq.set_value(seq);
-                self.sync_clock(server_time, local_now);
-                for e in events {
-                    self.apply(e);
-                }
+                return Followup::Ack(seq);
             }
             ServerMsg::Status { server_time, status } => {
                 self.sync_clock(server_time, local_now);
                 self.status.set(status);
             }
-            // A fresh snapshot follows on the same connection.
-            ServerMsg::Lagged { .. } => {}
             ServerMsg::Pong { .. } => {}
             ServerMsg::Overview { fleets, .. } => self.overview.set(fleets),
             ServerMsg::Error { reason } => return Followup::Resync(reason),
@@ -183,86 +202,79 @@ impl LiveView {
         self.tick(local_now);
     }
 
-    fn load(&self, snap: Snapshot) {
-        self.seq.set_value(snap.seq);
-        self.fleet.set(snap.fleet);
-        self.status.set(snap.status);
-        self.apply(FleetEvent::Reset {
-            revision: snap.revision,
-            locks: snap.locks,
-            waiters: snap.waiters,
-        });
-    }
-
-    fn apply(&self, event: FleetEvent) {
-        let changes = self.table.try_update_value(|t| t.apply(event)).unwrap_or_default();
-        let mut names_changed = false;
-        let mut waiters_changed = false;
-        for change in changes {
-            match change {
-                FleetEvent::Upsert(entry) => {
-                    if let Some(row) = self.row(&entry.name) {
-                        row.set(entry);
-                    } else {
-                        let name = entry.name.clone();
-                        self.rows.update_value(|r| {
-                            r.insert(name, ArcRwSignal::new(entry));
-                        });
-                        names_changed = true;
-                    }
-                }
-                FleetEvent::Remove { name, .. } => {
-                    self.rows.update_value(|r| {
-                        r.remove(&name);
-                    });
-                    names_changed = true;
-                }
-                FleetEvent::Waiting(_) | FleetEvent::StoppedWaiting(_) => waiters_changed = true,
-                FleetEvent::Reset { .. } => unreachable!("the reducer never returns a reset"),
+    fn apply_frame(&self, frame: lockscope_model::WindowFrame) -> Result<(), String> {
+        let (total, offset) = (frame.total, frame.offset);
+        let changes = self
+            .window
+            .try_update_value(|w| w.apply(frame))
+            .unwrap_or_else(|| Err("the page is gone".into()))?;
+        for name in &changes.dropped {
+            self.rows.update_value(|r| {
+                r.remove(name);
+            });
+        }
+        for name in &changes.rows {
+            let Some(data) = self.window.with_value(|w| w.row(name).cloned()) else {
+                continue;
+            };
+            match self.row(name) {
+                Some(sig) => sig.set(data),
+                None => self.rows.update_value(|r| {
+                    r.insert(name.clone(), ArcRwSignal::new(data));
+                }),
             }
         }
-        if waiters_changed {
-            self.waiters_changed.update(|n| *n += 1);
+        if changes.order {
+            self.order.set(self.window.with_value(|w| w.order().to_vec()));
         }
-        if names_changed {
-            let names = self.table.with_value(|t| t.locks().map(|e| e.name.clone()).collect());
-            self.names.set(names);
+        if self.total.get_untracked() != total {
+            self.total.set(total);
         }
+        if self.offset.get_untracked() != offset {
+            self.offset.set(offset);
+        }
+        if changes.aggregates {
+            self.aggregates.set(self.window.with_value(|w| w.aggregates().clone()));
+        }
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lockscope_model::{LockEntry, WindowFrame};
 
-    fn entry(name: &str, revision: i64) -> LockEntry {
-        LockEntry::from_stored(name.into(), revision, revision, b"garbage")
-    }
-
-    fn snapshot(seq: u64, locks: Vec<LockEntry>) -> Snapshot {
-        Snapshot {
-            fleet: "f".into(),
-            seq,
-            server_time: 1_000,
-            revision: 9,
-            status: StoreStatus::Live { since: 1 },
-            locks,
+    fn row(name: &str, revision: i64) -> WindowRow {
+        WindowRow {
+            entry: LockEntry::from_stored(name.into(), revision, revision, b"garbage"),
             waiters: vec![],
         }
     }
 
-    fn page(snapshot: Snapshot) -> Page {
-        Page {
-            snapshot,
-            fleets: vec![],
+    fn frame(seq: u64, order: Option<&[&str]>, rows: Vec<WindowRow>) -> WindowFrame {
+        WindowFrame {
+            seq,
+            view_id: 0,
+            server_time: 2_000,
+            waited_ms: 0,
+            full: false,
+            total: order.map_or(2, |o| o.len() as u64),
+            offset: 0,
+            order: order.map(|o| o.iter().map(|s| s.to_string()).collect()),
+            rows,
+            aggregates: None,
         }
     }
 
-    fn delta(seq: u64, events: Vec<FleetEvent>) -> ServerMsg {
-        ServerMsg::Delta {
-            seq,
-            server_time: 2_000,
-            events,
+    fn page(order: &[&str]) -> Page {
+        Page {
+            fleet: "f".into(),
+            frame: Some(WindowFrame {
+                full: true,
+                ..frame(1, Some(order), order.iter().map(|n| row(n, 1)).collect())
+            }),
+            ..Page::default()
         }
     }
 
@@ -270,64 +282,67 @@ mod tests {
     fn a_heartbeat_touches_one_row_signal_and_not_the_row_list() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(page(snapshot(3, vec![entry("a", 1), entry("b", 2)])));
-            assert_eq!(v.names.get_untracked(), vec!["a", "b"]);
+            let v = LiveView::new(page(&["a", "b"]));
+            assert_eq!(v.order.get_untracked(), vec!["a", "b"]);
             let a_before = v.row("a").unwrap();
-            let names_before = v.names.get_untracked();
             assert_eq!(
-                v.receive(delta(4, vec![FleetEvent::Upsert(entry("b", 5))]), 1_500),
-                Followup::None
+                v.receive(ServerMsg::Window(frame(2, None, vec![row("b", 5)])), 1_500),
+                Followup::Ack(2)
             );
-            assert_eq!(v.row("b").unwrap().get_untracked().revision, 5);
+            assert_eq!(v.row("b").unwrap().get_untracked().entry.revision, 5);
             assert_eq!(a_before, v.row("a").unwrap(), "row a keeps its signal");
-            assert_eq!(v.names.get_untracked(), names_before);
+            assert_eq!(v.order.get_untracked(), vec!["a", "b"]);
         });
     }
 
     #[test]
-    fn deltas_add_and_remove_rows_and_gaps_force_a_resync() {
+    fn rows_come_and_go_with_the_window_and_bad_frames_force_a_resync() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(page(snapshot(3, vec![entry("a", 1)])));
-            v.receive(delta(4, vec![FleetEvent::Upsert(entry("c", 6))]), 1_500);
-            v.receive(
-                delta(
-                    5,
-                    vec![FleetEvent::Remove {
-                        name: "a".into(),
-                        revision: 7,
-                    }],
-                ),
-                1_500,
-            );
-            assert_eq!(v.names.get_untracked(), vec!["c"]);
+            let v = LiveView::new(page(&["a"]));
+            v.receive(ServerMsg::Window(frame(2, Some(&["c", "a"]), vec![row("c", 6)])), 1_500);
+            v.receive(ServerMsg::Window(frame(3, Some(&["c"]), vec![])), 1_500);
+            assert_eq!(v.order.get_untracked(), vec!["c"]);
             assert!(v.row("a").is_none());
-            assert!(matches!(v.receive(delta(7, vec![]), 1_500), Followup::Resync(_)));
-            // A fresh snapshot after a lag replaces the table.
-            v.receive(ServerMsg::Snapshot(snapshot(20, vec![entry("z", 30)])), 1_500);
-            assert_eq!(v.names.get_untracked(), vec!["z"]);
-            assert_eq!(v.receive(delta(21, vec![]), 1_500), Followup::None);
+            assert!(matches!(
+                v.receive(ServerMsg::Window(frame(4, Some(&["c", "zz"]), vec![])), 1_500),
+                Followup::Resync(_)
+            ));
+            // A new connection's first frame replaces the window.
+            let full = WindowFrame {
+                full: true,
+                ..frame(1, Some(&["z"]), vec![row("z", 30)])
+            };
+            assert_eq!(v.receive(ServerMsg::Window(full), 1_500), Followup::Ack(1));
+            assert_eq!(v.order.get_untracked(), vec!["z"]);
             assert_eq!(v.connection.get_untracked(), Connection::Live);
         });
     }
 
     #[test]
-    fn waiters_are_followed_per_lock() {
+    fn the_held_count_of_an_unfiltered_view_is_its_total() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(page(snapshot(1, vec![entry("a", 1)])));
-            let w = |s: &str| lockscope_model::Waiter {
-                lock: "a".into(),
-                session: s.into(),
+            let v = LiveView::new(page(&["a", "b"]));
+            assert_eq!(v.counts().held, 2);
+            v.receive(ServerMsg::Window(frame(2, Some(&["a"]), vec![])), 0);
+            assert_eq!(v.counts().held, 1);
+        });
+    }
+
+    #[test]
+    fn lag_is_the_wait_on_the_server_plus_the_trip() {
+        let owner = Owner::new();
+        owner.with(|| {
+            let v = LiveView::new(page(&[]));
+            v.pong(10_000, 10_000, 10_000); // clocks agree
+            let late = WindowFrame {
+                waited_ms: 900,
+                server_time: 20_000,
+                ..frame(2, None, vec![])
             };
-            v.receive(
-                delta(2, vec![FleetEvent::Waiting(w("s1")), FleetEvent::Waiting(w("s2"))]),
-                0,
-            );
-            assert_eq!(v.waiters_of("a"), vec!["s1", "s2"]);
-            v.receive(delta(3, vec![FleetEvent::StoppedWaiting(w("s1"))]), 0);
-            assert_eq!(v.waiters_of("a"), vec!["s2"]);
-            assert_eq!(v.counts().waiters, 1);
+            v.receive(ServerMsg::Window(late), 20_100);
+            assert_eq!(v.lag_ms.get_untracked(), 1_000);
         });
     }
 
@@ -335,7 +350,7 @@ mod tests {
     fn clock_offset_comes_from_the_server() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(page(snapshot(1, vec![])));
+            let v = LiveView::new(page(&[]));
             // Browser clock 400 ms behind the server, 100 ms round trip.
             v.pong(10_000, 10_100, 10_450);
             assert_eq!(v.clock_offset.get_untracked(), 400);
@@ -348,7 +363,7 @@ mod tests {
     fn wrong_protocol_is_refused() {
         let owner = Owner::new();
         owner.with(|| {
-            let v = LiveView::new(page(snapshot(1, vec![])));
+            let v = LiveView::new(page(&[]));
             let hello = ServerMsg::Hello {
                 protocol: 999,
                 server_version: "x".into(),

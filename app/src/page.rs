@@ -1,12 +1,26 @@
 //! The lock table page. Every element a test or a person looks for has a
 //! `data-testid`; rows carry their lock name in `data-lock`.
+//!
+//! The table is a virtual scroll: the scroller is as tall as the whole view
+//! (spacer rows above and below the window), and only the window's rows exist in
+//! the document. Without JavaScript the page shows the window the URL names, with
+//! links to the previous and next windows.
 
 use leptos::prelude::*;
-use lockscope_model::fleet::Liveness;
 use lockscope_model::time::{human_duration, utc_hms};
-use lockscope_model::{FleetSummary, LockBody, LockEntry, Page, StoreStatus};
+use lockscope_model::view::{RowState, SortKey, ViewSpec};
+use lockscope_model::{FleetSummary, LockBody, StoreStatus};
 
-use crate::live::{Connection, LiveView};
+use crate::live::{Connection, LiveView, BEHIND_AFTER_MS};
+use crate::rows::{row_text, state_icon};
+
+/// Height of one table row, in CSS pixels (the stylesheet fixes it too).
+pub const ROW_PX: f64 = 36.0;
+/// Tallest scroll area: browsers cap element heights (~33 M px in Chromium); past
+/// this, a pixel of scroll stands for more than one row.
+const MAX_SCROLL_PX: f64 = 8_000_000.0;
+/// Rows kept beyond the visible ones on each side.
+const OVERSCAN: u64 = 30;
 
 /// The HTML document around [`App`], rendered on the server.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -28,11 +42,12 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
-/// The page. On the server it reads the [`Page`] the request handler provided as
-/// context; during hydration the same value comes from the page itself.
+/// The page. On the server it reads the [`lockscope_model::Page`] the request
+/// handler provided as context; during hydration the same value comes from the
+/// page itself.
 #[component]
 pub fn App() -> impl IntoView {
-    let page = SharedValue::new(|| use_context::<Page>().unwrap_or_default()).into_inner();
+    let page = SharedValue::new(|| use_context::<lockscope_model::Page>().unwrap_or_default()).into_inner();
     let live = LiveView::new(page);
     provide_context(live);
     #[cfg(feature = "hydrate")]
@@ -47,14 +62,63 @@ pub fn App() -> impl IntoView {
         </header>
         <main>
             <Overview/>
+            <States/>
+            <Controls/>
             <LockTable/>
         </main>
         <footer>
-            <span data-testid="lock-count">{move || format!("{} locks", live.names.with(Vec::len))}</span>
-            " · times shown on the server's clock (UTC); browser offset "
+            <span data-testid="view-range">{move || range_text(live)}</span>
+            " · times on the server's clock (UTC); browser offset "
             <span data-testid="clock-offset">{move || format!("{:+} ms", live.clock_offset.get())}</span>
+            " · last update "
+            <span data-testid="lag">{move || format!("{} ms", live.lag_ms.get())}</span>
+            " after it reached the server"
         </footer>
     }
+}
+
+fn range_text(live: LiveView) -> String {
+    let total = live.total.get();
+    let n = live.order.with(Vec::len) as u64;
+    if n == 0 {
+        return format!("0 of {total} locks");
+    }
+    let first = live.offset.get() + 1;
+    format!("locks {first}–{} of {total}", first + n - 1)
+}
+
+/// Changes the view on screen (the socket sends it; the URL follows).
+fn set_view(live: LiveView, change: impl FnOnce(&mut ViewSpec)) {
+    let mut v = live.view.get_untracked();
+    change(&mut v);
+    #[cfg(feature = "hydrate")]
+    crate::socket::show(live, v);
+    #[cfg(not(feature = "hydrate"))]
+    let _ = v;
+}
+
+/// `/?fleet=…&…` for `view` (links work without JavaScript).
+fn href(fleet: &str, view: &ViewSpec) -> String {
+    let mut url = format!("/?fleet={}", encode(fleet));
+    for (k, v) in view.to_query() {
+        url.push('&');
+        url.push_str(k);
+        url.push('=');
+        url.push_str(&encode(&v));
+    }
+    url
+}
+
+/// Percent-encodes a query value.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
 }
 
 /// Where the data on screen comes from, and how fresh it is.
@@ -76,7 +140,10 @@ fn Indicator() -> impl IntoView {
                     human_duration((retry_at - now).max(0))
                 ),
             ),
-            (Connection::Live, StoreStatus::Live { .. }) => ("live", "live".to_string()),
+            (Connection::Live, StoreStatus::Live { .. }) => match live.lag_ms.get() {
+                lag if lag > BEHIND_AFTER_MS => ("behind", format!("live, {} behind", lag_text(lag))),
+                _ => ("live", "live".to_string()),
+            },
             (Connection::Live, StoreStatus::Connecting { .. }) => {
                 ("store-connecting", "connecting to the store…".to_string())
             }
@@ -97,6 +164,14 @@ fn Indicator() -> impl IntoView {
     }
 }
 
+fn lag_text(ms: i64) -> String {
+    if ms < 10_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        human_duration(ms)
+    }
+}
+
 /// One row per fleet: its connection and headline numbers; the name switches to
 /// that fleet's table.
 #[component]
@@ -104,8 +179,8 @@ fn Overview() -> impl IntoView {
     let live = expect_context::<LiveView>();
     let row = move |f: FleetSummary| {
         let current = live.fleet.with(|c| *c == f.name);
-        // The fleet on screen counts from its live table, so the overview never
-        // disagrees with the rows below it; the others refresh every few seconds.
+        // The fleet on screen counts from its live view, so the overview never
+        // disagrees with the rows below it.
         let counts = move || if current { live.counts() } else { f.counts };
         let (state, label) = match &f.status {
             StoreStatus::Live { .. } => ("live", "live".to_string()),
@@ -116,7 +191,7 @@ fn Overview() -> impl IntoView {
         };
         view! {
             <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current>
-                <td><a href=format!("/?fleet={}", f.name)>{f.name.clone()}</a></td>
+                <td><a href=format!("/?fleet={}", encode(&f.name))>{f.name.clone()}</a></td>
                 <td class="state" data-state=state>{label}</td>
                 <td data-testid="fleet-held">{move || counts().held}</td>
                 <td data-testid="fleet-overdue">{move || counts().overdue}</td>
@@ -128,54 +203,395 @@ fn Overview() -> impl IntoView {
         }
     };
     view! {
-        <table class="overview" data-testid="fleet-overview">
-            <thead>
-                <tr>
-                    <th>"fleet"</th>
-                    <th>"store"</th>
-                    <th>"held"</th>
-                    <th>"overdue"</th>
-                    <th>"expired"</th>
-                    <th>"malformed"</th>
-                    <th>"waiters"</th>
-                    <th>"source"</th>
-                </tr>
-            </thead>
-            <tbody>{move || live.overview.get().into_iter().map(row).collect_view()}</tbody>
-        </table>
+        <div class="wide">
+            <table class="overview" data-testid="fleet-overview">
+                <thead>
+                    <tr>
+                        <th>"fleet"</th>
+                        <th>"store"</th>
+                        <th>"held"</th>
+                        <th>"overdue"</th>
+                        <th>"expired"</th>
+                        <th>"malformed"</th>
+                        <th>"waiters"</th>
+                        <th>"source"</th>
+                    </tr>
+                </thead>
+                <tbody>{move || live.overview.get().into_iter().map(row).collect_view()}</tbody>
+            </table>
+        </div>
+    }
+}
+
+/// The fleet's locks per state and per service; each is a link that filters the
+/// table to it.
+#[component]
+fn States() -> impl IntoView {
+    let live = expect_context::<LiveView>();
+    let chip = move |s: RowState| {
+        let link = move || {
+            let mut v = live.view.get();
+            v.filter.state = (v.filter.state != Some(s)).then_some(s);
+            v.offset = 0;
+            href(&live.fleet.get(), &v)
+        };
+        let on_click = move |ev: leptos::ev::MouseEvent| {
+            ev.prevent_default();
+            set_view(live, |v| {
+                v.filter.state = (v.filter.state != Some(s)).then_some(s);
+                v.offset = 0;
+            });
+        };
+        view! {
+            <a
+                class="chip"
+                data-testid="state-count"
+                data-state=s.as_str()
+                class:selected=move || live.view.with(|v| v.filter.state == Some(s))
+                title=s.reason()
+                href=link
+                on:click=on_click
+            >
+                <span class="icon" aria-hidden="true">{state_icon(s)}</span>
+                {s.as_str()}
+                " "
+                <b>{move || live.aggregates.with(|a| a.count(s))}</b>
+            </a>
+        }
+    };
+    let services = move || {
+        live.aggregates.with(|a| {
+            a.services
+                .iter()
+                .map(|(name, n)| {
+                    let name = name.clone();
+                    let target = name.clone();
+                    let link = {
+                        let name = name.clone();
+                        move || {
+                            let mut v = live.view.get();
+                            v.filter.service = Some(name.clone());
+                            v.offset = 0;
+                            href(&live.fleet.get(), &v)
+                        }
+                    };
+                    let on_click = move |ev: leptos::ev::MouseEvent| {
+                        ev.prevent_default();
+                        let target = target.clone();
+                        set_view(live, |v| {
+                            v.filter.service = Some(target);
+                            v.offset = 0;
+                        });
+                    };
+                    let label = name.clone();
+                    view! {
+                        <a class="service" data-testid="service-count" data-service=name href=link on:click=on_click>
+                            {label}
+                            " "
+                            <b>{*n}</b>
+                        </a>
+                    }
+                })
+                .collect_view()
+        })
+    };
+    view! {
+        <section class="aggregates" data-testid="aggregates">
+            <div class="states">{RowState::ALL.map(chip).to_vec()}</div>
+            <div class="services">
+                <span class="label">"services "</span>
+                {services}
+                {move || {
+                    let (shown, all) = live.aggregates.with(|a| (a.services.len() as u64, a.service_count));
+                    (all > shown).then(|| format!("and {} more", all - shown))
+                }}
+            </div>
+        </section>
+    }
+}
+
+/// Filter and sort. A plain GET form (works without JavaScript); with it, each
+/// change applies at once.
+#[component]
+fn Controls() -> impl IntoView {
+    let live = expect_context::<LiveView>();
+    let v = live.view.get_untracked();
+    let text = |get: fn(&ViewSpec) -> Option<String>| move || live.view.with(|v| get(v).unwrap_or_default());
+    view! {
+        <form class="controls" method="get" action="/" data-testid="controls" on:submit=|ev| ev.prevent_default()>
+            <input type="hidden" name="fleet" prop:value=move || live.fleet.get()/>
+            <label>
+                "state "
+                <select
+                    name="state"
+                    data-testid="filter-state"
+                    on:change=move |ev| {
+                        let s = RowState::parse(&event_target_value(&ev));
+                        set_view(live, |v| { v.filter.state = s; v.offset = 0; });
+                    }
+                >
+                    <option value="" selected=v.filter.state.is_none()>"any"</option>
+                    {RowState::ALL
+                        .map(|s| view! {
+                            <option value=s.as_str() selected=v.filter.state == Some(s)>{s.as_str()}</option>
+                        })
+                        .to_vec()}
+                </select>
+            </label>
+            <label>
+                "service "
+                <input
+                    name="service"
+                    data-testid="filter-service"
+                    list="services"
+                    size="12"
+                    prop:value=text(|v| v.filter.service.clone())
+                    on:change=move |ev| {
+                        let s = event_target_value(&ev);
+                        set_view(live, |v| { v.filter.service = (!s.is_empty()).then_some(s); v.offset = 0; });
+                    }
+                />
+            </label>
+            <datalist id="services">
+                {move || live.aggregates.with(|a| a.services.iter().map(|(s, _)| view! { <option value=s.clone()></option> }).collect_view())}
+            </datalist>
+            <label>
+                "host "
+                <input
+                    name="host"
+                    data-testid="filter-host"
+                    size="10"
+                    prop:value=text(|v| v.filter.host.clone())
+                    on:change=move |ev| {
+                        let s = event_target_value(&ev);
+                        set_view(live, |v| { v.filter.host = (!s.is_empty()).then_some(s); v.offset = 0; });
+                    }
+                />
+            </label>
+            <label>
+                "name starts with "
+                <input
+                    name="prefix"
+                    data-testid="filter-prefix"
+                    size="12"
+                    prop:value=text(|v| v.filter.prefix.clone())
+                    on:change=move |ev| {
+                        let s = event_target_value(&ev);
+                        set_view(live, |v| { v.filter.prefix = (!s.is_empty()).then_some(s); v.offset = 0; });
+                    }
+                />
+            </label>
+            <label>
+                "contains "
+                <input
+                    name="q"
+                    data-testid="filter-contains"
+                    size="10"
+                    prop:value=text(|v| v.filter.contains.clone())
+                    on:change=move |ev| {
+                        let s = event_target_value(&ev);
+                        set_view(live, |v| { v.filter.contains = (!s.is_empty()).then_some(s); v.offset = 0; });
+                    }
+                />
+            </label>
+            <label>
+                "sort "
+                <select
+                    name="sort"
+                    data-testid="sort"
+                    on:change=move |ev| {
+                        let k = SortKey::parse(&event_target_value(&ev)).unwrap_or_default();
+                        set_view(live, |v| { v.sort.key = k; v.offset = 0; });
+                    }
+                >
+                    {SortKey::ALL
+                        .map(|k| view! { <option value=k.as_str() selected=v.sort.key == k>{sort_label(k)}</option> })
+                        .to_vec()}
+                </select>
+            </label>
+            <label>
+                <input
+                    type="checkbox"
+                    name="rev"
+                    value="1"
+                    data-testid="reverse"
+                    checked=v.sort.reverse
+                    on:change=move |ev| {
+                        let r = event_target_checked(&ev);
+                        set_view(live, |v| { v.sort.reverse = r; v.offset = 0; });
+                    }
+                />
+                " reversed"
+            </label>
+            <noscript><button type="submit">"apply"</button></noscript>
+            <a class="reset" href=move || format!("/?fleet={}", encode(&live.fleet.get()))>"clear"</a>
+        </form>
+        {move || live.view_error.get().map(|e| view! { <p class="error" data-testid="view-error">"This URL's view was not usable (" {e} "); showing the default view."</p> })}
+    }
+}
+
+fn sort_label(k: SortKey) -> &'static str {
+    match k {
+        SortKey::Severity => "severity, then oldest",
+        SortKey::Name => "name",
+        SortKey::Age => "oldest first",
+        SortKey::Expiry => "expires soonest",
+        SortKey::Waiters => "most waiters",
+        SortKey::Fence => "highest fence",
+    }
+}
+
+/// Pixels of scroll per row: one row's height, unless the view is too tall for
+/// the browser.
+fn px_per_row(total: u64) -> f64 {
+    let full = total as f64 * ROW_PX;
+    if full > MAX_SCROLL_PX {
+        MAX_SCROLL_PX / total as f64
+    } else {
+        ROW_PX
     }
 }
 
 #[component]
 fn LockTable() -> impl IntoView {
     let live = expect_context::<LiveView>();
+    let scroller = NodeRef::<leptos::html::Div>::new();
+    let is_static = move || live.connection.with(|c| *c == Connection::Static);
+    let top = move || {
+        if is_static() {
+            return "0px".to_string();
+        }
+        format!("{}px", live.offset.get() as f64 * px_per_row(live.total.get()))
+    };
+    let bottom = move || {
+        if is_static() {
+            return "0px".to_string();
+        }
+        let total = live.total.get();
+        let below = total.saturating_sub(live.offset.get() + live.order.with(Vec::len) as u64);
+        format!("{}px", below as f64 * px_per_row(total))
+    };
+    // Scrolling moves the window: when the visible rows get near its edge, ask for
+    // the window around them.
+    let on_scroll = move |_| {
+        let Some(el) = scroller.get_untracked() else { return };
+        let total = live.total.get_untracked();
+        let offset = live.offset.get_untracked();
+        let len = live.order.with_untracked(Vec::len) as u64;
+        let ppr = px_per_row(total);
+        let scroll = el.scroll_top() as f64;
+        let top = offset as f64 * ppr;
+        let first = if scroll >= top && scroll < top + len as f64 * ROW_PX {
+            offset + ((scroll - top) / ROW_PX) as u64
+        } else {
+            (scroll / ppr) as u64
+        };
+        let visible = (el.client_height() as f64 / ROW_PX).ceil() as u64 + 1;
+        let want = (
+            first.saturating_sub(OVERSCAN / 3),
+            (first + visible + OVERSCAN / 3).min(total),
+        );
+        let requested = live.view.with_untracked(|v| (v.offset, v.offset + v.limit as u64));
+        let covered = |(a, b): (u64, u64)| a <= want.0 && b >= want.1.min(total);
+        if covered((offset, offset + len)) || covered(requested) {
+            return;
+        }
+        let limit = (visible + 2 * OVERSCAN).clamp(1, lockscope_model::view::MAX_WINDOW as u64) as u32;
+        set_view(live, |v| {
+            v.offset = first.saturating_sub(OVERSCAN);
+            v.limit = limit;
+        });
+    };
+    // A new filter or order starts at the top.
+    Effect::new(
+        move |prev: Option<(lockscope_model::view::Filter, lockscope_model::view::Sort)>| {
+            let cur = live.view.with(|v| (v.filter.clone(), v.sort));
+            if prev.is_some_and(|p| p != cur) {
+                if let Some(el) = scroller.get_untracked() {
+                    el.set_scroll_top(0);
+                }
+            }
+            cur
+        },
+    );
+    // A URL that names a position: scroll there once the view is live.
+    Effect::new(move |done: Option<bool>| {
+        if done == Some(true) || live.connection.get() != Connection::Live {
+            return false;
+        }
+        let (Some(el), offset) = (scroller.get_untracked(), live.offset.get_untracked()) else {
+            return false;
+        };
+        if offset > 0 {
+            el.set_scroll_top((offset as f64 * px_per_row(live.total.get_untracked())) as i32);
+        }
+        true
+    });
+    let pager = move || {
+        let v = live.view.get();
+        let total = live.total.get();
+        let offset = live.offset.get();
+        let limit = v.limit as u64;
+        let fleet = live.fleet.get();
+        let prev = (offset > 0).then(|| {
+            href(
+                &fleet,
+                &ViewSpec {
+                    offset: offset.saturating_sub(limit),
+                    ..v.clone()
+                },
+            )
+        });
+        let next = (offset + limit < total).then(|| {
+            href(
+                &fleet,
+                &ViewSpec {
+                    offset: offset + limit,
+                    ..v.clone()
+                },
+            )
+        });
+        view! {
+            {prev.map(|h| view! { <a href=h data-testid="prev-page">"◀ previous"</a> })}
+            " "
+            {next.map(|h| view! { <a href=h data-testid="next-page">"next ▶"</a> })}
+        }
+    };
     view! {
-        <table class="locks" data-testid="lock-table">
-            <thead>
-                <tr>
-                    <th>"lock"</th>
-                    <th>"holder"</th>
-                    <th>"purpose"</th>
-                    <th>"held for"</th>
-                    <th>"expires in"</th>
-                    <th>"waiters"</th>
-                    <th>"fence"</th>
-                </tr>
-            </thead>
-            <tbody>
-                <For each=move || live.names.get() key=|name| name.clone() let:name>
-                    <LockRow name/>
-                </For>
-            </tbody>
-        </table>
-        <Show when=move || live.names.with(Vec::is_empty)>
-            <p class="empty" data-testid="empty">"No locks are held."</p>
+        <div class="scroller" data-testid="scroller" node_ref=scroller on:scroll=on_scroll>
+            <table class="locks" data-testid="lock-table">
+                <thead>
+                    <tr>
+                        <th class="st">"state"</th>
+                        <th class="name">"lock"</th>
+                        <th class="holder">"holder"</th>
+                        <th class="purpose">"purpose"</th>
+                        <th class="age">"held for"</th>
+                        <th class="expires">"expires in"</th>
+                        <th class="waiters">"waiters"</th>
+                        <th class="fence">"fence"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    <tr class="spacer" aria-hidden="true"><td colspan="8" style:height=top></td></tr>
+                    <For each=move || live.order.get() key=|name| name.clone() let:name>
+                        <LockRow name/>
+                    </For>
+                    <tr class="spacer" aria-hidden="true"><td colspan="8" style:height=bottom></td></tr>
+                </tbody>
+            </table>
+        </div>
+        <Show when=move || live.order.with(Vec::is_empty)>
+            <p class="empty" data-testid="empty">
+                {move || if live.view.with(|v| v.filter.is_empty()) { "No locks are held." } else { "No locks match this view." }}
+            </p>
         </Show>
+        <nav class="pager" data-testid="pager">{pager}</nav>
     }
 }
 
-/// One lock. Re-renders only when its own row signal changes (and once a second
-/// for the countdowns).
+/// One lock. Re-renders only when its own row signal changes; its state and
+/// countdown cells also follow the clock (once a second).
 #[component]
 fn LockRow(name: String) -> impl IntoView {
     let live = expect_context::<LiveView>();
@@ -184,68 +600,28 @@ fn LockRow(name: String) -> impl IntoView {
     };
     // An arena handle owned by this row's view: dropped when the row unmounts.
     let row = RwSignal::from(row);
-    let entry = move || row.get();
-    let lock = StoredValue::new(name.clone());
-    let waiters = move || lock.with_value(|l| live.waiters_of(l));
+    let text = move || row.with(row_text);
+    let state = move || row.with(|r| RowState::of(&r.entry, live.now.get()));
+    let timed = move || row.with(|r| crate::rows::countdowns(r, live.now.get()));
+    let malformed = move || row.with(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
     view! {
-        <tr data-testid="lock-row" data-lock=name.clone() class=move || row_class(&entry(), live.now.get())>
-            {move || cells(entry(), live.now.get())}
-            <td class="waiters" data-testid="waiters" title=move || waiters().join("\n")>
-                {move || match waiters().len() {
-                    0 => String::new(),
-                    n => n.to_string(),
-                }}
+        <tr data-testid="lock-row" data-lock=name.clone() class=move || state().as_str() data-state=move || state().as_str()>
+            <td class="st" data-testid="state" title=move || state().reason()>
+                <span class="icon" aria-hidden="true">{move || state_icon(state())}</span>
+                {move || state().as_str()}
             </td>
-            <td class="fence" data-testid="fence">{move || row.with(|e| e.fence)}</td>
+            <td class="name" title=name.clone()>{name.clone()}</td>
+            <td class="holder" title=move || text().holder_title>
+                <span class="where">{move || text().holder}</span>
+                " "
+                <span class="session">{move || text().session}</span>
+            </td>
+            <td class="purpose" class:malformed=malformed title=move || text().purpose>{move || text().purpose}</td>
+            <td class="age" data-testid="held-for" title=move || timed().held_title>{move || timed().held_for}</td>
+            <td class="expires" data-testid="expires-in" title=move || timed().expires_title>{move || timed().expires_in}</td>
+            <td class="waiters" data-testid="waiters" title=move || text().waiters_title>{move || text().waiters}</td>
+            <td class="fence" data-testid="fence">{move || row.with(|r| r.entry.fence)}</td>
         </tr>
     }
     .into_any()
-}
-
-fn row_class(e: &LockEntry, now: i64) -> &'static str {
-    match &e.body {
-        LockBody::Malformed { .. } => "malformed",
-        LockBody::Held(r) => match r.liveness(now) {
-            Liveness::Healthy => "healthy",
-            Liveness::Overdue => "overdue",
-            Liveness::Expired => "expired",
-        },
-    }
-}
-
-fn cells(e: LockEntry, now: i64) -> impl IntoView {
-    match e.body {
-        LockBody::Held(r) => {
-            let expires = r.auto_unlock_at - now;
-            let expires = if expires >= 0 {
-                human_duration(expires)
-            } else {
-                format!("expired {} ago", human_duration(expires))
-            };
-            view! {
-                <td class="name">{e.name}</td>
-                <td class="holder">
-                    <span class="session">{r.session}</span>
-                    " "
-                    <span class="where">{format!("{}@{}:{}", r.service, r.host, r.pid)}</span>
-                </td>
-                <td class="purpose">{r.purpose}</td>
-                <td class="age" data-testid="held-for">{human_duration(now - r.acquired_at)}</td>
-                <td class="expires" data-testid="expires-in">{expires}</td>
-            }
-            .into_any()
-        }
-        LockBody::Malformed { raw, error } => {
-            let preview: String = String::from_utf8_lossy(&raw).chars().take(120).collect();
-            view! {
-                <td class="name">{e.name}</td>
-                <td class="malformed" colspan="4">
-                    <strong>"malformed record: "</strong>
-                    {error}
-                    <code>{preview}</code>
-                </td>
-            }
-            .into_any()
-        }
-    }
 }

@@ -1,7 +1,9 @@
-//! The browser's websocket to `/ws`: connects after hydration, feeds every message
-//! to [`LiveView::receive`], pings for the clock offset, and reconnects with capped,
-//! jittered backoff. A reconnect always starts from the fresh snapshot the server
-//! sends first, so nothing missed while disconnected stays missing.
+//! The browser's websocket to `/ws`: connects after hydration, asks for the view
+//! on screen, feeds every message to [`LiveView::receive`], acknowledges each
+//! frame once the next animation frame runs (so the server never sends faster
+//! than the page paints), pings for the clock offset, and reconnects with capped,
+//! jittered backoff. A reconnect always starts from a full window, so nothing
+//! missed while disconnected stays missing.
 //!
 //! The browser runs this on one thread: the connection lives in a thread-local,
 //! replaced (and its callbacks dropped) only once the old socket has closed.
@@ -10,7 +12,8 @@ use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use leptos::prelude::*;
-use lockscope_model::{ServerMsg, PROTOCOL_VERSION};
+use lockscope_model::view::ViewSpec;
+use lockscope_model::{ClientMsg, ServerMsg, PROTOCOL_VERSION};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::{CloseEvent, MessageEvent, WebSocket};
@@ -45,15 +48,45 @@ pub fn start(live: LiveView) {
     });
 }
 
-fn ping() {
+/// Sends `msg` if the socket is open (a closed one reconnects and resends the view).
+fn send(msg: &ClientMsg) {
     CONN.with_borrow(|c| {
         if let Some(c) = c {
             if c.ws.ready_state() == WebSocket::OPEN {
                 let _ =
-                    c.ws.send_with_str(&format!(r#"{{"type":"ping","nonce":{}}}"#, local_now()));
+                    c.ws.send_with_str(&serde_json::to_string(msg).expect("client messages serialise"));
             }
         }
     });
+}
+
+fn ping() {
+    send(&ClientMsg::Ping {
+        nonce: local_now() as u64,
+    });
+}
+
+/// Shows `view`: asks the server for it and puts it in the URL.
+pub fn show(live: LiveView, view: ViewSpec) {
+    let id = live.request(view.clone());
+    send(&ClientMsg::View { id, view: view.clone() });
+    let url = {
+        let fleet = live.fleet.get_untracked();
+        let mut u = format!("?fleet={}", crate::page::encode(&fleet));
+        for (k, v) in view.to_query() {
+            u.push_str(&format!("&{k}={}", crate::page::encode(&v)));
+        }
+        u
+    };
+    if let Ok(h) = window().history() {
+        let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
+    }
+}
+
+/// Acknowledges frame `seq` after the page has applied it, at the next animation
+/// frame.
+fn ack_after_paint(seq: u64) {
+    request_animation_frame(move || send(&ClientMsg::Ack { seq }));
 }
 
 fn connect(live: LiveView) {
@@ -89,10 +122,16 @@ fn connect(live: LiveView) {
                 } = &msg
                 {
                     ATTEMPT.set(0);
+                    let (id, view) = live.current_request();
+                    send(&ClientMsg::View { id, view });
                 }
-                if let Followup::Resync(why) = live.receive(msg, now) {
-                    leptos::logging::warn!("resynchronising: {why}");
-                    CONN.with_borrow(|c| c.as_ref().map(|c| c.ws.close()));
+                match live.receive(msg, now) {
+                    Followup::None => {}
+                    Followup::Ack(seq) => ack_after_paint(seq),
+                    Followup::Resync(why) => {
+                        leptos::logging::warn!("resynchronising: {why}");
+                        CONN.with_borrow(|c| c.as_ref().map(|c| c.ws.close()));
+                    }
                 }
             }
             Err(e) => leptos::logging::warn!("unreadable server message ({e}): {text:.200}"),

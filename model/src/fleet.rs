@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::record::LockRecord;
 use crate::time::Millis;
+use crate::view::RowState;
 
 /// One key under `<prefix>locks/`, as the store last showed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,30 +67,6 @@ impl LockEntry {
         match &self.body {
             LockBody::Held(r) => Some(r),
             LockBody::Malformed { .. } => None,
-        }
-    }
-}
-
-/// Where a held lock stands against its own deadlines at `now`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Liveness {
-    Healthy,
-    /// Past `alert_at`.
-    Overdue,
-    /// Past `auto_unlock_at`: the unlocker may release it.
-    Expired,
-}
-
-impl LockRecord {
-    /// `now` must be on the same clock as the record's times (see `docs/protocol.md`).
-    pub fn liveness(&self, now: Millis) -> Liveness {
-        if now >= self.auto_unlock_at {
-            Liveness::Expired
-        } else if now >= self.alert_at {
-            Liveness::Overdue
-        } else {
-            Liveness::Healthy
         }
     }
 }
@@ -277,6 +254,11 @@ impl FleetState {
             .map(|w| w.session.as_str())
     }
 
+    /// Sessions waiting, for any lock.
+    pub fn waiter_count(&self) -> usize {
+        self.waiters.len()
+    }
+
     /// Every waiter, ordered by lock then session.
     pub fn waiters(&self) -> impl Iterator<Item = &Waiter> {
         self.waiters.iter()
@@ -290,11 +272,11 @@ impl FleetState {
             ..Counts::default()
         };
         for e in self.locks.values() {
-            match e.record().map(|r| r.liveness(now)) {
-                Some(Liveness::Healthy) => {}
-                Some(Liveness::Overdue) => c.overdue += 1,
-                Some(Liveness::Expired) => c.expired += 1,
-                None => c.malformed += 1,
+            match RowState::of(e, now) {
+                RowState::Healthy => {}
+                RowState::Overdue => c.overdue += 1,
+                RowState::Expired => c.expired += 1,
+                RowState::Malformed => c.malformed += 1,
             }
         }
         c
@@ -533,8 +515,8 @@ mod tests {
     #[test]
     fn liveness_follows_the_deadlines() {
         let r = sample("o");
-        assert_eq!(r.liveness(r.alert_at - 1), Liveness::Healthy);
-        assert_eq!(r.liveness(r.alert_at), Liveness::Overdue);
-        assert_eq!(r.liveness(r.auto_unlock_at), Liveness::Expired);
+        assert_eq!(RowState::of_record(&r, r.alert_at - 1), RowState::Healthy);
+        assert_eq!(RowState::of_record(&r, r.alert_at), RowState::Overdue);
+        assert_eq!(RowState::of_record(&r, r.auto_unlock_at), RowState::Expired);
     }
 }

@@ -7,14 +7,18 @@
 //! - [`record`]: the JSON lock record as the lock protocol stores it (`docs/protocol.md`).
 //! - [`fleet`]: lock entries, fleet events and the reducer ([`fleet::FleetState::apply`])
 //!   that both the server's hub and the browser run.
+//! - [`view`]: what one browser looks at (filter, sort, window of rows), the
+//!   severity order, and the window reducer the browser runs.
 //! - [`wire`]: the versioned websocket messages.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 
 pub mod fleet;
 pub mod record;
 pub mod time;
+pub mod view;
 pub mod wire;
 
 pub use fleet::{Counts, FleetEvent, FleetState, LockBody, LockEntry, StoreStatus, Waiter};
 pub use record::LockRecord;
-pub use wire::{ClientMsg, FleetSummary, Page, ServerMsg, Snapshot, PROTOCOL_VERSION};
+pub use view::{Aggregates, RowState, ViewSpec, Window, WindowFrame, WindowRow};
+pub use wire::{ClientMsg, FleetSummary, Page, ServerMsg, PROTOCOL_VERSION};

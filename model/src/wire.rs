@@ -1,20 +1,35 @@
 //! The websocket contract between the server and the browser (`/ws`), JSON text
-//! frames. The server speaks first: `hello`, then a `snapshot`, then `delta`s in
-//! `seq` order, with `status` whenever the store connection changes. Absent means
-//! unchanged. A subscriber that falls behind receives `lagged` and a fresh
-//! `snapshot`, never a silent gap.
+//! frames.
+//!
+//! The server speaks first (`hello`); the browser then asks for a view
+//! ([`ClientMsg::View`]: filter, sort, window of rows) and receives
+//! [`ServerMsg::Window`] frames for it: the first carries the whole window
+//! (`full`), each later one the current state of whatever changed in the window
+//! since the previous one (absent means unchanged). The browser acknowledges every
+//! frame it has applied ([`ClientMsg::Ack`]); the server sends at most
+//! [`MAX_IN_FLIGHT`] unacknowledged frames and at most one per
+//! [`MIN_FRAME_INTERVAL_MS`], coalescing whatever happens meanwhile, so a slow
+//! browser receives the present, late, and never a backlog. `status` reports the
+//! store connection; `overview` every fleet's headline numbers.
 //!
 //! Bump [`PROTOCOL_VERSION`] on any change a deployed browser would misread.
 
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{Counts, FleetEvent, LockEntry, StoreStatus, Waiter};
+use crate::fleet::{Counts, StoreStatus};
 use crate::time::Millis;
+use crate::view::{ViewSpec, WindowFrame};
 
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Longest client message the server reads.
 pub const MAX_CLIENT_MSG_BYTES: usize = 4096;
+
+/// Frames a subscriber may have unacknowledged before the server holds back.
+pub const MAX_IN_FLIGHT: u64 = 2;
+
+/// Shortest time between two frames to one subscriber.
+pub const MIN_FRAME_INTERVAL_MS: u64 = 25;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -24,30 +39,24 @@ pub enum ServerMsg {
         server_version: String,
         fleet: String,
     },
-    /// The whole view at hub sequence `seq`; deltas numbered `seq + 1`, `seq + 2`,
-    /// … follow.
-    Snapshot(Snapshot),
-    /// Changes since the previous delta (`seq` is one more than the last), in order.
-    Delta {
-        seq: u64,
-        server_time: Millis,
-        events: Vec<FleetEvent>,
-    },
-    /// The store connection changed.
+    /// The subscriber's window: its first frame, or what changed since the last.
+    Window(WindowFrame),
+    /// The store connection changed (sent once on connect, then on every change).
     Status { server_time: Millis, status: StoreStatus },
-    /// This subscriber fell behind and `dropped` messages were discarded; a fresh
-    /// snapshot follows.
-    Lagged { dropped: u64 },
     /// Answer to [`ClientMsg::Ping`], for round-trip time and clock offset.
     Pong { nonce: u64, server_time: Millis },
     /// The client sent something the server could not use; the connection closes.
     Error { reason: String },
-    /// Every fleet's headline numbers, sent every few seconds.
+    /// Every fleet's headline numbers, whenever they change (at most every
+    /// [`OVERVIEW_EVERY_MS`]).
     Overview {
         server_time: Millis,
         fleets: Vec<FleetSummary>,
     },
 }
+
+/// Shortest time between two overviews to one subscriber.
+pub const OVERVIEW_EVERY_MS: u64 = 1000;
 
 /// One fleet's headline numbers, for the overview row.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,32 +69,38 @@ pub struct FleetSummary {
     pub counts: Counts,
 }
 
-/// What the server embeds in a rendered page: the chosen fleet's table and the
-/// overview of all fleets. The page is complete without JavaScript and hydrates
-/// from this same value.
+/// What the server embeds in a rendered page: the chosen fleet's view (its first
+/// window and aggregates) and the overview of all fleets. Its size depends on the
+/// window, never on the fleet. The page is complete without JavaScript and
+/// hydrates from this same value.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Page {
-    pub snapshot: Snapshot,
-    pub fleets: Vec<FleetSummary>,
-}
-
-/// A fleet's table as one subscriber's view sees it, at hub sequence `seq`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Snapshot {
     pub fleet: String,
-    pub seq: u64,
-    pub server_time: Millis,
-    pub revision: i64,
     pub status: StoreStatus,
-    pub locks: Vec<LockEntry>,
-    #[serde(default)]
-    pub waiters: Vec<Waiter>,
+    pub view: ViewSpec,
+    /// The window as a first (`full`) frame; `None` if the hub was unavailable.
+    pub frame: Option<WindowFrame>,
+    pub fleets: Vec<FleetSummary>,
+    /// Why the URL's view could not be used (the default view is shown instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view_error: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMsg {
-    Ping { nonce: u64 },
+    Ping {
+        nonce: u64,
+    },
+    /// Show this view from now on; `id` is echoed in the frames that answer it.
+    View {
+        id: u32,
+        view: ViewSpec,
+    },
+    /// Every frame up to `seq` has been applied (and painted).
+    Ack {
+        seq: u64,
+    },
 }
 
 impl ClientMsg {
@@ -97,7 +112,14 @@ impl ClientMsg {
                 text.len()
             ));
         }
-        serde_json::from_str(text).map_err(|e| format!("unrecognised message: {e}"))
+        let msg: ClientMsg = serde_json::from_str(text).map_err(|e| format!("unrecognised message: {e}"))?;
+        match msg {
+            ClientMsg::View { id, view } => Ok(ClientMsg::View {
+                id,
+                view: view.normalized()?,
+            }),
+            other => Ok(other),
+        }
     }
 }
 
@@ -115,16 +137,25 @@ mod tests {
             serde_json::to_string(&m).unwrap(),
             r#"{"type":"status","server_time":5,"status":{"state":"live","since":3}}"#
         );
-        let d = ServerMsg::Delta {
+        let f = ServerMsg::Window(WindowFrame {
             seq: 2,
+            view_id: 1,
             server_time: 9,
-            events: vec![FleetEvent::Remove {
-                name: "a".into(),
-                revision: 4,
-            }],
-        };
-        let back: ServerMsg = serde_json::from_str(&serde_json::to_string(&d).unwrap()).unwrap();
-        assert_eq!(back, d);
+            waited_ms: 1,
+            full: false,
+            total: 3,
+            offset: 0,
+            order: None,
+            rows: vec![],
+            aggregates: None,
+        });
+        assert_eq!(
+            serde_json::to_string(&f).unwrap(),
+            r#"{"type":"window","seq":2,"view_id":1,"server_time":9,"waited_ms":1,"total":3,"offset":0}"#,
+            "absent means unchanged"
+        );
+        let back: ServerMsg = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+        assert_eq!(back, f);
     }
 
     #[test]
@@ -133,7 +164,33 @@ mod tests {
             ClientMsg::parse(r#"{"type":"ping","nonce":7}"#),
             Ok(ClientMsg::Ping { nonce: 7 })
         );
+        assert_eq!(
+            ClientMsg::parse(r#"{"type":"ack","seq":3}"#),
+            Ok(ClientMsg::Ack { seq: 3 })
+        );
+        assert_eq!(
+            ClientMsg::parse(r#"{"type":"view","id":1,"view":{"sort":{"key":"name"},"offset":10}}"#),
+            Ok(ClientMsg::View {
+                id: 1,
+                view: ViewSpec {
+                    sort: crate::view::Sort {
+                        key: crate::view::SortKey::Name,
+                        reverse: false
+                    },
+                    offset: 10,
+                    ..ViewSpec::default()
+                }
+            })
+        );
         assert!(ClientMsg::parse("{}").unwrap_err().contains("unrecognised"));
+        assert!(ClientMsg::parse(r#"{"type":"view","id":1,"view":{"limit":100000}}"#)
+            .unwrap_err()
+            .contains("window of 100000 rows"));
+        assert!(
+            ClientMsg::parse(r#"{"type":"view","id":1,"view":{"filter":{"state":"sleepy"}}}"#)
+                .unwrap_err()
+                .contains("unrecognised")
+        );
         assert!(ClientMsg::parse(&"x".repeat(MAX_CLIENT_MSG_BYTES + 1))
             .unwrap_err()
             .contains("exceeds"));

@@ -81,10 +81,6 @@ pub struct ServeArgs {
     /// Directory holding the built site (`pkg/` with the wasm, JS and CSS).
     #[arg(long, env = "LEPTOS_SITE_ROOT", default_value = "target/site")]
     pub site_root: PathBuf,
-    /// Messages buffered per websocket subscriber before it is declared lagging
-    /// (it then gets a fresh snapshot).
-    #[arg(long, env = "LOCKSCOPE_WS_BUFFER", default_value_t = 1024)]
-    pub ws_buffer: usize,
 }
 
 /// One configured fleet.

@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use leptos::prelude::{provide_context, LeptosOptions};
 use lockscope_app::shell;
+use lockscope_model::view::ViewSpec;
 use lockscope_model::Page;
 use tokio::sync::watch;
 use tower_http::services::ServeDir;
@@ -95,21 +96,29 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The lock table of one fleet (`?fleet=`), with every fleet's overview,
-/// rendered from the hubs' current state.
+/// One fleet's (`?fleet=`) view named by the URL (filter, sort, offset; see
+/// [`ViewSpec::from_query`]), with every fleet's overview. The page holds one
+/// window of rows, whatever the fleet's size. A view the URL gets wrong is
+/// replaced by the default view, and the page says why.
 async fn page(
     State(state): State<AppState>,
     Query(q): Query<FleetQuery>,
+    Query(pairs): Query<Vec<(String, String)>>,
     req: Request<Body>,
 ) -> Result<Response, AppError> {
-    let snapshot = state
-        .fleet(&q)?
-        .snapshot()
-        .await
-        .map_err(|_| AppError::HubUnavailable)?;
+    let hub = state.fleet(&q)?;
+    let (view, view_error) = match ViewSpec::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        Ok(v) => (v, None),
+        Err(e) => (ViewSpec::default(), Some(e)),
+    };
+    let (frame, status) = hub.render(view.clone()).await.map_err(|_| AppError::HubUnavailable)?;
     let page = Page {
-        snapshot,
-        fleets: state.fleets.summaries().await,
+        fleet: hub.fleet().to_string(),
+        status,
+        view,
+        frame: Some(frame),
+        fleets: state.fleets.summaries(),
+        view_error,
     };
     let options = state.leptos.clone();
     let render = leptos_axum::render_app_to_stream_with_context(
@@ -120,7 +129,7 @@ async fn page(
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok", "fleets": state.fleets.summaries().await }))
+    Json(serde_json::json!({ "status": "ok", "fleets": state.fleets.summaries() }))
 }
 
 async fn ws_upgrade(

@@ -1,26 +1,41 @@
-//! The fleet hub: one task owns a fleet's live table.
+//! The fleet hub: one task owns a fleet's live table and every view of it.
 //!
-//! It applies the observer's events with the model's reducer and publishes each
-//! batch of effective changes once, serialised, on a broadcast channel. Snapshot
-//! and subscription are taken together inside the task, so a subscriber's first
-//! delta is exactly the one after its snapshot. A subscriber that falls more than
-//! the channel's capacity behind is told by the channel (`Lagged`) and asks again.
+//! It applies the observer's events with the model's reducer, moves the changed
+//! locks in the views' indexes ([`crate::views`]), and sends each subscriber a
+//! frame of its window when it has something new, room for another unacknowledged
+//! frame, and the frame interval has passed. Work per event is O(log n) per view
+//! index; work per frame follows the window, never the fleet.
 //!
-//! Channels, not a shared lock: readers never wait on the writer, and the writer
-//! never waits on a slow reader.
+//! Channels, not a shared lock: one task owns the state, so nothing waits on a
+//! lock; subscribers talk to it by commands and receive frames on their own small
+//! channel, which can never fill because frames in flight are bounded by acks.
+//! The fleet's headline numbers are published on a `watch` channel, so the
+//! overview never asks the hub anything.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use lockscope_model::{FleetEvent, FleetState, FleetSummary, ServerMsg, Snapshot, StoreStatus};
+use lockscope_model::view::{ViewSpec, WindowFrame};
+use lockscope_model::{FleetState, FleetSummary, ServerMsg, StoreStatus};
 use lockscope_store::{now_ms, Observer, ObserverEvent};
-use tokio::sync::{broadcast, mpsc, oneshot};
-use tracing::debug;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tracing::{debug, warn};
 
-/// One serialised [`ServerMsg`], shared by every subscriber.
+use crate::views::{Now, SubId, Views};
+
+/// One serialised [`ServerMsg`].
 pub type Frame = Arc<str>;
 
-/// Most observer batches merged into one delta when the hub is behind.
-const MAX_BATCHES_PER_DELTA: usize = 64;
+/// Observer batches applied before the hub looks at its commands and frames again.
+const MAX_BATCHES_PER_TURN: usize = 64;
+
+/// Frames queued per subscriber: window frames are bounded by acknowledgements;
+/// the rest is room for status changes.
+const SUBSCRIBER_QUEUE: usize = 16;
+
+/// Longest the hub sleeps without looking at the clock (lock states follow it).
+const MAX_SLEEP: Duration = Duration::from_secs(1);
 
 /// The hub has stopped (only at shutdown).
 #[derive(Debug, thiserror::Error)]
@@ -32,12 +47,30 @@ pub struct HubStopped;
 pub struct HubHandle {
     commands: mpsc::Sender<Command>,
     fleet: Arc<str>,
+    summary: watch::Receiver<FleetSummary>,
 }
 
 enum Command {
-    Subscribe(oneshot::Sender<Subscription>),
-    Snapshot(oneshot::Sender<Snapshot>),
-    Summary(oneshot::Sender<FleetSummary>),
+    Subscribe {
+        view_id: u32,
+        view: ViewSpec,
+        out: mpsc::Sender<Frame>,
+        reply: oneshot::Sender<SubId>,
+    },
+    SetView {
+        id: SubId,
+        view_id: u32,
+        view: ViewSpec,
+    },
+    Ack {
+        id: SubId,
+        seq: u64,
+    },
+    Unsubscribe(SubId),
+    Render {
+        view: ViewSpec,
+        reply: oneshot::Sender<(WindowFrame, StoreStatus)>,
+    },
 }
 
 /// Every fleet the server watches, in the order configured; the first is the
@@ -62,47 +95,81 @@ impl Fleets {
         self.0.iter().map(|h| h.fleet().to_string()).collect()
     }
 
-    /// Every running fleet's summary, in order.
-    pub async fn summaries(&self) -> Vec<FleetSummary> {
-        let asks = self.0.iter().map(HubHandle::summary);
-        futures::future::join_all(asks)
-            .await
-            .into_iter()
-            .filter_map(Result::ok)
-            .collect()
+    /// Every fleet's latest summary, in order.
+    pub fn summaries(&self) -> Vec<FleetSummary> {
+        self.0.iter().map(|h| h.summary.borrow().clone()).collect()
+    }
+
+    /// Receivers that see each fleet's summary change.
+    pub fn watch(&self) -> Vec<watch::Receiver<FleetSummary>> {
+        self.0.iter().map(|h| h.summary.clone()).collect()
     }
 }
 
-/// A snapshot and every message after it.
+/// A subscriber's end: its frames, and the handle that unsubscribes when dropped.
 pub struct Subscription {
-    pub snapshot: Snapshot,
-    pub updates: broadcast::Receiver<Frame>,
+    pub id: SubId,
+    pub frames: mpsc::Receiver<Frame>,
+    hub: HubHandle,
+}
+
+impl Subscription {
+    /// Shows another view from now on.
+    pub async fn set_view(&self, view_id: u32, view: ViewSpec) -> Result<(), HubStopped> {
+        self.hub
+            .send(Command::SetView {
+                id: self.id,
+                view_id,
+                view,
+            })
+            .await
+    }
+
+    /// Every frame up to `seq` is applied.
+    pub async fn ack(&self, seq: u64) -> Result<(), HubStopped> {
+        self.hub.send(Command::Ack { id: self.id, seq }).await
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        // If the command queue is full, the hub still drops us the next time a
+        // frame finds our channel closed.
+        let _ = self.hub.commands.try_send(Command::Unsubscribe(self.id));
+    }
 }
 
 impl HubHandle {
     /// Starts a hub fed by `observer`; `source` says where the locks live.
-    pub fn spawn(fleet: &str, source: &str, observer: Box<dyn Observer>, buffer: usize) -> HubHandle {
+    pub fn spawn(fleet: &str, source: &str, observer: Box<dyn Observer>) -> HubHandle {
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(observer.run(tx));
-        HubHandle::with_events(fleet, source, rx, buffer)
+        HubHandle::with_events(fleet, source, rx)
     }
 
     /// Starts a hub fed by a channel of observer events.
-    pub fn with_events(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>, buffer: usize) -> HubHandle {
-        let (commands, command_rx) = mpsc::channel(64);
-        let (updates, _) = broadcast::channel(buffer.max(1));
-        let hub = Hub {
-            fleet: fleet.to_string(),
+    pub fn with_events(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>) -> HubHandle {
+        let (commands, command_rx) = mpsc::channel(1024);
+        let status = StoreStatus::Connecting { since: now_ms() };
+        let (summary_tx, summary) = watch::channel(FleetSummary {
+            name: fleet.to_string(),
             source: source.to_string(),
+            status: status.clone(),
+            counts: Default::default(),
+        });
+        let hub = Hub {
             state: FleetState::default(),
-            status: StoreStatus::Connecting { since: now_ms() },
-            seq: 0,
-            updates,
+            views: Views::new(),
+            status,
+            subscribers: Default::default(),
+            summary: summary_tx,
+            started: Instant::now(),
         };
         tokio::spawn(hub.run(events, command_rx));
         HubHandle {
             commands,
             fleet: fleet.into(),
+            summary,
         }
     }
 
@@ -110,138 +177,203 @@ impl HubHandle {
         &self.fleet
     }
 
-    pub async fn subscribe(&self) -> Result<Subscription, HubStopped> {
-        self.ask(Command::Subscribe).await
+    /// The latest headline numbers (no round trip to the hub).
+    pub fn summary(&self) -> FleetSummary {
+        self.summary.borrow().clone()
     }
 
-    pub async fn snapshot(&self) -> Result<Snapshot, HubStopped> {
-        self.ask(Command::Snapshot).await
+    /// Subscribes to `view`; frames (and store status changes) arrive on the
+    /// subscription's channel, the first one at once.
+    pub async fn subscribe(&self, view_id: u32, view: ViewSpec) -> Result<Subscription, HubStopped> {
+        let (out, frames) = mpsc::channel(SUBSCRIBER_QUEUE);
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Subscribe {
+            view_id,
+            view,
+            out,
+            reply,
+        })
+        .await?;
+        let id = rx.await.map_err(|_| HubStopped)?;
+        Ok(Subscription {
+            id,
+            frames,
+            hub: self.clone(),
+        })
     }
 
-    /// Headline numbers, without copying the table.
-    pub async fn summary(&self) -> Result<FleetSummary, HubStopped> {
-        self.ask(Command::Summary).await
-    }
-
-    async fn ask<T>(&self, cmd: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, HubStopped> {
-        let (tx, rx) = oneshot::channel();
-        self.commands.send(cmd(tx)).await.map_err(|_| HubStopped)?;
+    /// The first frame of `view` as a new subscriber would get it, and the store
+    /// status (for a server-rendered page).
+    pub async fn render(&self, view: ViewSpec) -> Result<(WindowFrame, StoreStatus), HubStopped> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Render { view, reply }).await?;
         rx.await.map_err(|_| HubStopped)
+    }
+
+    async fn send(&self, cmd: Command) -> Result<(), HubStopped> {
+        self.commands.send(cmd).await.map_err(|_| HubStopped)
     }
 }
 
 struct Hub {
-    fleet: String,
-    source: String,
     state: FleetState,
+    views: Views,
     status: StoreStatus,
-    /// Number of deltas published.
-    seq: u64,
-    updates: broadcast::Sender<Frame>,
+    subscribers: std::collections::HashMap<SubId, mpsc::Sender<Frame>>,
+    summary: watch::Sender<FleetSummary>,
+    started: Instant,
 }
 
 impl Hub {
     async fn run(mut self, mut events: mpsc::Receiver<ObserverEvent>, mut commands: mpsc::Receiver<Command>) {
+        let mut events_open = true;
         loop {
+            let wake = self.next_wake();
             tokio::select! {
-                ev = events.recv() => match ev {
-                    Some(ev) => self.on_event(ev, &mut events),
-                    None => break,
+                ev = events.recv(), if events_open => match ev {
+                    Some(ev) => self.on_events(ev, &mut events),
+                    // The observer stopped (only at shutdown): keep serving what we have.
+                    None => events_open = false,
                 },
                 cmd = commands.recv() => match cmd {
-                    Some(Command::Subscribe(reply)) => {
-                        let updates = self.updates.subscribe();
-                        let _ = reply.send(Subscription { snapshot: self.snapshot(), updates });
-                    }
-                    Some(Command::Snapshot(reply)) => {
-                        let _ = reply.send(self.snapshot());
-                    }
-                    Some(Command::Summary(reply)) => {
-                        let _ = reply.send(self.summary());
-                    }
+                    Some(cmd) => self.on_command(cmd),
                     // Every handle is gone: nobody can read us any more.
                     None => break,
                 },
+                _ = tokio::time::sleep_until(wake) => {}
             }
+            self.turn();
         }
-        debug!(fleet = %self.fleet, "hub stopped");
+        debug!(fleet = %self.summary.borrow().name, "hub stopped");
     }
 
-    fn on_event(&mut self, first: ObserverEvent, events: &mut mpsc::Receiver<ObserverEvent>) {
-        let mut changes = Vec::new();
+    fn now(&self) -> Now {
+        Now {
+            wall: now_ms(),
+            mono: self.started.elapsed().as_millis() as i64,
+        }
+    }
+
+    /// When the hub next has something to do by itself: a frame that becomes due,
+    /// or a lock whose state changes with time.
+    fn next_wake(&self) -> Instant {
+        let now = self.now();
+        let mut wake = Instant::now() + MAX_SLEEP;
+        if let Some(at) = self.views.next_send() {
+            wake = wake.min(self.started + Duration::from_millis(at.max(0) as u64));
+        }
+        if let Some(at) = self.views.next_deadline() {
+            let wait = Duration::from_millis((at - now.wall).max(0) as u64);
+            wake = wake.min(Instant::now() + wait);
+        }
+        wake
+    }
+
+    /// After anything happened: states due by time, then frames due, then the summary.
+    fn turn(&mut self) {
+        let now = self.now();
+        self.views.advance(&self.state, now.wall);
+        self.views.mark_dirty(now);
+        for (id, frame) in self.views.due_frames(&self.state, now) {
+            self.deliver(id, &ServerMsg::Window(frame));
+        }
+        let counts = self.views.counts();
+        let status = self.status.clone();
+        self.summary.send_if_modified(|s| {
+            let changed = s.counts != counts || s.status != status;
+            s.counts = counts;
+            s.status = status;
+            changed
+        });
+    }
+
+    fn on_events(&mut self, first: ObserverEvent, events: &mut mpsc::Receiver<ObserverEvent>) {
+        let now = now_ms();
         let mut next = Some(first);
         let mut batches = 0;
-        // Merge what is already queued into one delta, but publish a status change
-        // in its place in the sequence.
         while let Some(ev) = next.take() {
             match ev {
                 ObserverEvent::Events(evs) => {
                     for e in evs {
-                        changes.extend(self.state.apply(e));
+                        for change in self.state.apply(e) {
+                            self.views.on_change(&self.state, &change, now);
+                        }
                     }
                 }
                 ObserverEvent::Status(status) => {
-                    self.publish_changes(&mut changes);
                     self.status = status.clone();
-                    self.publish(&ServerMsg::Status {
+                    let msg = ServerMsg::Status {
                         server_time: now_ms(),
                         status,
-                    });
+                    };
+                    let ids: Vec<SubId> = self.subscribers.keys().copied().collect();
+                    for id in ids {
+                        self.deliver(id, &msg);
+                    }
                 }
             }
             batches += 1;
-            if batches < MAX_BATCHES_PER_DELTA {
+            if batches < MAX_BATCHES_PER_TURN {
                 next = events.try_recv().ok();
             }
         }
-        self.publish_changes(&mut changes);
     }
 
-    fn publish_changes(&mut self, changes: &mut Vec<FleetEvent>) {
-        if changes.is_empty() {
-            return;
+    fn on_command(&mut self, cmd: Command) {
+        let now = self.now();
+        match cmd {
+            Command::Subscribe {
+                view_id,
+                view,
+                out,
+                reply,
+            } => {
+                let id = self.views.subscribe(&self.state, view_id, view, now);
+                let status = ServerMsg::Status {
+                    server_time: now.wall,
+                    status: self.status.clone(),
+                };
+                self.subscribers.insert(id, out);
+                if reply.send(id).is_err() {
+                    return self.drop_subscriber(id);
+                }
+                self.deliver(id, &status);
+            }
+            Command::SetView { id, view_id, view } => self.views.set_view(&self.state, id, view_id, view, now),
+            Command::Ack { id, seq } => self.views.ack(id, seq),
+            Command::Unsubscribe(id) => self.drop_subscriber(id),
+            Command::Render { view, reply } => {
+                let frame = self.views.render(&self.state, &view, now);
+                let _ = reply.send((frame, self.status.clone()));
+            }
         }
-        self.seq += 1;
-        let msg = ServerMsg::Delta {
-            seq: self.seq,
-            server_time: now_ms(),
-            events: std::mem::take(changes),
-        };
-        self.publish(&msg);
     }
 
-    fn publish(&self, msg: &ServerMsg) {
+    /// Queues `msg` for subscriber `id`; one whose queue is full or gone is dropped
+    /// (its socket has stopped being read altogether).
+    fn deliver(&mut self, id: SubId, msg: &ServerMsg) {
+        let Some(out) = self.subscribers.get(&id) else { return };
         let frame: Frame = serde_json::to_string(msg).expect("server messages serialise").into();
-        // No receivers is fine: nobody is watching right now.
-        let _ = self.updates.send(frame);
-    }
-
-    fn summary(&self) -> FleetSummary {
-        FleetSummary {
-            name: self.fleet.clone(),
-            source: self.source.clone(),
-            status: self.status.clone(),
-            counts: self.state.counts(now_ms()),
+        match out.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => self.drop_subscriber(id),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(subscriber = id, "subscriber queue full; dropping it");
+                self.drop_subscriber(id);
+            }
         }
     }
 
-    fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            fleet: self.fleet.clone(),
-            seq: self.seq,
-            server_time: now_ms(),
-            revision: self.state.revision(),
-            status: self.status.clone(),
-            locks: self.state.locks().cloned().collect(),
-            waiters: self.state.waiters().cloned().collect(),
-        }
+    fn drop_subscriber(&mut self, id: SubId) {
+        self.subscribers.remove(&id);
+        self.views.unsubscribe(id);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockscope_model::LockEntry;
+    use lockscope_model::{FleetEvent, LockEntry, Window};
 
     fn up(name: &str, rev: i64) -> FleetEvent {
         FleetEvent::Upsert(LockEntry::from_stored(name.into(), rev, rev, b"x"))
@@ -251,56 +383,74 @@ mod tests {
         serde_json::from_str(f).unwrap()
     }
 
-    #[tokio::test]
-    async fn a_subscriber_gets_the_snapshot_then_exactly_the_later_deltas() {
-        let (tx, rx) = mpsc::channel(16);
-        let hub = HubHandle::with_events("f", "test", rx, 16);
-        tx.send(ObserverEvent::Events(vec![up("a", 1)])).await.unwrap();
-        // The snapshot is taken by the hub task after it handled the event above
-        // only if the event was queued first; wait for it through a snapshot.
-        while hub.snapshot().await.unwrap().locks.is_empty() {
-            tokio::task::yield_now().await;
-        }
-        let mut sub = hub.subscribe().await.unwrap();
-        assert_eq!(sub.snapshot.seq, 1);
-        assert_eq!(sub.snapshot.locks.len(), 1);
-        tx.send(ObserverEvent::Events(vec![up("b", 2), up("a", 1)]))
-            .await
-            .unwrap();
-        match parse(&sub.updates.recv().await.unwrap()) {
-            ServerMsg::Delta { seq, events, .. } => {
-                assert_eq!(seq, 2);
-                assert_eq!(events, vec![up("b", 2)], "the duplicate of a is not forwarded");
+    async fn next_window(sub: &mut Subscription) -> WindowFrame {
+        loop {
+            let f = tokio::time::timeout(Duration::from_secs(5), sub.frames.recv())
+                .await
+                .expect("a frame in time")
+                .expect("hub running");
+            if let ServerMsg::Window(w) = parse(&f) {
+                return w;
             }
-            other => panic!("{other:?}"),
         }
-        let live = StoreStatus::Live { since: 5 };
-        tx.send(ObserverEvent::Status(live.clone())).await.unwrap();
-        match parse(&sub.updates.recv().await.unwrap()) {
-            ServerMsg::Status { status, .. } => assert_eq!(status, live),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(hub.snapshot().await.unwrap().status, live);
     }
 
     #[tokio::test]
-    async fn a_slow_subscriber_is_told_it_lagged() {
+    async fn a_subscriber_gets_its_window_then_what_changes_in_it() {
         let (tx, rx) = mpsc::channel(16);
-        let hub = HubHandle::with_events("f", "test", rx, 4);
-        let mut sub = hub.subscribe().await.unwrap();
-        for i in 0..10 {
-            tx.send(ObserverEvent::Events(vec![up(&format!("l{i}"), i + 1)]))
-                .await
-                .unwrap();
-            // One delta per event: let the hub publish before the next arrives.
-            hub.snapshot().await.unwrap();
+        let hub = HubHandle::with_events("f", "test", rx);
+        tx.send(ObserverEvent::Events(vec![up("a", 1)])).await.unwrap();
+        let mut sub = hub.subscribe(1, ViewSpec::default()).await.unwrap();
+        match parse(&sub.frames.recv().await.unwrap()) {
+            ServerMsg::Status { status, .. } => assert!(matches!(status, StoreStatus::Connecting { .. })),
+            other => panic!("status first, got {other:?}"),
         }
-        match sub.updates.recv().await {
-            Err(broadcast::error::RecvError::Lagged(n)) => assert_eq!(n, 6),
-            other => panic!("expected a lag, got {other:?}"),
+        let mut w = Window::default();
+        // The event and the subscription race; either way the window ends with a.
+        while w.order() != ["a"] {
+            let f = next_window(&mut sub).await;
+            sub.ack(f.seq).await.unwrap();
+            w.apply(f).unwrap();
         }
-        let again = hub.subscribe().await.unwrap();
-        assert_eq!(again.snapshot.locks.len(), 10);
-        assert_eq!(again.snapshot.seq, 10);
+        tx.send(ObserverEvent::Events(vec![up("b", 2), up("a", 1)]))
+            .await
+            .unwrap();
+        let f = next_window(&mut sub).await;
+        assert_eq!(f.order.as_deref(), Some(&["a".to_string(), "b".to_string()][..]));
+        assert_eq!(f.rows.len(), 1, "a is unchanged; only b travels");
+        let live = StoreStatus::Live { since: 5 };
+        tx.send(ObserverEvent::Status(live.clone())).await.unwrap();
+        loop {
+            if let ServerMsg::Status { status, .. } = parse(&sub.frames.recv().await.unwrap()) {
+                assert_eq!(status, live);
+                break;
+            }
+        }
+        // The summary follows without asking the hub.
+        let mut summary = hub.summary.clone();
+        summary
+            .wait_for(|s| s.status == live && s.counts.held == 2)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_page_render_is_one_window_whatever_the_fleet_size() {
+        let (tx, rx) = mpsc::channel(16);
+        let hub = HubHandle::with_events("f", "test", rx);
+        let many: Vec<FleetEvent> = (0..5_000).map(|i| up(&format!("l{i:05}"), i + 1)).collect();
+        tx.send(ObserverEvent::Events(many)).await.unwrap();
+        let mut summary = hub.summary.clone();
+        summary.wait_for(|s| s.counts.held == 5_000).await.unwrap();
+        let view = ViewSpec {
+            limit: 50,
+            offset: 4_990,
+            ..ViewSpec::default()
+        };
+        let (frame, _) = hub.render(view).await.unwrap();
+        assert_eq!(frame.total, 5_000);
+        assert_eq!(frame.offset, 4_950, "clamped so the window is full");
+        assert_eq!(frame.rows.len(), 50);
+        assert!(frame.full);
     }
 }

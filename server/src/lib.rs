@@ -1,17 +1,21 @@
 //! The lockscope server (`lockscope` binary).
 //!
 //! - [`config`]: command line and environment.
-//! - [`hub`]: one task per fleet owns its live table and fans out deltas.
+//! - [`hub`]: one task per fleet owns its live table and sends each subscriber
+//!   frames of its view.
+//! - [`views`]: per (filter, sort) ordered indexes, per subscriber windows,
+//!   aggregates; the pure logic the hub runs.
 //! - [`ws`]: the `/ws` subscriber protocol, independent of axum for testing.
 //! - [`http`]: routes, the server-rendered page, errors.
 //! - [`demo`]: a simulated fleet of workers over the client library (`lockscope demo`).
 //!
-//! Data flows one way: store observer → hub reducer → snapshot + deltas → browser.
+//! Data flows one way: store observer → hub reducer → view windows → browser.
 
 pub mod config;
 pub mod demo;
 pub mod http;
 pub mod hub;
+pub mod views;
 pub mod ws;
 
 use std::future::IntoFuture;

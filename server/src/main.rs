@@ -66,7 +66,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             StoreKind::ShedLock { url, table } => Box::new(ShedLockObserver::new(url, Some(table.as_str()))?),
         };
         tracing::info!(fleet = %spec.name, source = %spec.source(), "watching");
-        hubs.push(HubHandle::spawn(&spec.name, &spec.source(), observer, args.ws_buffer));
+        hubs.push(HubHandle::spawn(&spec.name, &spec.source(), observer));
     }
     if hubs.is_empty() {
         hubs.push(embedded_default(&args, stop_rx.clone()).await?);
@@ -126,12 +126,7 @@ async fn embedded_default(args: &ServeArgs, stop: watch::Receiver<bool>) -> anyh
             }
         });
     }
-    Ok(HubHandle::spawn(
-        "embedded",
-        &source,
-        Box::new(SqlObserver::new(url)),
-        args.ws_buffer,
-    ))
+    Ok(HubHandle::spawn("embedded", &source, Box::new(SqlObserver::new(url))))
 }
 
 async fn shutdown_signal() {

@@ -1,22 +1,24 @@
 //! One websocket subscriber (`/ws`), independent of axum: it speaks to any
 //! `Sink<WsOut>` / `Stream<Item = WsIn>`, so tests drive it with channels.
 //!
-//! Order of messages: `hello`, `snapshot`, then the hub's frames as published,
-//! with an `overview` of every fleet every [`OVERVIEW_EVERY`]. If
-//! the subscriber falls behind the hub's buffer it gets `lagged` and a fresh
-//! `snapshot` (the browser's reducer turns that into the difference). Bad input
-//! gets an `error` message and a close frame with the reason.
+//! Order of messages: `hello`; then, once the browser has named its view
+//! (`view`), `status` and the view's `window` frames as the hub sends them, with
+//! an `overview` of every fleet whenever one changes (at most every
+//! [`OVERVIEW_EVERY_MS`]). The browser's `ack`s and `view` changes go to the hub.
+//! Bad input gets an `error` message and a close frame with the reason.
+
+use std::time::Duration;
 
 use futures::{Sink, SinkExt, Stream, StreamExt};
+use lockscope_model::wire::OVERVIEW_EVERY_MS;
 use lockscope_model::{ClientMsg, ServerMsg, PROTOCOL_VERSION};
 use lockscope_store::now_ms;
-use tokio::sync::{broadcast::error::RecvError, watch};
-use tracing::debug;
+use tokio::sync::watch;
 
-use crate::hub::{Fleets, Frame, HubHandle};
+use crate::hub::{Fleets, Frame, HubHandle, Subscription};
 
-/// How often a subscriber gets every fleet's headline numbers.
-pub const OVERVIEW_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a new connection may take to name its view.
+pub const FIRST_VIEW_WITHIN: Duration = Duration::from_secs(10);
 
 /// What the client sent, reduced to what the protocol cares about.
 #[derive(Debug)]
@@ -44,6 +46,38 @@ fn frame(msg: &ServerMsg) -> WsOut {
     WsOut::Text(serde_json::to_string(msg).expect("server messages serialise").into())
 }
 
+/// The reply to bad input: an `error` message, then a close frame.
+fn refuse(reason: String, code: u16) -> [WsOut; 2] {
+    [
+        frame(&ServerMsg::Error { reason: reason.clone() }),
+        WsOut::Close {
+            code,
+            reason: truncate(reason),
+        },
+    ]
+}
+
+/// What one client message asks for, or the reply that ends the connection.
+enum Input {
+    Msg(ClientMsg),
+    Leave,
+    Refuse([WsOut; 2]),
+}
+
+fn read(msg: Option<WsIn>) -> Input {
+    match msg {
+        None | Some(WsIn::Close) => Input::Leave,
+        Some(WsIn::Text(text)) => match ClientMsg::parse(&text) {
+            Ok(m) => Input::Msg(m),
+            Err(reason) => Input::Refuse(refuse(reason, close::POLICY_VIOLATION)),
+        },
+        Some(WsIn::Binary) => Input::Refuse(refuse(
+            "binary frames are not part of the protocol".into(),
+            close::UNSUPPORTED_DATA,
+        )),
+    }
+}
+
 /// Serves one subscriber of `hub` until it leaves, misbehaves, or `shutdown` turns
 /// true.
 pub async fn serve_subscriber<S, R>(
@@ -64,57 +98,83 @@ pub async fn serve_subscriber<S, R>(
     if out.send(frame(&hello)).await.is_err() {
         return;
     }
-    let Ok(mut sub) = hub.subscribe().await else {
-        let _ = out
-            .send(WsOut::Close {
-                code: close::INTERNAL_ERROR,
-                reason: "hub stopped".into(),
-            })
-            .await;
+    let Some(mut sub) = first_view(&hub, &mut out, &mut input).await else {
         return;
     };
-    if out.send(frame(&ServerMsg::Snapshot(sub.snapshot))).await.is_err() {
-        return;
-    }
-    let mut overview = tokio::time::interval(OVERVIEW_EVERY);
+    let mut overviews = fleets.watch();
+    let mut overview_tick = tokio::time::interval(Duration::from_millis(OVERVIEW_EVERY_MS));
+    let mut first_overview = true;
     loop {
-        let out_msg = tokio::select! {
-            _ = overview.tick() => frame(&ServerMsg::Overview { server_time: now_ms(), fleets: fleets.summaries().await }),
-            update = sub.updates.recv() => match update {
-                Ok(f) => WsOut::Text(f),
-                Err(RecvError::Lagged(dropped)) => {
-                    debug!(dropped, "subscriber lagged; sending a fresh snapshot");
-                    if out.send(frame(&ServerMsg::Lagged { dropped })).await.is_err() {
-                        return;
-                    }
-                    match hub.subscribe().await {
-                        Ok(s) => sub = s,
-                        Err(_) => return,
-                    }
-                    frame(&ServerMsg::Snapshot(sub.snapshot.clone()))
+        let msgs: Vec<WsOut> = tokio::select! {
+            _ = overview_tick.tick() => {
+                // Every receiver is read, so each change is sent once.
+                let changed = overviews.iter_mut().fold(false, |c, rx| rx.has_changed().unwrap_or(false) | c);
+                overviews.iter_mut().for_each(|rx| { rx.borrow_and_update(); });
+                if !(changed || std::mem::take(&mut first_overview)) {
+                    continue;
                 }
-                Err(RecvError::Closed) => WsOut::Close { code: close::INTERNAL_ERROR, reason: "hub stopped".into() },
+                vec![frame(&ServerMsg::Overview { server_time: now_ms(), fleets: fleets.summaries() })]
+            }
+            f = sub.frames.recv() => match f {
+                Some(f) => vec![WsOut::Text(f)],
+                None => vec![WsOut::Close { code: close::INTERNAL_ERROR, reason: "hub stopped".into() }],
             },
-            msg = input.next() => match msg {
-                None | Some(WsIn::Close) => return,
-                Some(WsIn::Text(text)) => match ClientMsg::parse(&text) {
-                    Ok(ClientMsg::Ping { nonce }) => frame(&ServerMsg::Pong { nonce, server_time: now_ms() }),
-                    Err(reason) => {
-                        let _ = out.send(frame(&ServerMsg::Error { reason: reason.clone() })).await;
-                        WsOut::Close { code: close::POLICY_VIOLATION, reason: truncate(reason) }
-                    }
-                },
-                Some(WsIn::Binary) => {
-                    let reason = "binary frames are not part of the protocol".to_string();
-                    let _ = out.send(frame(&ServerMsg::Error { reason: reason.clone() })).await;
-                    WsOut::Close { code: close::UNSUPPORTED_DATA, reason }
+            msg = input.next() => match read(msg) {
+                Input::Leave => return,
+                Input::Refuse(reply) => reply.into(),
+                Input::Msg(ClientMsg::Ping { nonce }) => vec![frame(&ServerMsg::Pong { nonce, server_time: now_ms() })],
+                Input::Msg(ClientMsg::Ack { seq }) => {
+                    if sub.ack(seq).await.is_err() { return }
+                    continue;
+                }
+                Input::Msg(ClientMsg::View { id, view }) => {
+                    if sub.set_view(id, view).await.is_err() { return }
+                    continue;
                 }
             },
-            _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => WsOut::Close { code: close::GOING_AWAY, reason: "server shutting down".into() },
+            _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => vec![WsOut::Close { code: close::GOING_AWAY, reason: "server shutting down".into() }],
         };
-        let closing = matches!(out_msg, WsOut::Close { .. });
-        if out.send(out_msg).await.is_err() || closing {
-            return;
+        for m in msgs {
+            let closing = matches!(m, WsOut::Close { .. });
+            if out.send(m).await.is_err() || closing {
+                return;
+            }
+        }
+    }
+}
+
+/// Waits for the browser to name its view, and subscribes to it.
+async fn first_view<S, R>(hub: &HubHandle, out: &mut S, input: &mut R) -> Option<Subscription>
+where
+    S: Sink<WsOut> + Unpin,
+    R: Stream<Item = WsIn> + Unpin,
+{
+    let deadline = tokio::time::sleep(FIRST_VIEW_WITHIN);
+    tokio::pin!(deadline);
+    loop {
+        let reply: Vec<WsOut> = tokio::select! {
+            _ = &mut deadline => refuse(format!("no view requested within {FIRST_VIEW_WITHIN:?}"), close::POLICY_VIOLATION).into(),
+            msg = input.next() => match read(msg) {
+                Input::Leave => return None,
+                Input::Refuse(reply) => reply.into(),
+                Input::Msg(ClientMsg::View { id, view }) => {
+                    return match hub.subscribe(id, view).await {
+                        Ok(sub) => Some(sub),
+                        Err(_) => {
+                            let _ = out.send(WsOut::Close { code: close::INTERNAL_ERROR, reason: "hub stopped".into() }).await;
+                            None
+                        }
+                    };
+                }
+                Input::Msg(ClientMsg::Ping { nonce }) => vec![frame(&ServerMsg::Pong { nonce, server_time: now_ms() })],
+                Input::Msg(ClientMsg::Ack { .. }) => vec![],
+            },
+        };
+        for m in reply {
+            let closing = matches!(m, WsOut::Close { .. });
+            if out.send(m).await.is_err() || closing {
+                return None;
+            }
         }
     }
 }
@@ -135,7 +195,7 @@ fn truncate(mut s: String) -> String {
 mod tests {
     use super::*;
     use futures::channel::mpsc;
-    use lockscope_model::{FleetEvent, LockEntry};
+    use lockscope_model::{FleetEvent, LockEntry, Window, WindowFrame};
     use lockscope_store::ObserverEvent;
 
     struct Client {
@@ -145,7 +205,7 @@ mod tests {
 
     impl Client {
         async fn next(&mut self) -> WsOut {
-            tokio::time::timeout(std::time::Duration::from_secs(5), self.from_server.next())
+            tokio::time::timeout(Duration::from_secs(5), self.from_server.next())
                 .await
                 .unwrap()
                 .unwrap()
@@ -162,18 +222,26 @@ mod tests {
                 }
             }
         }
+        async fn window(&mut self) -> WindowFrame {
+            loop {
+                if let ServerMsg::Window(w) = self.msg().await {
+                    return w;
+                }
+            }
+        }
+        fn send(&self, text: &str) {
+            self.to_server.unbounded_send(WsIn::Text(text.into())).unwrap();
+        }
     }
 
-    fn start(
-        buffer: usize,
-    ) -> (
+    fn start() -> (
         tokio::sync::mpsc::Sender<ObserverEvent>,
         Client,
         watch::Sender<bool>,
         HubHandle,
     ) {
         let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(64);
-        let hub = HubHandle::with_events("test-fleet", "test", ev_rx, buffer);
+        let hub = HubHandle::with_events("test-fleet", "test", ev_rx);
         let (out_tx, out_rx) = mpsc::unbounded();
         let (in_tx, in_rx) = mpsc::unbounded();
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -195,59 +263,85 @@ mod tests {
         )
     }
 
+    const DEFAULT_VIEW: &str = r#"{"type":"view","id":1,"view":{}}"#;
+
     #[tokio::test]
-    async fn hello_snapshot_pong_and_shutdown() {
-        let (_ev, mut c, stop, _hub) = start(16);
+    async fn hello_view_window_pong_and_shutdown() {
+        let (_ev, mut c, stop, _hub) = start();
         assert!(
             matches!(c.msg().await, ServerMsg::Hello { protocol: PROTOCOL_VERSION, ref fleet, .. } if fleet == "test-fleet")
         );
-        assert!(matches!(c.msg().await, ServerMsg::Snapshot(ref s) if s.locks.is_empty()));
-        c.to_server
-            .unbounded_send(WsIn::Text(r#"{"type":"ping","nonce":42}"#.into()))
-            .unwrap();
+        c.send(DEFAULT_VIEW);
+        assert!(matches!(c.msg().await, ServerMsg::Status { .. }));
+        let w = c.window().await;
+        assert!(w.full && w.total == 0 && w.view_id == 1);
+        c.send(r#"{"type":"ping","nonce":42}"#);
         assert!(matches!(c.msg().await, ServerMsg::Pong { nonce: 42, .. }));
         stop.send(true).unwrap();
-        assert_eq!(
-            c.next().await,
-            WsOut::Close {
-                code: close::GOING_AWAY,
-                reason: "server shutting down".into()
+        loop {
+            match c.next().await {
+                WsOut::Close { code, reason } => {
+                    assert_eq!((code, reason.as_str()), (close::GOING_AWAY, "server shutting down"));
+                    break;
+                }
+                WsOut::Text(_) => {}
             }
-        );
+        }
     }
 
     #[tokio::test]
-    async fn an_overview_follows_the_snapshot() {
-        let (_ev, mut c, _stop, _hub) = start(16);
-        c.msg().await;
-        c.msg().await;
-        match c.next().await {
-            WsOut::Text(t) => match serde_json::from_str(&t).unwrap() {
-                ServerMsg::Overview { fleets, .. } => {
+    async fn an_overview_follows_the_subscription() {
+        let (_ev, mut c, _stop, _hub) = start();
+        c.send(DEFAULT_VIEW);
+        loop {
+            if let WsOut::Text(t) = c.next().await {
+                if let ServerMsg::Overview { fleets, .. } = serde_json::from_str(&t).unwrap() {
                     assert_eq!(fleets.len(), 1);
                     assert_eq!(fleets[0].name, "test-fleet");
                     assert_eq!(fleets[0].source, "test");
+                    break;
                 }
-                other => panic!("{other:?}"),
-            },
-            other => panic!("{other:?}"),
+            }
         }
     }
 
     #[tokio::test]
     async fn bad_input_gets_a_reason_and_a_close() {
-        for (input, code) in [
-            (WsIn::Text("{\"type\":\"drop_tables\"}".into()), close::POLICY_VIOLATION),
-            (WsIn::Text("x".repeat(10_000)), close::POLICY_VIOLATION),
-            (WsIn::Binary, close::UNSUPPORTED_DATA),
+        for (before_view, input, code) in [
+            (
+                false,
+                WsIn::Text("{\"type\":\"drop_tables\"}".into()),
+                close::POLICY_VIOLATION,
+            ),
+            (
+                true,
+                WsIn::Text("{\"type\":\"drop_tables\"}".into()),
+                close::POLICY_VIOLATION,
+            ),
+            (true, WsIn::Text("x".repeat(10_000)), close::POLICY_VIOLATION),
+            (
+                false,
+                WsIn::Text(r#"{"type":"view","id":1,"view":{"limit":9999}}"#.into()),
+                close::POLICY_VIOLATION,
+            ),
+            (true, WsIn::Binary, close::UNSUPPORTED_DATA),
         ] {
-            let (_ev, mut c, _stop, _hub) = start(16);
+            let (_ev, mut c, _stop, _hub) = start();
             c.msg().await;
-            c.msg().await;
+            if !before_view {
+                c.send(DEFAULT_VIEW);
+                c.window().await;
+            }
             c.to_server.unbounded_send(input).unwrap();
-            match c.msg().await {
-                ServerMsg::Error { reason } => assert!(!reason.is_empty()),
-                other => panic!("{other:?}"),
+            loop {
+                match c.msg().await {
+                    ServerMsg::Error { reason } => {
+                        assert!(!reason.is_empty());
+                        break;
+                    }
+                    ServerMsg::Status { .. } | ServerMsg::Window(_) => {}
+                    other => panic!("{other:?}"),
+                }
             }
             match c.next().await {
                 WsOut::Close { code: got, reason } => {
@@ -259,63 +353,47 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_names_a_view_is_closed() {
+        let (_ev, mut c, _stop, _hub) = start();
+        c.msg().await;
+        tokio::time::advance(FIRST_VIEW_WITHIN + Duration::from_millis(1)).await;
+        assert!(matches!(c.msg().await, ServerMsg::Error { ref reason } if reason.contains("no view")));
+    }
+
     #[tokio::test]
-    async fn a_lagging_subscriber_gets_lagged_then_a_fresh_snapshot() {
-        // A bounded sink the test does not drain: the subscriber blocks on it while
-        // the hub keeps publishing into a 2-message buffer.
-        let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(64);
-        let hub = HubHandle::with_events("f", "test", ev_rx, 2);
-        let (out_tx, mut out_rx) = mpsc::channel::<WsOut>(0);
-        let (_in_tx, in_rx) = mpsc::unbounded::<WsIn>();
-        let (_stop_tx, stop_rx) = watch::channel(false);
-        tokio::spawn(serve_subscriber(
-            hub.clone(),
-            Fleets::new(vec![hub.clone()]),
-            out_tx,
-            in_rx,
-            stop_rx,
-        ));
-        async fn text(rx: &mut mpsc::Receiver<WsOut>) -> ServerMsg {
-            match rx.next().await.unwrap() {
-                WsOut::Text(t) => serde_json::from_str::<ServerMsg>(&t).unwrap(),
-                other => panic!("{other:?}"),
-            }
-        }
-        assert!(matches!(text(&mut out_rx).await, ServerMsg::Hello { .. }));
-        for i in 0..20 {
-            let e = LockEntry::from_stored(format!("l{i:02}"), i + 1, i + 1, b"x");
-            ev_tx
-                .send(ObserverEvent::Events(vec![FleetEvent::Upsert(e)]))
+    async fn a_reader_that_stops_acknowledging_is_held_back_then_gets_the_present() {
+        let (ev, mut c, _stop, _hub) = start();
+        c.msg().await;
+        c.send(DEFAULT_VIEW);
+        let mut w = Window::default();
+        w.apply(c.window().await).unwrap();
+        // No acks from here on: after MAX_IN_FLIGHT frames the server holds back.
+        for i in 0..200 {
+            let e = LockEntry::from_stored(format!("l{i:03}"), i + 1, i + 1, b"x");
+            ev.send(ObserverEvent::Events(vec![FleetEvent::Upsert(e)]))
                 .await
                 .unwrap();
-            hub.snapshot().await.unwrap(); // one delta per event
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let mut seen_lag = false;
-        let mut names = std::collections::BTreeSet::new();
-        for _ in 0..20 {
-            match text(&mut out_rx).await {
-                ServerMsg::Snapshot(s) => {
-                    names = s.locks.iter().map(|l| l.name.clone()).collect();
-                    if seen_lag {
-                        break;
-                    }
-                }
-                ServerMsg::Lagged { dropped } => {
-                    assert!(dropped > 0);
-                    seen_lag = true;
-                }
-                ServerMsg::Overview { .. } => {}
-                ServerMsg::Delta { events, .. } => {
-                    for e in events {
-                        if let FleetEvent::Upsert(l) = e {
-                            names.insert(l.name);
-                        }
-                    }
-                }
-                other => panic!("{other:?}"),
+        let mut got = 0;
+        while let Ok(Some(WsOut::Text(t))) =
+            tokio::time::timeout(Duration::from_millis(300), c.from_server.next()).await
+        {
+            if let ServerMsg::Window(f) = serde_json::from_str(&t).unwrap() {
+                w.apply(f).unwrap();
+                got += 1;
             }
         }
-        assert!(seen_lag, "the subscriber was told it lagged");
-        assert_eq!(names.len(), 20, "after the fresh snapshot nothing is missing");
+        assert_eq!(
+            got,
+            lockscope_model::wire::MAX_IN_FLIGHT - 1,
+            "the first frame was already in flight"
+        );
+        c.send(&format!(r#"{{"type":"ack","seq":{}}}"#, w.seq));
+        let f = c.window().await;
+        assert_eq!(f.total, 200, "one frame with the present, not a backlog");
+        w.apply(f).unwrap();
+        assert_eq!(w.len(), 100);
     }
 }

@@ -6,7 +6,8 @@ use std::time::Duration;
 use futures::{SinkExt, StreamExt};
 use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
-use lockscope_model::{FleetEvent, ServerMsg, Snapshot, StoreStatus};
+use lockscope_model::view::{Sort, SortKey, ViewSpec};
+use lockscope_model::{ClientMsg, FleetSummary, ServerMsg, StoreStatus, Window, WindowFrame};
 use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::testing::{take, EtcdServer};
@@ -30,7 +31,7 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
     let cfg = EtcdConfig::new(vec![etcd.endpoint()], PREFIX);
     let locks = EtcdLocks::connect(cfg.clone()).await.unwrap();
     prepare(&locks).await;
-    let hub = HubHandle::spawn("it", "etcd under test", Box::new(EtcdObserver::new(cfg)), 4096);
+    let hub = HubHandle::spawn("it", "etcd under test", Box::new(EtcdObserver::new(cfg)));
     let (stop, stop_rx) = watch::channel(false);
     let state = AppState::new(Fleets::new(vec![hub.clone()]), "target/site".into(), stop_rx.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -46,22 +47,9 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
 }
 
 impl Stack {
-    /// Waits until the hub's snapshot satisfies `done`.
-    async fn hub_until(&self, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        loop {
-            let s = self.hub.snapshot().await.unwrap();
-            if done(&s) {
-                return s;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "hub never got there: {} locks, {:?}",
-                s.locks.len(),
-                s.status
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    /// Waits until the hub's summary satisfies `done`.
+    async fn hub_until(&self, done: impl Fn(&FleetSummary) -> bool) -> FleetSummary {
+        until(&self.hub, done).await
     }
 
     async fn ws(&self) -> WebSocketStream<MaybeTlsStream<TcpStream>> {
@@ -90,6 +78,42 @@ impl Stack {
     }
 }
 
+async fn until(hub: &HubHandle, done: impl Fn(&FleetSummary) -> bool) -> FleetSummary {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = hub.summary();
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "hub never got there: {} locks, {:?}",
+            s.counts.held,
+            s.status
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+async fn send(ws: &mut Ws, msg: &ClientMsg) {
+    ws.send(Message::Text(serde_json::to_string(msg).unwrap().into()))
+        .await
+        .unwrap();
+}
+
+/// The next window frame (status messages skipped).
+async fn next_window(ws: &mut Ws) -> WindowFrame {
+    loop {
+        match next_msg(ws).await {
+            ServerMsg::Window(f) => return f,
+            ServerMsg::Status { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
 async fn next_msg(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> ServerMsg {
     loop {
         let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
@@ -107,53 +131,59 @@ async fn next_msg(ws: &mut WebSocketStream<MaybeTlsStream<TcpStream>>) -> Server
 }
 
 #[tokio::test]
-async fn a_thousand_operations_reach_a_websocket_subscriber_in_order() {
+async fn a_thousand_operations_reach_a_websocket_subscriber_coalesced_never_lost() {
     let s = stack(async |_| {}).await;
     s.hub_until(|s| matches!(s.status, StoreStatus::Live { .. })).await;
     let mut ws = s.ws().await;
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { .. }));
-    let ServerMsg::Snapshot(snap) = next_msg(&mut ws).await else {
-        panic!("snapshot expected")
+    let by_name = ViewSpec {
+        sort: Sort {
+            key: SortKey::Name,
+            reverse: false,
+        },
+        limit: 500,
+        ..ViewSpec::default()
     };
-    assert!(snap.locks.is_empty());
+    send(&mut ws, &ClientMsg::View { id: 1, view: by_name }).await;
+    let mut window = Window::default();
+    let first = next_window(&mut ws).await;
+    assert!(first.full && first.total == 0);
+    window.apply(first).unwrap();
 
-    // 500 acquisitions and 500 releases, interleaved.
-    let mut want = Vec::new();
+    // 500 acquisitions; every other one released, and some re-acquired (new fence).
+    let mut want = std::collections::BTreeMap::new();
     for i in 0..500 {
         let name = format!("op-{i:03}");
-        let fence = take(&s.locks, &name).await;
-        assert!(s.locks.release(&name, fence).await.unwrap());
-        want.push(format!("+{name}@{fence}"));
-        want.push(format!("-{name}"));
-    }
-
-    let mut got = Vec::new();
-    let mut seq = snap.seq;
-    let mut last_revision = snap.revision;
-    while got.len() < want.len() {
-        match next_msg(&mut ws).await {
-            ServerMsg::Delta { seq: n, events, .. } => {
-                assert_eq!(n, seq + 1, "deltas are numbered without gaps");
-                seq = n;
-                for e in events {
-                    let (label, revision) = match e {
-                        FleetEvent::Upsert(l) => (format!("+{}@{}", l.name, l.fence), l.revision),
-                        FleetEvent::Remove { name, revision } => (format!("-{name}"), revision),
-                        other => panic!("only lock changes happen here, got {other:?}"),
-                    };
-                    assert!(
-                        revision > last_revision,
-                        "store order: {label} at {revision} after {last_revision}"
-                    );
-                    last_revision = revision;
-                    got.push(label);
-                }
+        let mut fence = take(&s.locks, &name).await;
+        if i % 2 == 1 {
+            assert!(s.locks.release(&name, fence).await.unwrap());
+            if i % 3 == 0 {
+                fence = take(&s.locks, &name).await;
+                want.insert(name, fence);
             }
-            ServerMsg::Status { .. } => {}
-            other => panic!("unexpected {other:?}"),
+        } else {
+            want.insert(name, fence);
         }
     }
-    assert_eq!(got, want);
+
+    // The browser's side: apply and acknowledge until the window is the truth.
+    let mut frames = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let got: std::collections::BTreeMap<String, i64> =
+            window.rows().map(|r| (r.entry.name.clone(), r.entry.fence)).collect();
+        if got == want {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "window never converged");
+        let f = next_window(&mut ws).await;
+        frames += 1;
+        let seq = f.seq;
+        window.apply(f).unwrap();
+        send(&mut ws, &ClientMsg::Ack { seq }).await;
+    }
+    assert_eq!(window.total, want.len() as u64);
+    assert!(frames < 1_000, "{frames} frames for ~1,100 operations: coalesced");
 }
 
 #[tokio::test]
@@ -165,7 +195,7 @@ async fn the_page_shows_held_locks_without_javascript() {
         locks.put_raw("broken", b"\x00\x01 not a record").await.unwrap();
     })
     .await;
-    s.hub_until(|s| s.locks.len() == 4).await;
+    s.hub_until(|s| s.counts.held == 4).await;
     let (status, page) = s.get("/").await;
     assert_eq!(status, 200);
     for name in ["payments/settle", "reports/nightly", "search-reindex", "broken"] {
@@ -177,6 +207,31 @@ async fn the_page_shows_held_locks_without_javascript() {
     assert!(page.contains("malformed record"));
     assert!(page.contains("test-service@test-host"), "the holder is shown");
     assert_eq!(page.matches("data-testid=\"lock-row\"").count(), 4);
+    // The malformed one sorts before the healthy ones (severity order).
+    assert!(page.find("data-lock=\"broken\"") < page.find("data-lock=\"payments/settle\""));
+}
+
+#[tokio::test]
+async fn the_page_holds_one_window_and_reads_its_view_from_the_url() {
+    let s = stack(async |locks| {
+        for i in 0..250 {
+            take(locks, &format!("job-{i:03}")).await;
+        }
+    })
+    .await;
+    s.hub_until(|s| s.counts.held == 250).await;
+    let (status, page) = s.get("/").await;
+    assert_eq!(status, 200);
+    assert_eq!(page.matches("data-testid=\"lock-row\"").count(), 100, "one window");
+    let (_, page) = s.get("/?sort=name&rev=1&offset=10&limit=5").await;
+    let rows: Vec<&str> = page
+        .match_indices("data-testid=\"lock-row\" data-lock=\"")
+        .map(|(i, m)| &page[i + m.len()..i + m.len() + 7])
+        .collect();
+    assert_eq!(rows, ["job-239", "job-238", "job-237", "job-236", "job-235"]);
+    let (status, page) = s.get("/?sort=colour").await;
+    assert_eq!(status, 200, "a bad view falls back to the default, with a reason");
+    assert!(page.contains("sort=colour: not a sort key"));
 }
 
 #[tokio::test]
@@ -185,7 +240,7 @@ async fn healthz_reports_the_store() {
         take(locks, "one").await;
     })
     .await;
-    s.hub_until(|s| matches!(s.status, StoreStatus::Live { .. }) && s.locks.len() == 1)
+    s.hub_until(|s| matches!(s.status, StoreStatus::Live { .. }) && s.counts.held == 1)
         .await;
     let (status, body) = s.get("/healthz").await;
     assert_eq!(status, 200);
@@ -217,7 +272,6 @@ async fn a_cross_origin_websocket_is_refused_with_a_reason() {
     // And bad input on an accepted socket closes it with a reason.
     let mut ws = s.ws().await;
     next_msg(&mut ws).await;
-    next_msg(&mut ws).await;
     ws.send(Message::Text("{\"type\":\"nope\"}".into())).await.unwrap();
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Error { .. }));
 }
@@ -232,12 +286,7 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
     let sql = lockscope_store::sql::SqlLocks::connect(&url).await.unwrap();
     take(&sql, "from-sqlite").await;
-    let sql_hub = HubHandle::spawn(
-        "sql",
-        "sqlite",
-        Box::new(lockscope_store::sql::SqlObserver::new(&url)),
-        64,
-    );
+    let sql_hub = HubHandle::spawn("sql", "sqlite", Box::new(lockscope_store::sql::SqlObserver::new(&url)));
     let fleets = Fleets::new(vec![s.hub.clone(), sql_hub.clone()]);
     let (_stop, stop_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -248,11 +297,8 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
         stop_rx,
         Duration::from_secs(1),
     ));
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while sql_hub.snapshot().await.unwrap().locks.is_empty() || s.hub.snapshot().await.unwrap().locks.is_empty() {
-        assert!(tokio::time::Instant::now() < deadline);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until(&sql_hub, |s| s.counts.held == 1).await;
+    until(&s.hub, |s| s.counts.held == 1).await;
     let two = Stack { addr, ..s };
     let (_, page) = two.get("/?fleet=sql").await;
     assert!(page.contains("data-lock=\"from-sqlite\"") && !page.contains("data-lock=\"from-etcd\""));
@@ -270,8 +316,14 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
         .unwrap()
         .0;
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { ref fleet, .. } if fleet == "sql"));
-    match next_msg(&mut ws).await {
-        ServerMsg::Snapshot(snap) => assert_eq!(snap.locks[0].name, "from-sqlite"),
-        other => panic!("{other:?}"),
-    }
+    send(
+        &mut ws,
+        &ClientMsg::View {
+            id: 1,
+            view: ViewSpec::default(),
+        },
+    )
+    .await;
+    let f = next_window(&mut ws).await;
+    assert_eq!(f.order.unwrap(), ["from-sqlite"]);
 }

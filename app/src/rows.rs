@@ -1,0 +1,167 @@
+//! What a table row says, as plain text: pure functions of the row and the clock,
+//! tested without a browser. Every state is a word (and an icon), never only a
+//! colour.
+
+use lockscope_model::time::{human_duration, utc_hms, Millis};
+use lockscope_model::view::{RowState, WindowRow};
+use lockscope_model::LockBody;
+
+pub fn state_icon(s: RowState) -> &'static str {
+    match s {
+        RowState::Expired => "⛔",
+        RowState::Overdue => "⚠",
+        RowState::Malformed => "✖",
+        RowState::Healthy => "✓",
+    }
+}
+
+/// The cells that change only when the row does.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RowText {
+    /// `service@host:pid`, what a person recognises.
+    pub holder: String,
+    /// The session id, shortened.
+    pub session: String,
+    pub holder_title: String,
+    pub purpose: String,
+    pub waiters: String,
+    pub waiters_title: String,
+}
+
+pub fn row_text(r: &WindowRow) -> RowText {
+    let (waiters, waiters_title) = match r.waiters.len() {
+        0 => (String::new(), "nobody waits".to_string()),
+        n => (n.to_string(), format!("waiting: {}", r.waiters.join(", "))),
+    };
+    match &r.entry.body {
+        LockBody::Held(rec) => RowText {
+            holder: format!("{}@{}:{}", rec.service, rec.host, rec.pid),
+            session: short(&rec.session),
+            holder_title: format!(
+                "service {}, host {}, pid {}, session {}",
+                rec.service, rec.host, rec.pid, rec.session
+            ),
+            purpose: rec.purpose.clone(),
+            waiters,
+            waiters_title,
+        },
+        LockBody::Malformed { raw, error } => {
+            let preview: String = String::from_utf8_lossy(raw).chars().take(120).collect();
+            RowText {
+                holder: "unknown".into(),
+                session: String::new(),
+                holder_title: "the record cannot be read, so its holder is unknown".into(),
+                purpose: format!("malformed record: {error} — {preview}"),
+                waiters,
+                waiters_title,
+            }
+        }
+    }
+}
+
+/// A session id as the table shows it: the first 8 characters.
+fn short(id: &str) -> String {
+    match id.char_indices().nth(8) {
+        Some((i, _)) => format!("{}…", &id[..i]),
+        None => id.to_string(),
+    }
+}
+
+/// The cells that follow the clock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Countdowns {
+    pub held_for: String,
+    pub held_title: String,
+    pub expires_in: String,
+    pub expires_title: String,
+}
+
+pub fn countdowns(r: &WindowRow, now: Millis) -> Countdowns {
+    let Some(rec) = r.entry.record() else {
+        return Countdowns::default();
+    };
+    let left = rec.auto_unlock_at - now;
+    let expires_in = if left >= 0 {
+        human_duration(left)
+    } else {
+        format!("expired {} ago", human_duration(left))
+    };
+    Countdowns {
+        held_for: human_duration(now - rec.acquired_at),
+        held_title: format!(
+            "acquired at {} UTC (holder's clock); last heartbeat {} UTC",
+            utc_hms(rec.acquired_at),
+            utc_hms(rec.heartbeat_at)
+        ),
+        expires_in,
+        expires_title: format!(
+            "overdue from {} UTC; may be released from {} UTC (holder's clock)",
+            utc_hms(rec.alert_at),
+            utc_hms(rec.auto_unlock_at)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockscope_model::record::RECORD_VERSION;
+    use lockscope_model::{LockEntry, LockRecord};
+
+    fn held() -> WindowRow {
+        let rec = LockRecord {
+            v: RECORD_VERSION,
+            owner: "o".into(),
+            session: "0123456789abcdef".into(),
+            service: "billing".into(),
+            host: "h1".into(),
+            pid: 42,
+            purpose: "nightly".into(),
+            backtrace: vec![],
+            acquired_at: 0,
+            expected_runtime_ms: 60_000,
+            alert_at: 60_000,
+            auto_unlock_at: 120_000,
+            heartbeat_at: 0,
+        };
+        WindowRow {
+            entry: LockEntry {
+                name: "a".into(),
+                fence: 1,
+                revision: 1,
+                body: LockBody::Held(rec),
+            },
+            waiters: vec!["s1".into(), "s2".into()],
+        }
+    }
+
+    #[test]
+    fn holder_first_session_short_waiters_named() {
+        let t = row_text(&held());
+        assert_eq!(t.holder, "billing@h1:42");
+        assert_eq!(t.session, "01234567…");
+        assert_eq!(t.waiters, "2");
+        assert_eq!(t.waiters_title, "waiting: s1, s2");
+    }
+
+    #[test]
+    fn countdowns_follow_the_clock() {
+        let r = held();
+        assert_eq!(countdowns(&r, 61_000).expires_in, "59s");
+        assert_eq!(countdowns(&r, 61_000).held_for, "1m 01s");
+        assert_eq!(countdowns(&r, 125_000).expires_in, "expired 5s ago");
+        assert!(countdowns(&r, 0).expires_title.contains("00:02:00 UTC"));
+    }
+
+    #[test]
+    fn a_malformed_row_says_so() {
+        let r = WindowRow {
+            entry: LockEntry::from_stored("x".into(), 1, 1, b"not json"),
+            waiters: vec![],
+        };
+        let t = row_text(&r);
+        assert_eq!(t.holder, "unknown");
+        assert!(t.purpose.starts_with("malformed record:") && t.purpose.contains("not json"));
+        assert_eq!(countdowns(&r, 5), Countdowns::default());
+    }
+}

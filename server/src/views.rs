@@ -1,0 +1,579 @@
+//! The hub's views: what each subscriber looks at, kept up to date incrementally.
+//!
+//! - Per distinct (filter, sort key) an **index**: the matching locks in view order,
+//!   an order-statistic B-tree (`indexset`), so that the window at any offset is
+//!   found in O(log n) and an event moves one key, never re-sorting the fleet. A
+//!   reversed view reads the same index from the end. Indexes are shared by every
+//!   subscriber of that (filter, key) and dropped with the last one; the default
+//!   view's index always exists.
+//! - Per lock a small [`Meta`]: what its old position was computed from, its
+//!   state, and a version bumped on every change (record or waiters).
+//! - States change with time (healthy → overdue → expired): each lock's next
+//!   change sits in a deadline queue, and [`Views::advance`] re-keys what is due.
+//! - Per subscriber a record of what it holds (names in order, row versions); a
+//!   frame is the difference between that record and its window now.
+//! - Aggregates (per state, per service) are counted as locks change, never by
+//!   scanning the fleet.
+//!
+//! Pure logic over the model's [`FleetState`]: the hub task owns it and passes
+//! the time in ([`Now`]), so tests drive time by hand. Lock states follow the wall
+//! clock (record times are wall-clock instants); frame pacing follows a monotonic
+//! clock, so a wall-clock step never stalls or floods a subscriber.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use indexset::BTreeSet as OrderedSet;
+use lockscope_model::time::Millis;
+use lockscope_model::view::{
+    sort_key, Aggregates, Filter, RowState, SortFields, SortKey, ViewSpec, WindowFrame, WindowRow, TOP_SERVICES,
+};
+use lockscope_model::wire::{MAX_IN_FLIGHT, MIN_FRAME_INTERVAL_MS};
+use lockscope_model::{Counts, FleetEvent, FleetState};
+
+/// Shortest time between two aggregate updates to one subscriber: counts of a
+/// busy fleet change with every event, and a person reads them at most this often.
+pub const AGGREGATES_EVERY_MS: i64 = 250;
+
+/// An index key: the lock's position, then its name.
+type Key = (i64, i64, Arc<str>);
+
+/// Identifies a subscriber within one hub.
+pub type SubId = u64;
+
+/// The time, twice: `wall` (unix ms) decides lock states; `mono` (ms on a
+/// monotonic clock) paces frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Now {
+    pub wall: Millis,
+    pub mono: Millis,
+}
+
+/// What a lock's place in every index was computed from.
+struct Meta {
+    name: Arc<str>,
+    fields: SortFields,
+    state: RowState,
+    waiters: u32,
+    service: Option<Arc<str>>,
+    version: u64,
+    /// When `state` next changes by itself (also a key of `Views::deadlines`).
+    deadline: Option<Millis>,
+}
+
+impl Meta {
+    fn key(&self, sort: SortKey) -> Key {
+        let (a, b) = sort_key(sort, &self.fields, self.state, self.waiters);
+        (a, b, self.name.clone())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct IndexSpec {
+    filter: Filter,
+    key: SortKey,
+}
+
+struct Index {
+    set: OrderedSet<Key>,
+    /// Bumped whenever membership, order, or a member's content changes.
+    generation: u64,
+    subscribers: usize,
+}
+
+struct Sub {
+    view_id: u32,
+    spec: ViewSpec,
+    index: IndexSpec,
+    /// Frames sent; the last one acknowledged.
+    seq: u64,
+    acked: u64,
+    /// Pacing times below are on the monotonic clock.
+    last_sent: Option<Millis>,
+    /// The index generation and aggregates generation the last frame reflected.
+    index_gen: u64,
+    aggregates_gen: u64,
+    aggregates_sent_at: Option<Millis>,
+    /// When the first change not yet sent happened (server clock).
+    dirty_since: Option<Millis>,
+    /// Nothing is due before this (aggregates held back by their rate limit).
+    not_before: Millis,
+    /// What the subscriber holds: names in window order and their versions.
+    order: Vec<Arc<str>>,
+    versions: HashMap<Arc<str>, u64>,
+    total: u64,
+    offset: u64,
+    /// Nothing sent yet on this connection.
+    fresh: bool,
+}
+
+/// Every view of one fleet. See the module docs.
+pub struct Views {
+    meta: HashMap<Arc<str>, Meta>,
+    deadlines: BTreeSet<(Millis, Arc<str>)>,
+    indexes: HashMap<IndexSpec, Index>,
+    subs: HashMap<SubId, Sub>,
+    next_sub: SubId,
+    next_version: u64,
+    by_state: [u64; RowState::ALL.len()],
+    services: HashMap<Arc<str>, u64>,
+    waiters: u64,
+    /// Bumped whenever an aggregate changes.
+    aggregates_gen: u64,
+}
+
+impl Default for Views {
+    fn default() -> Self {
+        Views::new()
+    }
+}
+
+impl Views {
+    pub fn new() -> Views {
+        let mut v = Views {
+            meta: HashMap::new(),
+            deadlines: BTreeSet::new(),
+            indexes: HashMap::new(),
+            subs: HashMap::new(),
+            next_sub: 1,
+            next_version: 1,
+            by_state: [0; RowState::ALL.len()],
+            services: HashMap::new(),
+            waiters: 0,
+            aggregates_gen: 1,
+        };
+        // The default view (the bare page) is always ready.
+        v.indexes.insert(
+            IndexSpec::default_view(),
+            Index {
+                set: OrderedSet::new(),
+                generation: 1,
+                subscribers: 1,
+            },
+        );
+        v
+    }
+
+    /// Follows one effective change of `state` (as returned by
+    /// [`FleetState::apply`], already applied).
+    pub fn on_change(&mut self, state: &FleetState, change: &FleetEvent, now: Millis) {
+        match change {
+            FleetEvent::Upsert(e) => self.place(state, &e.name, now),
+            FleetEvent::Remove { name, .. } => self.unplace(name),
+            FleetEvent::Waiting(w) | FleetEvent::StoppedWaiting(w) => {
+                self.waiters = state.waiter_count() as u64;
+                self.aggregates_gen += 1;
+                if self.meta.contains_key(w.lock.as_str()) {
+                    self.place(state, &w.lock, now);
+                }
+            }
+            FleetEvent::Reset { .. } => unreachable!("the reducer never returns a reset"),
+        }
+    }
+
+    /// Re-keys every lock whose state changed by itself up to `now`.
+    pub fn advance(&mut self, state: &FleetState, now: Millis) {
+        while let Some((at, name)) = self.deadlines.first().cloned() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            self.place(state, &name, now);
+        }
+    }
+
+    /// When [`Views::advance`] next has something to do.
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.deadlines.first().map(|(at, _)| *at)
+    }
+
+    /// (Re)computes `name`'s meta from the table and moves it in every index.
+    fn place(&mut self, state: &FleetState, name: &str, now: Millis) {
+        let Some(entry) = state.get(name) else {
+            return self.unplace(name);
+        };
+        let waiters = state.waiters_of(name).count() as u32;
+        let old = self.take(name);
+        let name: Arc<str> = old.as_ref().map_or_else(|| Arc::from(name), |m| m.name.clone());
+        let row_state = RowState::of(entry, now);
+        let meta = Meta {
+            name: name.clone(),
+            fields: SortFields::of(entry),
+            state: row_state,
+            waiters,
+            service: entry.record().map(|r| self.intern_service(&r.service)),
+            version: self.next_version,
+            deadline: RowState::next_change(entry, now),
+        };
+        self.next_version += 1;
+        self.count(&meta, 1);
+        if let Some(at) = meta.deadline {
+            self.deadlines.insert((at, name.clone()));
+        }
+        for (spec, index) in self.indexes.iter_mut() {
+            let was = old.as_ref().is_some_and(|o| index.set.remove(&o.key(spec.key)));
+            let is = spec.filter.matches(entry, row_state) && index.set.insert(meta.key(spec.key));
+            if was || is {
+                index.generation += 1;
+            }
+        }
+        self.meta.insert(name, meta);
+    }
+
+    /// Forgets `name` everywhere.
+    fn unplace(&mut self, name: &str) {
+        let Some(old) = self.take(name) else { return };
+        for (spec, index) in self.indexes.iter_mut() {
+            if index.set.remove(&old.key(spec.key)) {
+                index.generation += 1;
+            }
+        }
+    }
+
+    /// Removes `name`'s meta, its deadline and its share of the aggregates.
+    fn take(&mut self, name: &str) -> Option<Meta> {
+        let old = self.meta.remove(name)?;
+        if let Some(at) = old.deadline {
+            self.deadlines.remove(&(at, old.name.clone()));
+        }
+        self.count(&old, -1);
+        Some(old)
+    }
+
+    fn count(&mut self, m: &Meta, delta: i64) {
+        let slot = &mut self.by_state[m.state as usize];
+        *slot = slot.saturating_add_signed(delta);
+        if let Some(s) = &m.service {
+            let n = self.services.entry(s.clone()).or_default();
+            *n = n.saturating_add_signed(delta);
+            if *n == 0 {
+                self.services.remove(s);
+            }
+        }
+        self.aggregates_gen += 1;
+    }
+
+    /// The service name shared by every lock of that service.
+    fn intern_service(&self, service: &str) -> Arc<str> {
+        self.services
+            .get_key_value(service)
+            .map_or_else(|| Arc::from(service), |(k, _)| k.clone())
+    }
+
+    /// Counts per state (cheap: no services).
+    pub fn counts(&self) -> Counts {
+        let n = |s: RowState| self.by_state[s as usize];
+        Counts {
+            held: self.meta.len() as u64,
+            overdue: n(RowState::Overdue),
+            expired: n(RowState::Expired),
+            malformed: n(RowState::Malformed),
+            waiters: self.waiters,
+        }
+    }
+
+    /// The fleet's headline numbers.
+    pub fn aggregates(&self) -> Aggregates {
+        let mut services: Vec<(String, u64)> = self.services.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        services.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let service_count = services.len() as u64;
+        services.truncate(TOP_SERVICES);
+        Aggregates {
+            counts: self.counts(),
+            services,
+            service_count,
+        }
+    }
+
+    /// Adds a subscriber looking at `spec`; its first frame is due at once.
+    pub fn subscribe(&mut self, state: &FleetState, view_id: u32, spec: ViewSpec, now: Now) -> SubId {
+        let id = self.next_sub;
+        self.next_sub += 1;
+        let index = self.attach(state, &spec);
+        self.subs.insert(
+            id,
+            Sub {
+                view_id,
+                spec,
+                index,
+                seq: 0,
+                acked: 0,
+                last_sent: None,
+                index_gen: 0,
+                aggregates_gen: 0,
+                aggregates_sent_at: None,
+                dirty_since: Some(now.mono),
+                not_before: 0,
+                order: Vec::new(),
+                versions: HashMap::new(),
+                total: 0,
+                offset: 0,
+                fresh: true,
+            },
+        );
+        id
+    }
+
+    /// Points a subscriber at another view; what it holds stays, so the next frame
+    /// carries only rows it does not have.
+    pub fn set_view(&mut self, state: &FleetState, id: SubId, view_id: u32, spec: ViewSpec, now: Now) {
+        let Some(old) = self.subs.get(&id).map(|s| s.index.clone()) else {
+            return;
+        };
+        let index = IndexSpec::of(&spec);
+        if index != old {
+            self.attach(state, &spec);
+            self.detach(&old);
+        }
+        let sub = self.subs.get_mut(&id).expect("checked above");
+        sub.view_id = view_id;
+        sub.spec = spec;
+        sub.index = index;
+        sub.index_gen = 0; // whatever the generation, the window must be rebuilt
+        sub.dirty_since.get_or_insert(now.mono);
+    }
+
+    pub fn unsubscribe(&mut self, id: SubId) {
+        if let Some(sub) = self.subs.remove(&id) {
+            self.detach(&sub.index);
+        }
+    }
+
+    /// Records that the subscriber has applied every frame up to `seq`.
+    pub fn ack(&mut self, id: SubId, seq: u64) {
+        if let Some(sub) = self.subs.get_mut(&id) {
+            sub.acked = sub.acked.max(seq.min(sub.seq));
+        }
+    }
+
+    /// Frames sent to `id` and not yet acknowledged.
+    pub fn in_flight(&self, id: SubId) -> u64 {
+        self.subs.get(&id).map_or(0, |s| s.seq - s.acked)
+    }
+
+    pub fn subscribers(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// Notes, for every subscriber whose window or aggregates may have changed,
+    /// since when it has had something unsent. Call after a batch of changes.
+    pub fn mark_dirty(&mut self, now: Now) {
+        for sub in self.subs.values_mut() {
+            if sub.dirty_since.is_some() {
+                continue;
+            }
+            let gen = self.indexes.get(&sub.index).map_or(0, |i| i.generation);
+            if gen != sub.index_gen || self.aggregates_gen != sub.aggregates_gen {
+                sub.dirty_since = Some(now.mono);
+            }
+        }
+    }
+
+    /// When (monotonic) the earliest subscriber may next be sent a frame (`None`: nobody has
+    /// anything to send, or everybody with something has too many frames unacked).
+    pub fn next_send(&self) -> Option<Millis> {
+        self.subs.values().filter_map(Sub::ready_at).min()
+    }
+
+    /// Builds the frames due at `now`: for each subscriber with unsent changes,
+    /// fewer than [`MAX_IN_FLIGHT`] frames unacknowledged, and none sent within
+    /// [`MIN_FRAME_INTERVAL_MS`].
+    pub fn due_frames(&mut self, state: &FleetState, now: Now) -> Vec<(SubId, WindowFrame)> {
+        let due: Vec<SubId> = self
+            .subs
+            .iter()
+            .filter(|(_, s)| s.ready_at().is_some_and(|at| at <= now.mono))
+            .map(|(id, _)| *id)
+            .collect();
+        due.into_iter()
+            .filter_map(|id| self.frame(state, id, now).map(|f| (id, f)))
+            .collect()
+    }
+
+    /// The frame that brings subscriber `id` up to date, if anything changed for it.
+    pub fn frame(&mut self, state: &FleetState, id: SubId, now: Now) -> Option<WindowFrame> {
+        let (wall, now) = (now.wall, now.mono);
+        let aggregates_gen = self.aggregates_gen;
+        let send_aggregates = {
+            let sub = self.subs.get(&id)?;
+            sub.aggregates_gen != aggregates_gen
+                && sub.aggregates_sent_at.is_none_or(|at| now - at >= AGGREGATES_EVERY_MS)
+        };
+        let aggregates = send_aggregates.then(|| self.aggregates());
+        let sub = self.subs.get_mut(&id)?;
+        let index = self.indexes.get(&sub.index)?;
+        let window = window_of(index, &sub.spec);
+        let dirty_since = sub.dirty_since.take().unwrap_or(now);
+        sub.index_gen = index.generation;
+        if aggregates.is_some() {
+            sub.aggregates_gen = aggregates_gen;
+            sub.aggregates_sent_at = Some(now);
+        } else if sub.aggregates_gen != aggregates_gen {
+            // Held back by the rate limit: still owed, but not before it allows.
+            sub.dirty_since = Some(dirty_since);
+            sub.not_before = sub.aggregates_sent_at.unwrap_or(now) + AGGREGATES_EVERY_MS;
+        }
+        let order_changed = window.names != sub.order;
+        let mut rows = Vec::new();
+        for name in &window.names {
+            let Some(meta) = self.meta.get(name) else { continue };
+            if sub.versions.get(name) != Some(&meta.version) {
+                // Every indexed lock is in the table (both follow the same changes).
+                let Some(entry) = state.get(name) else {
+                    debug_assert!(false, "{name} is indexed but not in the table");
+                    continue;
+                };
+                rows.push(WindowRow {
+                    entry: entry.clone(),
+                    waiters: state.waiters_of(name).map(str::to_string).collect(),
+                });
+            }
+        }
+        let moved = window.total != sub.total || window.offset != sub.offset;
+        if !sub.fresh && !order_changed && rows.is_empty() && !moved && aggregates.is_none() {
+            return None;
+        }
+        sub.versions = window
+            .names
+            .iter()
+            .filter_map(|n| self.meta.get(n).map(|m| (n.clone(), m.version)))
+            .collect();
+        let order = (order_changed || sub.fresh).then(|| window.names.iter().map(|n| n.to_string()).collect());
+        sub.order = window.names;
+        sub.total = window.total;
+        sub.offset = window.offset;
+        sub.seq += 1;
+        sub.last_sent = Some(now);
+        sub.not_before = 0;
+        let full = std::mem::take(&mut sub.fresh);
+        Some(WindowFrame {
+            seq: sub.seq,
+            view_id: sub.view_id,
+            server_time: wall,
+            waited_ms: (now - dirty_since).max(0) as u64,
+            full,
+            total: window.total,
+            offset: window.offset,
+            order,
+            rows,
+            aggregates,
+        })
+    }
+
+    /// A one-off window of `spec` (for a server-rendered page): the first frame a
+    /// new subscriber would get.
+    pub fn render(&mut self, state: &FleetState, spec: &ViewSpec, now: Now) -> WindowFrame {
+        let id = self.subscribe(state, 0, spec.clone(), now);
+        let mut frame = self
+            .frame(state, id, now)
+            .expect("a fresh subscriber always gets a frame");
+        self.unsubscribe(id);
+        frame.aggregates.get_or_insert_with(|| self.aggregates());
+        frame
+    }
+
+    /// Makes sure the index for `spec` exists and counts one more user of it.
+    fn attach(&mut self, state: &FleetState, spec: &ViewSpec) -> IndexSpec {
+        let key = IndexSpec::of(spec);
+        if let Some(index) = self.indexes.get_mut(&key) {
+            index.subscribers += 1;
+            return key;
+        }
+        // Built from the metas (already placed): one pass over the fleet, then a
+        // sort. The first viewer of a new filter pays it; later events are O(log n).
+        let mut keys: Vec<Key> = self
+            .meta
+            .values()
+            .filter(|m| state.get(&m.name).is_some_and(|e| key.filter.matches(e, m.state)))
+            .map(|m| m.key(key.key))
+            .collect();
+        keys.sort_unstable();
+        self.indexes.insert(
+            key.clone(),
+            Index {
+                set: keys.into_iter().collect(),
+                generation: 1,
+                subscribers: 1,
+            },
+        );
+        key
+    }
+
+    fn detach(&mut self, key: &IndexSpec) {
+        if let Some(index) = self.indexes.get_mut(key) {
+            index.subscribers -= 1;
+            if index.subscribers == 0 {
+                self.indexes.remove(key);
+            }
+        }
+    }
+
+    /// The names of `spec`'s window, in order (for tests and recounts).
+    pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
+        let index = self.indexes.get(&IndexSpec::of(spec))?;
+        let w = window_of(index, spec);
+        Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
+    }
+}
+
+impl IndexSpec {
+    fn of(spec: &ViewSpec) -> IndexSpec {
+        IndexSpec {
+            filter: spec.filter.clone(),
+            key: spec.sort.key,
+        }
+    }
+
+    fn default_view() -> IndexSpec {
+        IndexSpec::of(&ViewSpec::default())
+    }
+}
+
+impl Sub {
+    /// When this subscriber may be sent its next frame, if it has anything unsent
+    /// and room for another frame in flight.
+    fn ready_at(&self) -> Option<Millis> {
+        let since = self.dirty_since?;
+        if self.seq - self.acked >= MAX_IN_FLIGHT {
+            return None;
+        }
+        let earliest = self.last_sent.map_or(since, |t| t + MIN_FRAME_INTERVAL_MS as i64);
+        Some(since.max(earliest).max(self.not_before))
+    }
+}
+
+struct WindowNow {
+    total: u64,
+    offset: u64,
+    names: Vec<Arc<str>>,
+}
+
+/// The rows of `spec`'s window in `index` now. An offset past the end shows the
+/// last rows, so a window never empties because the view shrank under it.
+fn window_of(index: &Index, spec: &ViewSpec) -> WindowNow {
+    let total = index.set.len();
+    let limit = spec.limit as usize;
+    let offset = (spec.offset.min(usize::MAX as u64) as usize).min(total.saturating_sub(limit));
+    let end = (offset + limit).min(total);
+    let names: Vec<Arc<str>> = if offset >= end {
+        Vec::new()
+    } else if spec.sort.reverse {
+        let mut v: Vec<Arc<str>> = index
+            .set
+            .range_idx(total - end..total - offset)
+            .map(|k| k.2.clone())
+            .collect();
+        v.reverse();
+        v
+    } else {
+        index.set.range_idx(offset..end).map(|k| k.2.clone()).collect()
+    };
+    WindowNow {
+        total: total as u64,
+        offset: offset as u64,
+        names,
+    }
+}
+
+#[cfg(test)]
+mod tests;

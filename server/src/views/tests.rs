@@ -1,0 +1,512 @@
+use lockscope_model::record::RECORD_VERSION;
+use lockscope_model::view::{Sort, Window};
+use lockscope_model::{LockBody, LockEntry, LockRecord, Waiter};
+
+use super::*;
+
+/// A fleet driven by random events, with the views following it.
+struct Sim {
+    rng: fastrand::Rng,
+    state: FleetState,
+    views: Views,
+    now: Millis,
+    rev: i64,
+}
+
+const SERVICES: [&str; 3] = ["billing", "search", "media"];
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        Sim {
+            rng: fastrand::Rng::with_seed(seed),
+            state: FleetState::default(),
+            views: Views::new(),
+            now: 1_000_000,
+            rev: 0,
+        }
+    }
+
+    fn name(&mut self) -> String {
+        let i = self.rng.usize(0..40);
+        match i % 4 {
+            0 => format!("billing/inv-{i:02}"),
+            1 => format!("search/shard-{i:02}"),
+            _ => format!("l{i:02}"),
+        }
+    }
+
+    fn record(&mut self, acquired_at: Millis) -> LockRecord {
+        let service = SERVICES[self.rng.usize(0..SERVICES.len())];
+        LockRecord {
+            v: RECORD_VERSION,
+            owner: format!("o{}", self.rev),
+            session: format!("s{}", self.rng.u8(0..5)),
+            service: service.into(),
+            host: format!("host-{}", self.rng.u8(0..3)),
+            pid: 7,
+            purpose: String::new(),
+            backtrace: vec![],
+            acquired_at,
+            expected_runtime_ms: 60_000,
+            alert_at: acquired_at + self.rng.i64(1_000..60_000),
+            auto_unlock_at: acquired_at + self.rng.i64(60_000..120_000),
+            heartbeat_at: acquired_at,
+        }
+    }
+
+    fn t(&self) -> Now {
+        Now {
+            wall: self.now,
+            mono: self.now,
+        }
+    }
+
+    fn apply(&mut self, event: FleetEvent) {
+        for ch in self.state.apply(event) {
+            self.views.on_change(&self.state, &ch, self.now);
+        }
+    }
+
+    /// One random thing happening to the fleet.
+    fn step(&mut self) {
+        self.rev += 1;
+        let name = self.name();
+        match self.rng.u8(0..20) {
+            0..=6 => {
+                // acquire (or re-acquire with a new fence)
+                let at = self.now - self.rng.i64(0..150_000);
+                let rec = self.record(at);
+                self.apply(FleetEvent::Upsert(LockEntry {
+                    name,
+                    fence: self.rev,
+                    revision: self.rev,
+                    body: LockBody::Held(rec),
+                }));
+            }
+            7..=9 => {
+                // heartbeat: same acquisition, later deadlines
+                if let Some(mut e) = self.state.get(&name).cloned() {
+                    if let LockBody::Held(r) = &mut e.body {
+                        r.auto_unlock_at = self.now + 90_000;
+                        r.heartbeat_at = self.now;
+                    }
+                    e.revision = self.rev;
+                    self.apply(FleetEvent::Upsert(e));
+                }
+            }
+            10..=13 => self.apply(FleetEvent::Remove {
+                name,
+                revision: self.rev,
+            }),
+            14 | 15 => {
+                let w = Waiter {
+                    lock: name,
+                    session: format!("w{}", self.rng.u8(0..4)),
+                };
+                let start = self.rng.bool();
+                self.apply(if start {
+                    FleetEvent::Waiting(w)
+                } else {
+                    FleetEvent::StoppedWaiting(w)
+                });
+            }
+            16 => self.apply(FleetEvent::Upsert(LockEntry::from_stored(
+                name, self.rev, self.rev, b"{oops",
+            ))),
+            17 => {
+                // a reset keeping a random half
+                let all: Vec<LockEntry> = self.state.locks().cloned().collect();
+                let keep: Vec<LockEntry> = all.into_iter().filter(|_| self.rng.bool()).collect();
+                let waiters: Vec<Waiter> = self.state.waiters().cloned().collect();
+                let revision = self.rev;
+                self.apply(FleetEvent::Reset {
+                    revision,
+                    locks: keep,
+                    waiters,
+                });
+            }
+            _ => {
+                self.now += self.rng.i64(0..20_000);
+                self.views.advance(&self.state, self.now);
+            }
+        }
+    }
+
+    /// What `spec`'s window must be, computed from scratch.
+    fn brute(&self, spec: &ViewSpec) -> (u64, u64, Vec<String>) {
+        let mut keys: Vec<(i64, i64, String)> = self
+            .state
+            .locks()
+            .filter_map(|e| {
+                let st = RowState::of(e, self.now);
+                spec.filter.matches(e, st).then(|| {
+                    let w = self.state.waiters_of(&e.name).count() as u32;
+                    let (a, b) = sort_key(spec.sort.key, &SortFields::of(e), st, w);
+                    (a, b, e.name.clone())
+                })
+            })
+            .collect();
+        keys.sort();
+        if spec.sort.reverse {
+            keys.reverse();
+        }
+        let total = keys.len();
+        let limit = spec.limit as usize;
+        let offset = (spec.offset as usize).min(total.saturating_sub(limit));
+        let end = (offset + limit).min(total);
+        let names = keys[offset..end].iter().map(|k| k.2.clone()).collect();
+        (total as u64, offset as u64, names)
+    }
+
+    fn specs() -> Vec<ViewSpec> {
+        let mut out = Vec::new();
+        let filters = [
+            Filter::default(),
+            Filter {
+                service: Some("billing".into()),
+                ..Filter::default()
+            },
+            Filter {
+                state: Some(RowState::Overdue),
+                ..Filter::default()
+            },
+            Filter {
+                prefix: Some("billing/".into()),
+                host: Some("host-1".into()),
+                ..Filter::default()
+            },
+            Filter {
+                contains: Some("shard".into()),
+                ..Filter::default()
+            },
+        ];
+        for filter in filters {
+            for key in SortKey::ALL {
+                for reverse in [false, true] {
+                    for (offset, limit) in [(0, 5), (3, 4), (1000, 5)] {
+                        out.push(ViewSpec {
+                            filter: filter.clone(),
+                            sort: Sort { key, reverse },
+                            offset,
+                            limit,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn recount(&self) -> Aggregates {
+        let mut services: HashMap<String, u64> = HashMap::new();
+        for e in self.state.locks() {
+            if let Some(r) = e.record() {
+                *services.entry(r.service.clone()).or_default() += 1;
+            }
+        }
+        let mut services: Vec<(String, u64)> = services.into_iter().collect();
+        services.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Aggregates {
+            counts: self.state.counts(self.now),
+            service_count: services.len() as u64,
+            services,
+        }
+    }
+}
+
+#[test]
+fn windows_match_a_full_resort_under_inserts_removals_and_resorts() {
+    for seed in 0..20 {
+        let mut sim = Sim::new(seed);
+        let specs = Sim::specs();
+        // Every index exists from the start (subscribed) or is built midway.
+        let half = specs.len() / 2;
+        for spec in &specs[..half] {
+            sim.views.subscribe(&sim.state, 1, spec.clone(), sim.t());
+        }
+        for step in 0..400 {
+            sim.step();
+            if step == 200 {
+                for spec in &specs[half..] {
+                    sim.views.subscribe(&sim.state, 1, spec.clone(), sim.t());
+                }
+            }
+            if step % 25 == 0 || step == 399 {
+                for spec in specs.iter().take(if step < 200 { half } else { specs.len() }) {
+                    assert_eq!(
+                        sim.views.window_names(spec).unwrap(),
+                        sim.brute(spec),
+                        "seed {seed}, step {step}, {spec:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn aggregates_equal_a_full_recount() {
+    for seed in 0..20 {
+        let mut sim = Sim::new(seed);
+        for step in 0..500 {
+            sim.step();
+            if step % 10 == 0 {
+                sim.views.advance(&sim.state, sim.now);
+                assert_eq!(sim.views.aggregates(), sim.recount(), "seed {seed}, step {step}");
+            }
+        }
+    }
+}
+
+/// A browser that applies what it is sent, and acknowledges when it likes.
+struct Browser {
+    id: SubId,
+    window: Window,
+}
+
+impl Browser {
+    fn take(&mut self, sim: &mut Sim, ack: bool) -> usize {
+        let frames = sim.views.due_frames(&sim.state, sim.t());
+        let mut n = 0;
+        for (id, f) in frames {
+            if id == self.id {
+                assert!(
+                    sim.views.in_flight(id) <= MAX_IN_FLIGHT,
+                    "never more than {MAX_IN_FLIGHT} frames unacknowledged"
+                );
+                self.window.apply(f).unwrap();
+                n += 1;
+            }
+        }
+        if ack {
+            sim.views.ack(self.id, self.window.seq);
+        }
+        n
+    }
+}
+
+#[test]
+fn coalescing_never_loses_the_final_state_of_a_row() {
+    for seed in 0..30 {
+        let mut sim = Sim::new(seed);
+        let spec = ViewSpec {
+            limit: 8,
+            offset: (seed % 3) * 4,
+            sort: Sort {
+                key: SortKey::ALL[seed as usize % SortKey::ALL.len()],
+                reverse: seed % 2 == 1,
+            },
+            ..ViewSpec::default()
+        };
+        let id = sim.views.subscribe(&sim.state, 1, spec.clone(), sim.t());
+        let mut b = Browser {
+            id,
+            window: Window::default(),
+        };
+        for _ in 0..600 {
+            sim.step();
+            sim.views.mark_dirty(sim.t());
+            // Time passes at random; the browser reads and acknowledges at random.
+            sim.now += sim.rng.i64(0..30);
+            sim.views.advance(&sim.state, sim.now);
+            let ack = sim.rng.u8(0..4) == 0;
+            b.take(&mut sim, ack);
+        }
+        // Quiet: everything owed arrives.
+        for _ in 0..10 {
+            sim.now += 300;
+            sim.views.advance(&sim.state, sim.now);
+            sim.views.mark_dirty(sim.t());
+            b.take(&mut sim, true);
+        }
+        let (total, offset, names) = sim.brute(&spec);
+        assert_eq!(b.window.order(), names.as_slice(), "seed {seed}: order");
+        assert_eq!((b.window.total, b.window.offset), (total, offset), "seed {seed}");
+        for row in b.window.rows() {
+            assert_eq!(
+                Some(&row.entry),
+                sim.state.get(&row.entry.name),
+                "seed {seed}: {}",
+                row.entry.name
+            );
+            let waiters: Vec<&str> = sim.state.waiters_of(&row.entry.name).collect();
+            assert_eq!(row.waiters, waiters, "seed {seed}: waiters of {}", row.entry.name);
+        }
+        assert_eq!(
+            b.window.aggregates(),
+            &sim.views.aggregates(),
+            "seed {seed}: aggregates"
+        );
+    }
+}
+
+#[test]
+fn a_subscriber_that_stops_acknowledging_gets_nothing_more_then_only_the_present() {
+    let mut sim = Sim::new(7);
+    let id = sim.views.subscribe(&sim.state, 1, ViewSpec::default(), sim.t());
+    let mut b = Browser {
+        id,
+        window: Window::default(),
+    };
+    let mut sent = 0;
+    for _ in 0..2_000 {
+        sim.step();
+        sim.views.mark_dirty(sim.t());
+        sim.now += 5;
+        sent += b.take(&mut sim, false);
+    }
+    assert_eq!(
+        sent as u64, MAX_IN_FLIGHT,
+        "held back after {MAX_IN_FLIGHT} unacknowledged frames"
+    );
+    assert_eq!(sim.views.next_send(), None, "nothing is scheduled for it");
+    // It catches up: one frame with the present, not the 2,000 events it missed.
+    sim.views.ack(id, b.window.seq);
+    sim.now += 100;
+    let frames = sim.views.due_frames(&sim.state, sim.t());
+    assert_eq!(frames.len(), 1);
+    let late = &frames[0].1;
+    assert!(late.waited_ms > 1_000, "the frame says how late it is");
+    b.window.apply(frames[0].1.clone()).unwrap();
+    assert_eq!(b.window.order(), sim.brute(&ViewSpec::default()).2.as_slice());
+}
+
+#[test]
+fn frames_are_paced_and_quiet_fleets_send_nothing() {
+    let mut sim = Sim::new(3);
+    let id = sim.views.subscribe(&sim.state, 1, ViewSpec::default(), sim.t());
+    let first = sim.views.due_frames(&sim.state, sim.t());
+    assert_eq!(first.len(), 1);
+    assert!(first[0].1.full, "the first frame replaces whatever the browser had");
+    sim.views.ack(id, 1);
+    assert_eq!(sim.views.next_send(), None, "nothing changed, nothing due");
+    sim.step();
+    while sim.state.is_empty() {
+        sim.step();
+    }
+    sim.views.mark_dirty(sim.t());
+    let at = sim.views.next_send().expect("a change is due");
+    assert!(at >= sim.now.min(first[0].1.server_time + MIN_FRAME_INTERVAL_MS as i64));
+    assert!(
+        at >= first[0].1.server_time + MIN_FRAME_INTERVAL_MS as i64,
+        "not within the interval"
+    );
+}
+
+#[test]
+fn short_holds_at_the_bottom_do_not_move_the_top_of_the_default_view() {
+    let mut sim = Sim::new(11);
+    let now = sim.now;
+    // Ten stuck locks, then churn of fresh short holds.
+    for i in 0..10 {
+        let mut rec = sim.record(now - 500_000 - i * 1_000);
+        rec.auto_unlock_at = now - 1;
+        sim.rev += 1;
+        sim.apply(FleetEvent::Upsert(LockEntry {
+            name: format!("stuck-{i}"),
+            fence: sim.rev,
+            revision: sim.rev,
+            body: LockBody::Held(rec),
+        }));
+    }
+    let top = ViewSpec {
+        limit: 10,
+        ..ViewSpec::default()
+    };
+    let id = sim.views.subscribe(&sim.state, 1, top.clone(), sim.t());
+    let mut b = Browser {
+        id,
+        window: Window::default(),
+    };
+    b.take(&mut sim, true);
+    let before = b.window.order().to_vec();
+    for i in 0..200 {
+        sim.rev += 1;
+        sim.now += 30;
+        let rec = sim.record(sim.now);
+        let name = format!("short-{}", i % 7);
+        sim.apply(FleetEvent::Upsert(LockEntry {
+            name: name.clone(),
+            fence: sim.rev,
+            revision: sim.rev,
+            body: LockBody::Held(rec),
+        }));
+        if i % 2 == 1 {
+            sim.rev += 1;
+            sim.apply(FleetEvent::Remove {
+                name,
+                revision: sim.rev,
+            });
+        }
+        sim.views.mark_dirty(sim.t());
+        b.take(&mut sim, true);
+        assert_eq!(b.window.order(), before.as_slice(), "the stuck locks stay put");
+    }
+    assert!(before.iter().all(|n| n.starts_with("stuck-")));
+}
+
+#[test]
+fn a_view_change_sends_only_rows_the_browser_lacks() {
+    let mut sim = Sim::new(5);
+    for _ in 0..300 {
+        sim.step();
+    }
+    let spec = |offset| ViewSpec {
+        sort: Sort {
+            key: SortKey::Name,
+            reverse: false,
+        },
+        offset,
+        limit: 6,
+        ..ViewSpec::default()
+    };
+    assert!(sim.state.len() >= 9, "enough locks to scroll");
+    let id = sim.views.subscribe(&sim.state, 1, spec(0), sim.t());
+    let mut b = Browser {
+        id,
+        window: Window::default(),
+    };
+    b.take(&mut sim, true);
+    sim.views.set_view(&sim.state, id, 2, spec(3), sim.t());
+    sim.now += 100;
+    let frames = sim.views.due_frames(&sim.state, sim.t());
+    let f = &frames[0].1;
+    assert_eq!(f.view_id, 2);
+    assert_eq!(f.rows.len(), 3, "rows 3..6 were already there; 6..9 are new");
+    b.window.apply(f.clone()).unwrap();
+    assert_eq!(b.window.order(), sim.brute(&spec(3)).2.as_slice());
+}
+
+#[test]
+fn indexes_are_shared_and_dropped_with_their_last_viewer() {
+    let mut sim = Sim::new(1);
+    let billing = ViewSpec {
+        filter: Filter {
+            service: Some("billing".into()),
+            ..Filter::default()
+        },
+        ..ViewSpec::default()
+    };
+    let a = sim.views.subscribe(&sim.state, 1, billing.clone(), sim.t());
+    let b = sim.views.subscribe(
+        &sim.state,
+        1,
+        ViewSpec {
+            offset: 50,
+            ..billing.clone()
+        },
+        sim.t(),
+    );
+    assert_eq!(sim.views.indexes.len(), 2, "default + billing");
+    sim.views.unsubscribe(a);
+    assert!(sim.views.window_names(&billing).is_some());
+    sim.views.unsubscribe(b);
+    assert!(sim.views.window_names(&billing).is_none());
+    assert!(
+        sim.views.window_names(&ViewSpec::default()).is_some(),
+        "the default view stays"
+    );
+    let page = sim.views.render(&sim.state, &billing, sim.t());
+    assert!(page.full && page.aggregates.is_some());
+    assert_eq!(sim.views.indexes.len(), 1, "rendering a page leaves nothing behind");
+}
