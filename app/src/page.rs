@@ -68,6 +68,8 @@ pub fn App() -> impl IntoView {
         </main>
         <footer>
             <span data-testid="view-range">{move || range_text(live)}</span>
+            <span data-testid="view-total">{move || live.total.get()}</span>
+            {move || if live.view.with(|v| v.filter.is_empty()) { "" } else { " matching" }}
             " · times on the server's clock (UTC); browser offset "
             <span data-testid="clock-offset">{move || format!("{:+} ms", live.clock_offset.get())}</span>
             " · last update "
@@ -77,14 +79,14 @@ pub fn App() -> impl IntoView {
     }
 }
 
+/// "locks 101–200 of " (the total is its own element).
 fn range_text(live: LiveView) -> String {
-    let total = live.total.get();
     let n = live.order.with(Vec::len) as u64;
     if n == 0 {
-        return format!("0 of {total} locks");
+        return "0 of ".into();
     }
     let first = live.offset.get() + 1;
-    format!("locks {first}–{} of {total}", first + n - 1)
+    format!("locks {first}–{} of ", first + n - 1)
 }
 
 /// Changes the view on screen (the socket sends it; the URL follows).
@@ -297,7 +299,7 @@ fn States() -> impl IntoView {
     };
     view! {
         <section class="aggregates" data-testid="aggregates">
-            <div class="states">{RowState::ALL.map(chip).to_vec()}</div>
+            <div class="states">{RowState::ALL.into_iter().map(chip).collect_view()}</div>
             <div class="services">
                 <span class="label">"services "</span>
                 {services}
@@ -325,6 +327,7 @@ fn Controls() -> impl IntoView {
                 <select
                     name="state"
                     data-testid="filter-state"
+                    prop:value=move || live.view.with(|v| v.filter.state.map_or("", RowState::as_str))
                     on:change=move |ev| {
                         let s = RowState::parse(&event_target_value(&ev));
                         set_view(live, |v| { v.filter.state = s; v.offset = 0; });
@@ -332,10 +335,11 @@ fn Controls() -> impl IntoView {
                 >
                     <option value="" selected=v.filter.state.is_none()>"any"</option>
                     {RowState::ALL
+                        .into_iter()
                         .map(|s| view! {
                             <option value=s.as_str() selected=v.filter.state == Some(s)>{s.as_str()}</option>
                         })
-                        .to_vec()}
+                        .collect_view()}
                 </select>
             </label>
             <label>
@@ -399,14 +403,16 @@ fn Controls() -> impl IntoView {
                 <select
                     name="sort"
                     data-testid="sort"
+                    prop:value=move || live.view.with(|v| v.sort.key.as_str())
                     on:change=move |ev| {
                         let k = SortKey::parse(&event_target_value(&ev)).unwrap_or_default();
                         set_view(live, |v| { v.sort.key = k; v.offset = 0; });
                     }
                 >
                     {SortKey::ALL
+                        .into_iter()
                         .map(|k| view! { <option value=k.as_str() selected=v.sort.key == k>{sort_label(k)}</option> })
-                        .to_vec()}
+                        .collect_view()}
                 </select>
             </label>
             <label>
@@ -416,6 +422,7 @@ fn Controls() -> impl IntoView {
                     value="1"
                     data-testid="reverse"
                     checked=v.sort.reverse
+                    prop:checked=move || live.view.with(|v| v.sort.reverse)
                     on:change=move |ev| {
                         let r = event_target_checked(&ev);
                         set_view(live, |v| { v.sort.reverse = r; v.offset = 0; });

@@ -8,7 +8,7 @@ use lockscope_model::LockBody;
 
 pub fn state_icon(s: RowState) -> &'static str {
     match s {
-        RowState::Expired => "⛔",
+        RowState::Expired => "‼",
         RowState::Overdue => "⚠",
         RowState::Malformed => "✖",
         RowState::Healthy => "✓",

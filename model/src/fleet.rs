@@ -1,11 +1,10 @@
 //! The live state of one fleet and the reducer that changes it.
 //!
-//! The same [`FleetState::apply`] runs in the server's hub (fed by a store's event
-//! stream) and in the browser (fed by the websocket). It returns the *effective*
-//! changes, so a full [`FleetEvent::Reset`] (first snapshot, or a resync after the
-//! store compacted the history we needed) becomes the minimal list of upserts and
-//! removals: the hub forwards exactly those, and the browser re-renders exactly
-//! those rows.
+//! The server's hub runs [`FleetState::apply`] over a store's event stream. It
+//! returns what *effectively* changed, as names ([`Changed`]): a full
+//! [`FleetEvent::Reset`] (first snapshot, or a resync after the store compacted
+//! the history we needed) becomes the names of just the locks that came, went or
+//! changed, and the hub's views move exactly those.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -93,6 +92,16 @@ pub enum FleetEvent {
     StoppedWaiting(Waiter),
 }
 
+/// What an event effectively changed: the hub's views re-read these from the
+/// table (a lock that is gone was removed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Changed {
+    /// The lock was taken, changed or released.
+    Lock(String),
+    /// Somebody started or stopped waiting for this lock.
+    Waiters(String),
+}
+
 /// A session blocked on a lock.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Waiter {
@@ -144,16 +153,16 @@ pub struct FleetState {
 }
 
 impl FleetState {
-    /// Applies one event and returns what actually changed, as events other than
-    /// `Reset`, in a deterministic order. Stale events return nothing.
-    pub fn apply(&mut self, event: FleetEvent) -> Vec<FleetEvent> {
+    /// Applies one event and returns what actually changed, in a deterministic
+    /// order. Stale and duplicate events return nothing.
+    pub fn apply(&mut self, event: FleetEvent) -> Vec<Changed> {
         match event {
             FleetEvent::Waiting(w) => match self.waiters.insert(w.clone()) {
-                true => vec![FleetEvent::Waiting(w)],
+                true => vec![Changed::Waiters(w.lock)],
                 false => Vec::new(),
             },
             FleetEvent::StoppedWaiting(w) => match self.waiters.remove(&w) {
-                true => vec![FleetEvent::StoppedWaiting(w)],
+                true => vec![Changed::Waiters(w.lock)],
                 false => Vec::new(),
             },
             FleetEvent::Reset {
@@ -161,34 +170,31 @@ impl FleetState {
                 locks,
                 waiters,
             } => {
-                let mut fresh: BTreeMap<String, LockEntry> = locks.into_iter().map(|e| (e.name.clone(), e)).collect();
                 let mut changes = Vec::new();
-                for (name, old) in &self.locks {
-                    if !fresh.contains_key(name) {
-                        // Absent from the whole truth: the removal must win over the
-                        // entry in every copy, whatever the store's revision scheme
-                        // (a SQL row's own counter can run ahead of the reset's).
-                        let revision = revision.max(old.revision);
-                        changes.push(FleetEvent::Remove {
-                            name: name.clone(),
-                            revision,
-                        });
+                let mut fresh: BTreeMap<String, LockEntry> = BTreeMap::new();
+                for e in locks {
+                    if self.locks.get(&e.name) != Some(&e) {
+                        changes.push(Changed::Lock(e.name.clone()));
                     }
+                    fresh.insert(e.name.clone(), e);
                 }
-                for (name, entry) in &fresh {
-                    if self.locks.get(name) != Some(entry) {
-                        changes.push(FleetEvent::Upsert(entry.clone()));
-                    }
-                }
-                std::mem::swap(&mut self.locks, &mut fresh);
-                let waiters: BTreeSet<Waiter> = waiters.into_iter().collect();
+                // Absent from the whole truth: removed, whatever the store's revision
+                // scheme (a SQL row's own counter can run ahead of the reset's).
                 changes.extend(
-                    self.waiters
-                        .difference(&waiters)
-                        .cloned()
-                        .map(FleetEvent::StoppedWaiting),
+                    self.locks
+                        .keys()
+                        .filter(|name| !fresh.contains_key(*name))
+                        .map(|name| Changed::Lock(name.clone())),
                 );
-                changes.extend(waiters.difference(&self.waiters).cloned().map(FleetEvent::Waiting));
+                self.locks = fresh;
+                let waiters: BTreeSet<Waiter> = waiters.into_iter().collect();
+                let mut moved: Vec<String> = self
+                    .waiters
+                    .symmetric_difference(&waiters)
+                    .map(|w| w.lock.clone())
+                    .collect();
+                moved.dedup();
+                changes.extend(moved.into_iter().map(Changed::Waiters));
                 self.waiters = waiters;
                 // A reset is the whole truth, even if the store went back in time
                 // (restored from a backup): its revision replaces ours.
@@ -200,19 +206,20 @@ impl FleetState {
                 match self.locks.get(&entry.name) {
                     Some(old) if old.revision >= entry.revision => Vec::new(),
                     _ => {
-                        self.locks.insert(entry.name.clone(), entry.clone());
-                        vec![FleetEvent::Upsert(entry)]
+                        let name = entry.name.clone();
+                        self.locks.insert(name.clone(), entry);
+                        vec![Changed::Lock(name)]
                     }
                 }
             }
             FleetEvent::Remove { name, revision } => {
                 self.revision = self.revision.max(revision);
                 match self.locks.get(&name) {
-                    // Not older than what we show (equal only for a reset's removal:
-                    // a store's delete always has a higher revision than the put).
+                    // Not older than what we show (a store's delete always has a
+                    // higher revision than the put).
                     Some(old) if old.revision <= revision => {
                         self.locks.remove(&name);
-                        vec![FleetEvent::Remove { name, revision }]
+                        vec![Changed::Lock(name)]
                     }
                     _ => Vec::new(),
                 }
@@ -313,6 +320,10 @@ mod tests {
         }
     }
 
+    fn lock(name: &str) -> Changed {
+        Changed::Lock(name.into())
+    }
+
     fn waiter(lock: &str, session: &str) -> Waiter {
         Waiter {
             lock: lock.into(),
@@ -324,7 +335,7 @@ mod tests {
         name: &'static str,
         start: Vec<FleetEvent>,
         event: FleetEvent,
-        changes: Vec<FleetEvent>,
+        changes: Vec<Changed>,
         names_after: Vec<&'static str>,
     }
 
@@ -335,14 +346,14 @@ mod tests {
                 name: "acquire",
                 start: vec![],
                 event: up("a", 5, 5),
-                changes: vec![up("a", 5, 5)],
+                changes: vec![lock("a")],
                 names_after: vec!["a"],
             },
             Case {
                 name: "release",
                 start: vec![up("a", 5, 5)],
                 event: rm("a", 6),
-                changes: vec![rm("a", 6)],
+                changes: vec![lock("a")],
                 names_after: vec![],
             },
             Case {
@@ -363,7 +374,7 @@ mod tests {
                 name: "heartbeat updates in place",
                 start: vec![up("a", 5, 5)],
                 event: up("a", 5, 8),
-                changes: vec![up("a", 5, 8)],
+                changes: vec![lock("a")],
                 names_after: vec!["a"],
             },
             Case {
@@ -384,14 +395,14 @@ mod tests {
                 name: "reset into empty state lists every lock",
                 start: vec![],
                 event: reset(10, vec![held("b", 2, 2), held("a", 1, 1)]),
-                changes: vec![up("a", 1, 1), up("b", 2, 2)],
+                changes: vec![lock("b"), lock("a")],
                 names_after: vec!["a", "b"],
             },
             Case {
                 name: "reset after compaction emits only the difference",
                 start: vec![up("keep", 1, 1), up("gone", 2, 2), up("moved", 3, 3)],
                 event: reset(20, vec![held("keep", 1, 1), held("moved", 15, 15), held("new", 18, 18)]),
-                changes: vec![rm("gone", 20), up("moved", 15, 15), up("new", 18, 18)],
+                changes: vec![lock("moved"), lock("new"), lock("gone")],
                 names_after: vec!["keep", "moved", "new"],
             },
             Case {
@@ -415,29 +426,15 @@ mod tests {
     }
 
     #[test]
-    fn applying_the_changes_of_a_reset_to_a_copy_gives_the_same_table() {
-        // What the browser does: it applies the hub's changes to its own copy.
-        let mut hub = FleetState::default();
-        let mut browser = FleetState::default();
-        for e in [up("a", 1, 1), up("b", 2, 2), up("c", 3, 3)] {
-            for ch in hub.apply(e) {
-                browser.apply(ch);
-            }
-        }
-        for ch in hub.apply(reset(9, vec![held("b", 2, 2), held("c", 7, 7), held("d", 9, 9)])) {
-            browser.apply(ch);
-        }
-        assert_eq!(hub.locks().collect::<Vec<_>>(), browser.locks().collect::<Vec<_>>());
-        assert_eq!(hub.revision(), 9);
+    fn a_reset_removes_what_it_lacks_whatever_the_revisions() {
         // A store whose row revisions run ahead of its reset revision (SQL rows
-        // count their own writes): the removal still reaches the copy.
-        for ch in hub.apply(up("e", 60, 60)) {
-            browser.apply(ch);
-        }
-        for ch in hub.apply(reset(10, vec![held("b", 2, 2)])) {
-            browser.apply(ch);
-        }
-        assert_eq!(browser.locks().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["b"]);
+        // count their own writes): the removal still happens.
+        let mut s = FleetState::default();
+        s.apply(up("b", 2, 2));
+        s.apply(up("e", 60, 60));
+        assert_eq!(s.apply(reset(10, vec![held("b", 2, 2)])), vec![lock("e")]);
+        assert_eq!(s.locks().map(|e| e.name.as_str()).collect::<Vec<_>>(), vec!["b"]);
+        assert_eq!(s.revision(), 10, "a reset's revision replaces ours");
     }
 
     #[test]
@@ -481,7 +478,7 @@ mod tests {
         let mut s = FleetState::default();
         assert_eq!(
             s.apply(FleetEvent::Waiting(waiter("a", "s1"))),
-            vec![FleetEvent::Waiting(waiter("a", "s1"))]
+            vec![Changed::Waiters("a".into())]
         );
         assert_eq!(
             s.apply(FleetEvent::Waiting(waiter("a", "s1"))),
@@ -504,9 +501,9 @@ mod tests {
         assert_eq!(
             changes,
             vec![
-                FleetEvent::StoppedWaiting(waiter("a", "s1")),
-                FleetEvent::StoppedWaiting(waiter("ab", "s3")),
-                FleetEvent::Waiting(waiter("b", "s4")),
+                Changed::Waiters("a".into()),
+                Changed::Waiters("ab".into()),
+                Changed::Waiters("b".into()),
             ]
         );
         assert_eq!(s.waiters().count(), 2);

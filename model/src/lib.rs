@@ -6,7 +6,7 @@
 //!
 //! - [`record`]: the JSON lock record as the lock protocol stores it (`docs/protocol.md`).
 //! - [`fleet`]: lock entries, fleet events and the reducer ([`fleet::FleetState::apply`])
-//!   that both the server's hub and the browser run.
+//!   the server's hub runs.
 //! - [`view`]: what one browser looks at (filter, sort, window of rows), the
 //!   severity order, and the window reducer the browser runs.
 //! - [`wire`]: the versioned websocket messages.
@@ -18,7 +18,7 @@ pub mod time;
 pub mod view;
 pub mod wire;
 
-pub use fleet::{Counts, FleetEvent, FleetState, LockBody, LockEntry, StoreStatus, Waiter};
+pub use fleet::{Changed, Counts, FleetEvent, FleetState, LockBody, LockEntry, StoreStatus, Waiter};
 pub use record::LockRecord;
 pub use view::{Aggregates, RowState, ViewSpec, Window, WindowFrame, WindowRow};
 pub use wire::{ClientMsg, FleetSummary, Page, ServerMsg, PROTOCOL_VERSION};

@@ -29,7 +29,7 @@ use lockscope_model::view::{
     sort_key, Aggregates, Filter, RowState, SortFields, SortKey, ViewSpec, WindowFrame, WindowRow, TOP_SERVICES,
 };
 use lockscope_model::wire::{MAX_IN_FLIGHT, MIN_FRAME_INTERVAL_MS};
-use lockscope_model::{Counts, FleetEvent, FleetState};
+use lockscope_model::{Changed, Counts, FleetState};
 
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.
@@ -156,18 +156,16 @@ impl Views {
 
     /// Follows one effective change of `state` (as returned by
     /// [`FleetState::apply`], already applied).
-    pub fn on_change(&mut self, state: &FleetState, change: &FleetEvent, now: Millis) {
+    pub fn on_change(&mut self, state: &FleetState, change: &Changed, now: Millis) {
         match change {
-            FleetEvent::Upsert(e) => self.place(state, &e.name, now),
-            FleetEvent::Remove { name, .. } => self.unplace(name),
-            FleetEvent::Waiting(w) | FleetEvent::StoppedWaiting(w) => {
+            Changed::Lock(name) => self.place(state, name, now),
+            Changed::Waiters(lock) => {
                 self.waiters = state.waiter_count() as u64;
                 self.aggregates_gen += 1;
-                if self.meta.contains_key(w.lock.as_str()) {
-                    self.place(state, &w.lock, now);
+                if self.meta.contains_key(lock.as_str()) {
+                    self.place(state, lock, now);
                 }
             }
-            FleetEvent::Reset { .. } => unreachable!("the reducer never returns a reset"),
         }
     }
 

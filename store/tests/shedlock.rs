@@ -1,8 +1,7 @@
 //! `ShedLockObserver` against a real PostgreSQL (started on a free port) and a
 //! SQLite file: the table is created with ShedLock's DDL and written with exactly
 //! the statements ShedLock's JDBC provider sends (timestamps in UTC). What the
-//! observer reports goes through the hub's reducer and then, as changes, through a
-//! browser's, as on the dashboard.
+//! observer reports goes through the hub's reducer, as on the dashboard.
 
 use std::time::Duration;
 
@@ -149,12 +148,11 @@ impl Db {
     }
 }
 
-/// The dashboard's view: the hub's state fed by the observer, and a browser's
-/// fed by the hub's changes (whose reducer drops changes with stale revisions).
+/// The dashboard's view: the hub's state fed by the observer (its reducer drops
+/// changes with stale revisions, so every change must carry a newer one).
 #[derive(Default)]
 struct View {
     hub: FleetState,
-    browser: FleetState,
     status: Option<StoreStatus>,
 }
 
@@ -168,32 +166,25 @@ impl View {
             ObserverEvent::Status(s) => self.status = Some(s),
             ObserverEvent::Events(evs) => {
                 for e in evs {
-                    for change in self.hub.apply(e) {
-                        self.browser.apply(change);
-                    }
+                    self.hub.apply(e);
                 }
             }
         }
     }
 
-    /// Applies events until `done` holds for the live browser view.
+    /// Applies events until `done` holds for the live view.
     async fn until(&mut self, rx: &mut mpsc::Receiver<ObserverEvent>, what: &str, done: impl Fn(&FleetState) -> bool) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while !(self.live() && done(&self.browser)) {
+        while !(self.live() && done(&self.hub)) {
             match tokio::time::timeout_at(deadline, rx.recv()).await {
                 Ok(ev) => self.handle(ev.expect("observer stopped")),
                 Err(_) => panic!(
                     "timed out waiting for {what}; status {:?}, shown {:?}",
                     self.status,
-                    self.browser.locks().collect::<Vec<_>>()
+                    self.hub.locks().collect::<Vec<_>>()
                 ),
             }
         }
-        assert_eq!(
-            self.hub.locks().collect::<Vec<_>>(),
-            self.browser.locks().collect::<Vec<_>>(),
-            "the browser's copy drifted from the hub's"
-        );
     }
 
     /// Applies what arrives for `d`.
@@ -260,7 +251,7 @@ async fn follows_shedlock(db: &Db) -> (mpsc::Receiver<ObserverEvent>, View) {
     .await;
     view.until(&mut rx, "the first lock", |s| near(until_ms(s, "report"), report_until))
         .await;
-    let e = view.browser.get("report").unwrap();
+    let e = view.hub.get("report").unwrap();
     let r = e.record().unwrap();
     assert_eq!(
         (r.session.as_str(), r.host.as_str(), r.owner.as_str()),
@@ -277,7 +268,7 @@ async fn follows_shedlock(db: &Db) -> (mpsc::Receiver<ObserverEvent>, View) {
     assert_eq!(r.heartbeat_at, r.acquired_at);
     assert_eq!(r.alert_at, r.auto_unlock_at);
     assert_eq!(r.expected_runtime_ms as i64, r.auto_unlock_at - r.acquired_at);
-    assert!(view.browser.get("old").is_none(), "an expired lock is shown");
+    assert!(view.hub.get("old").is_none(), "an expired lock is shown");
 
     // Extended.
     let now = now_ms();
@@ -317,7 +308,7 @@ async fn follows_shedlock(db: &Db) -> (mpsc::Receiver<ObserverEvent>, View) {
         s.get("report").is_some_and(|e| holder(e) == "host-b")
     })
     .await;
-    assert!(near(until_ms(&view.browser, "report"), brief));
+    assert!(near(until_ms(&view.hub, "report"), brief));
     // Taking a held lock fails, as in ShedLock.
     let now = now_ms();
     assert_eq!(
@@ -368,14 +359,14 @@ async fn postgres_follows_shedlock() {
         s.get("forever").is_some() && s.get("fine").is_some()
     })
     .await;
-    match &view.browser.get("forever").unwrap().body {
+    match &view.hub.get("forever").unwrap().body {
         LockBody::Malformed { raw, error } => {
             assert!(String::from_utf8_lossy(raw).contains("infinity"), "{raw:?}");
             assert!(error.contains("lock_until"), "{error}");
         }
         other => panic!("shown as {other:?}"),
     }
-    assert!(near(until_ms(&view.browser, "fine"), fine));
+    assert!(near(until_ms(&view.hub, "fine"), fine));
 
     wrote_nothing(&db, &["fine", "forever", "old", "report"]).await;
     view.wait(&mut rx, POLL * 2).await;
@@ -418,7 +409,7 @@ async fn sqlite_follows_shedlock() {
     })
     .await;
     for (name, column, raw) in [("garbage", "lock_until", "next tuesday"), ("half", "locked_at", "??")] {
-        match &view.browser.get(name).unwrap().body {
+        match &view.hub.get(name).unwrap().body {
             LockBody::Malformed { raw: bytes, error } => {
                 assert!(String::from_utf8_lossy(bytes).contains(raw), "{name}: {bytes:?}");
                 assert!(error.contains(column), "{name}: {error}");
@@ -426,8 +417,8 @@ async fn sqlite_follows_shedlock() {
             other => panic!("{name} shown as {other:?}"),
         }
     }
-    assert_eq!(until_ms(&view.browser, "millis"), Some(millis));
-    assert!(near(until_ms(&view.browser, "native"), now + 30_000));
+    assert_eq!(until_ms(&view.hub, "millis"), Some(millis));
+    assert!(near(until_ms(&view.hub, "native"), now + 30_000));
 
     wrote_nothing(&db, &["garbage", "half", "millis", "native", "old", "report"]).await;
     view.wait(&mut rx, POLL * 2).await;
