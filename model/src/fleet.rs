@@ -6,7 +6,7 @@
 //! the history we needed) becomes the names of just the locks that came, went or
 //! changed, and the hub's views move exactly those.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -143,10 +143,32 @@ impl Default for StoreStatus {
     }
 }
 
+/// An entry ordered and looked up by its name, so the table stores each name once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ByName(LockEntry);
+
+impl Ord for ByName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.name.cmp(&other.0.name)
+    }
+}
+
+impl PartialOrd for ByName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::borrow::Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
+}
+
 /// The lock table of one fleet.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FleetState {
-    locks: BTreeMap<String, LockEntry>,
+    locks: BTreeSet<ByName>,
     /// Ordered by lock, then session: the waiters of one lock are a range.
     waiters: BTreeSet<Waiter>,
     revision: i64,
@@ -171,20 +193,20 @@ impl FleetState {
                 waiters,
             } => {
                 let mut changes = Vec::new();
-                let mut fresh: BTreeMap<String, LockEntry> = BTreeMap::new();
+                let mut fresh: BTreeSet<ByName> = BTreeSet::new();
                 for e in locks {
-                    if self.locks.get(&e.name) != Some(&e) {
+                    if self.get(&e.name) != Some(&e) {
                         changes.push(Changed::Lock(e.name.clone()));
                     }
-                    fresh.insert(e.name.clone(), e);
+                    fresh.replace(ByName(e));
                 }
                 // Absent from the whole truth: removed, whatever the store's revision
                 // scheme (a SQL row's own counter can run ahead of the reset's).
                 changes.extend(
                     self.locks
-                        .keys()
-                        .filter(|name| !fresh.contains_key(*name))
-                        .map(|name| Changed::Lock(name.clone())),
+                        .iter()
+                        .filter(|e| !fresh.contains(e.0.name.as_str()))
+                        .map(|e| Changed::Lock(e.0.name.clone())),
                 );
                 self.locks = fresh;
                 let waiters: BTreeSet<Waiter> = waiters.into_iter().collect();
@@ -203,22 +225,22 @@ impl FleetState {
             }
             FleetEvent::Upsert(entry) => {
                 self.revision = self.revision.max(entry.revision);
-                match self.locks.get(&entry.name) {
+                match self.get(&entry.name) {
                     Some(old) if old.revision >= entry.revision => Vec::new(),
                     _ => {
                         let name = entry.name.clone();
-                        self.locks.insert(name.clone(), entry);
+                        self.locks.replace(ByName(entry));
                         vec![Changed::Lock(name)]
                     }
                 }
             }
             FleetEvent::Remove { name, revision } => {
                 self.revision = self.revision.max(revision);
-                match self.locks.get(&name) {
+                match self.get(&name) {
                     // Not older than what we show (a store's delete always has a
                     // higher revision than the put).
                     Some(old) if old.revision <= revision => {
-                        self.locks.remove(&name);
+                        self.locks.remove(name.as_str());
                         vec![Changed::Lock(name)]
                     }
                     _ => Vec::new(),
@@ -241,12 +263,12 @@ impl FleetState {
     }
 
     pub fn get(&self, name: &str) -> Option<&LockEntry> {
-        self.locks.get(name)
+        self.locks.get(name).map(|e| &e.0)
     }
 
     /// Locks in name order.
     pub fn locks(&self) -> impl Iterator<Item = &LockEntry> {
-        self.locks.values()
+        self.locks.iter().map(|e| &e.0)
     }
 
     /// Sessions waiting for `lock`, in order.
@@ -278,7 +300,7 @@ impl FleetState {
             waiters: self.waiters.len() as u64,
             ..Counts::default()
         };
-        for e in self.locks.values() {
+        for e in self.locks() {
             match RowState::of(e, now) {
                 RowState::Healthy => {}
                 RowState::Overdue => c.overdue += 1,

@@ -49,9 +49,9 @@ pub struct Now {
     pub mono: Millis,
 }
 
-/// What a lock's place in every index was computed from.
+/// What a lock's place in every index was computed from (its name is the key
+/// of `Views::meta`).
 struct Meta {
-    name: Arc<str>,
     fields: SortFields,
     state: RowState,
     waiters: u32,
@@ -62,9 +62,9 @@ struct Meta {
 }
 
 impl Meta {
-    fn key(&self, sort: SortKey) -> Key {
+    fn key(&self, name: &Arc<str>, sort: SortKey) -> Key {
         let (a, b) = sort_key(sort, &self.fields, self.state, self.waiters);
-        (a, b, self.name.clone())
+        (a, b, name.clone())
     }
 }
 
@@ -192,10 +192,10 @@ impl Views {
         };
         let waiters = state.waiters_of(name).count() as u32;
         let old = self.take(name);
-        let name: Arc<str> = old.as_ref().map_or_else(|| Arc::from(name), |m| m.name.clone());
+        let name: Arc<str> = old.as_ref().map_or_else(|| Arc::from(name), |(n, _)| n.clone());
+        let old = old.map(|(_, m)| m);
         let row_state = RowState::of(entry, now);
         let meta = Meta {
-            name: name.clone(),
             fields: SortFields::of(entry),
             state: row_state,
             waiters,
@@ -209,8 +209,8 @@ impl Views {
             self.deadlines.insert((at, name.clone()));
         }
         for (spec, index) in self.indexes.iter_mut() {
-            let was = old.as_ref().is_some_and(|o| index.set.remove(&o.key(spec.key)));
-            let is = spec.filter.matches(entry, row_state) && index.set.insert(meta.key(spec.key));
+            let was = old.as_ref().is_some_and(|o| index.set.remove(&o.key(&name, spec.key)));
+            let is = spec.filter.matches(entry, row_state) && index.set.insert(meta.key(&name, spec.key));
             if was || is {
                 index.generation += 1;
             }
@@ -220,22 +220,22 @@ impl Views {
 
     /// Forgets `name` everywhere.
     fn unplace(&mut self, name: &str) {
-        let Some(old) = self.take(name) else { return };
+        let Some((name, old)) = self.take(name) else { return };
         for (spec, index) in self.indexes.iter_mut() {
-            if index.set.remove(&old.key(spec.key)) {
+            if index.set.remove(&old.key(&name, spec.key)) {
                 index.generation += 1;
             }
         }
     }
 
     /// Removes `name`'s meta, its deadline and its share of the aggregates.
-    fn take(&mut self, name: &str) -> Option<Meta> {
-        let old = self.meta.remove(name)?;
+    fn take(&mut self, name: &str) -> Option<(Arc<str>, Meta)> {
+        let (name, old) = self.meta.remove_entry(name)?;
         if let Some(at) = old.deadline {
-            self.deadlines.remove(&(at, old.name.clone()));
+            self.deadlines.remove(&(at, name.clone()));
         }
         self.count(&old, -1);
-        Some(old)
+        Some((name, old))
     }
 
     fn count(&mut self, m: &Meta, delta: i64) {
@@ -481,9 +481,9 @@ impl Views {
         // sort. The first viewer of a new filter pays it; later events are O(log n).
         let mut keys: Vec<Key> = self
             .meta
-            .values()
-            .filter(|m| state.get(&m.name).is_some_and(|e| key.filter.matches(e, m.state)))
-            .map(|m| m.key(key.key))
+            .iter()
+            .filter(|(n, m)| state.get(n).is_some_and(|e| key.filter.matches(e, m.state)))
+            .map(|(n, m)| m.key(n, key.key))
             .collect();
         keys.sort_unstable();
         self.indexes.insert(
