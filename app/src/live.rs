@@ -39,6 +39,9 @@ pub enum Followup {
 
 /// A frame's data counts as late, and the page says so, past this.
 pub const BEHIND_AFTER_MS: i64 = 250;
+/// A late frame brought the page up to date; the page keeps saying it was behind
+/// for this long, and longer only if more late frames follow.
+pub const BEHIND_SHOWN_MS: i64 = 2_000;
 
 /// Reactive state of the page. `Copy`: every field is an arena handle.
 #[derive(Clone, Copy)]
@@ -66,10 +69,14 @@ pub struct LiveView {
     pub view_error: RwSignal<Option<String>>,
     /// Server time minus browser time, in ms (estimated from pings).
     pub clock_offset: RwSignal<i64>,
+    /// Whether `clock_offset` has been estimated at all (0 is a valid offset).
+    clock_known: StoredValue<bool>,
     /// The current time on the server's clock; ticks once a second in the browser.
     pub now: RwSignal<Millis>,
     /// How old the last frame's oldest change was when it reached us (ms).
     pub lag_ms: RwSignal<i64>,
+    /// When the last frame arrived (server clock).
+    pub last_frame_at: RwSignal<Millis>,
 }
 
 impl LiveView {
@@ -91,8 +98,10 @@ impl LiveView {
             connection: RwSignal::new(Connection::Static),
             view_error: RwSignal::new(page.view_error),
             clock_offset: RwSignal::new(0),
+            clock_known: StoredValue::new(false),
             now: RwSignal::new(now),
             lag_ms: RwSignal::new(0),
+            last_frame_at: RwSignal::new(now),
         };
         if let Some(frame) = page.frame {
             // The server rendered this very frame; it cannot fail to apply.
@@ -110,6 +119,15 @@ impl LiveView {
             c.held = self.total.get();
         }
         c
+    }
+
+    /// How far behind the page is, if it is (reactive; follows the clock): the
+    /// lateness of recent frames. Once frames stop being late, or stop because
+    /// nothing changes, the page is current.
+    pub fn behind(&self) -> Option<i64> {
+        let lag = self.lag_ms.get();
+        let recent = self.now.get() - self.last_frame_at.get() < BEHIND_SHOWN_MS;
+        (lag > BEHIND_AFTER_MS && recent).then_some(lag)
     }
 
     /// Where the shown fleet's locks live.
@@ -164,6 +182,7 @@ impl LiveView {
                 self.sync_clock(frame.server_time, local_now);
                 let transit = (local_now + self.clock_offset.get_untracked() - frame.server_time).max(0);
                 self.lag_ms.set(frame.waited_ms as i64 + transit);
+                self.last_frame_at.set(local_now + self.clock_offset.get_untracked());
                 let seq = frame.seq;
                 if let Err(e) = self.apply_frame(frame) {
                     return Followup::Resync(e);
@@ -186,6 +205,7 @@ impl LiveView {
     /// half-way between `sent` and `received` (browser clock).
     pub fn pong(&self, sent: Millis, received: Millis, server_time: Millis) {
         self.clock_offset.set(server_time - (sent + received) / 2);
+        self.clock_known.set_value(true);
         self.tick(received);
     }
 
@@ -196,8 +216,9 @@ impl LiveView {
 
     /// Coarse offset from a one-way message, used until a ping refines it.
     fn sync_clock(&self, server_time: Millis, local_now: Millis) {
-        if self.clock_offset.get_untracked() == 0 {
+        if !self.clock_known.get_value() {
             self.clock_offset.set(server_time - local_now);
+            self.clock_known.set_value(true);
         }
         self.tick(local_now);
     }
@@ -343,6 +364,10 @@ mod tests {
             };
             v.receive(ServerMsg::Window(late), 20_100);
             assert_eq!(v.lag_ms.get_untracked(), 1_000);
+            assert_eq!(v.behind(), Some(1_000));
+            // Nothing more arrives: the late frame brought the page up to date.
+            v.tick(20_100 + BEHIND_SHOWN_MS);
+            assert_eq!(v.behind(), None);
         });
     }
 

@@ -11,7 +11,7 @@ use lockscope_model::time::{human_duration, utc_hms};
 use lockscope_model::view::{RowState, SortKey, ViewSpec};
 use lockscope_model::{FleetSummary, LockBody, StoreStatus};
 
-use crate::live::{Connection, LiveView, BEHIND_AFTER_MS};
+use crate::live::{Connection, LiveView};
 use crate::rows::{row_text, state_icon};
 
 /// Height of one table row, in CSS pixels (the stylesheet fixes it too).
@@ -142,9 +142,9 @@ fn Indicator() -> impl IntoView {
                     human_duration((retry_at - now).max(0))
                 ),
             ),
-            (Connection::Live, StoreStatus::Live { .. }) => match live.lag_ms.get() {
-                lag if lag > BEHIND_AFTER_MS => ("behind", format!("live, {} behind", lag_text(lag))),
-                _ => ("live", "live".to_string()),
+            (Connection::Live, StoreStatus::Live { .. }) => match live.behind() {
+                Some(lag) => ("behind", format!("live, {} behind", lag_text(lag))),
+                None => ("live", "live".to_string()),
             },
             (Connection::Live, StoreStatus::Connecting { .. }) => {
                 ("store-connecting", "connecting to the store…".to_string())

@@ -10,6 +10,7 @@ import { promisify } from 'node:util';
 const run = promisify(execFile);
 const root = resolve(__dirname, '..', '..');
 const bin = process.env.LOCKSCOPE_BIN ?? join(root, 'target', 'debug', 'lockscope');
+const benchBin = process.env.LOCKSCOPE_BENCH_BIN ?? join(root, 'target', 'debug', 'lockscope-bench');
 export const PREFIX = '/lockscope-e2e/';
 
 export async function freePort(): Promise<number> {
@@ -58,6 +59,17 @@ export class Stack {
   static async start(): Promise<Stack> {
     const s = await Stack.prepare();
     await s.startEtcd();
+    await s.startServer(['--etcd', s.etcdEndpoint, '--prefix', PREFIX, '--fleet', 'e2e-fleet']);
+    return s;
+  }
+
+  /** A real etcd filled with `locks` locks (by `lockscope-bench fill`), then the server watching it. */
+  static async startFilled(locks: number): Promise<Stack> {
+    const s = await Stack.prepare();
+    await s.startEtcd();
+    await run(benchBin, ['fill', '--etcd', s.etcdEndpoint, '--prefix', PREFIX, '--locks', String(locks)], {
+      maxBuffer: 16 * 1024 * 1024,
+    });
     await s.startServer(['--etcd', s.etcdEndpoint, '--prefix', PREFIX, '--fleet', 'e2e-fleet']);
     return s;
   }
@@ -141,6 +153,17 @@ export class Stack {
 
   async unlock(name: string, fence: number): Promise<void> {
     await run(bin, ['unlock', name, '--fence', String(fence), '--etcd', this.etcdEndpoint, '--prefix', PREFIX]);
+  }
+
+  /** Locks whose record names `service`, counted from etcd itself (not through lockscope). */
+  async countService(service: string): Promise<number> {
+    const { stdout } = await run(
+      'etcdctl',
+      ['--endpoints', this.etcdEndpoint, 'get', '--prefix', `${PREFIX}locks/`, '--print-value-only'],
+      { maxBuffer: 512 * 1024 * 1024 },
+    );
+    const needle = `"service":${JSON.stringify(service)}`;
+    return stdout.split('\n').filter((line) => line.includes(needle)).length;
   }
 
   log(): string {

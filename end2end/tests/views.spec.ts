@@ -1,0 +1,74 @@
+import { expect, Page, test } from '@playwright/test';
+import { Stack } from './stack';
+
+// A fleet of 100,000 locks in a real etcd: the page carries one window, stays
+// live, and scrolling and filtering go through the server's views.
+test.describe.configure({ mode: 'serial' });
+
+const LOCKS = 100_000;
+let stack: Stack;
+test.beforeAll(async () => {
+  test.setTimeout(240_000);
+  stack = await Stack.startFilled(LOCKS);
+});
+test.afterAll(async () => {
+  await stack?.stop();
+});
+
+const row = (page: Page, name: string) => page.locator(`[data-testid="lock-row"][data-lock="${name}"]`);
+const rows = (page: Page) => page.locator('[data-testid="lock-row"]');
+const indicator = (page: Page) => page.getByTestId('connection');
+const total = (page: Page) => page.getByTestId('view-total');
+
+test('100,000 locks: the page is one window, and live within 5 s', async ({ page }) => {
+  const started = Date.now();
+  const response = await page.goto(stack.url);
+  const html = await response!.text();
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live', { timeout: 5_000 });
+  console.log(`100k locks: live ${Date.now() - started} ms after navigation; page ${html.length} bytes`);
+  expect(html.length, 'the page does not grow with the fleet').toBeLessThan(300_000);
+  await expect(total(page)).toHaveText(String(LOCKS));
+  expect(await rows(page).count()).toBeLessThanOrEqual(500);
+});
+
+test('a lock taken at the top of the default view appears without reload', async ({ page }) => {
+  await page.goto(stack.url);
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live');
+  // Expected runtime 0: expired at once, so it sorts above every healthy lock.
+  const fence = await stack.lock('aaa/stuck-now', 'stuck on purpose', 0);
+  await expect(row(page, 'aaa/stuck-now')).toBeVisible({ timeout: 2_000 });
+  await expect(rows(page).first()).toHaveAttribute('data-lock', 'aaa/stuck-now');
+  await expect(row(page, 'aaa/stuck-now').getByTestId('state')).toContainText('expired');
+  await expect(total(page)).toHaveText(String(LOCKS + 1));
+  await stack.unlock('aaa/stuck-now', fence);
+  await expect(row(page, 'aaa/stuck-now')).toHaveCount(0, { timeout: 2_000 });
+});
+
+test('scrolling to the end shows the last lock by name', async ({ page }) => {
+  const fence = await stack.lock('zzzz/last-by-name', 'the last name');
+  await page.goto(`${stack.url}/?sort=name`);
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live');
+  await expect(row(page, 'zzzz/last-by-name')).toHaveCount(0);
+  await page.getByTestId('scroller').evaluate((el) => (el.scrollTop = el.scrollHeight));
+  await expect(row(page, 'zzzz/last-by-name')).toBeVisible({ timeout: 5_000 });
+  await expect(rows(page).last()).toHaveAttribute('data-lock', 'zzzz/last-by-name');
+  await expect(page).toHaveURL(/offset=\d{5,}/);
+  await stack.unlock('zzzz/last-by-name', fence);
+});
+
+test('a filter by service narrows the count to the right number', async ({ page }) => {
+  await page.goto(stack.url);
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live');
+  const chip = page.locator('[data-testid="service-count"]').first();
+  const service = (await chip.getAttribute('data-service'))!;
+  const expected = await stack.countService(service);
+  await expect(chip.locator('b')).toHaveText(String(expected));
+  await page.getByTestId('filter-service').fill(service);
+  await page.getByTestId('filter-service').press('Enter');
+  await expect(total(page)).toHaveText(String(expected), { timeout: 5_000 });
+  expect(expected).toBeLessThan(LOCKS);
+  await expect(page).toHaveURL(new RegExp(`service=${service}`));
+  for (const holder of await page.locator('[data-testid="lock-row"] td.holder .where').allTextContents()) {
+    expect(holder.startsWith(`${service}@`), holder).toBe(true);
+  }
+});
