@@ -205,3 +205,79 @@ async fn waiters_are_observed_while_they_wait() {
     })
     .await;
 }
+
+/// A snapshot cut into spans is exactly the table at its revision: every key once,
+/// nothing written after it, whatever the names (shared prefixes, `/`, multibyte
+/// UTF-8, a name that is a prefix of others), while a writer keeps changing keys.
+#[tokio::test]
+async fn a_cut_snapshot_is_exactly_the_table_at_its_revision() {
+    use etcd_client::{Client, GetOptions, Txn, TxnOp};
+    let etcd = EtcdServer::start().await;
+    let mut cfg = config(etcd.endpoint());
+    cfg.page_size = 40; // cut deep: thousands of spans
+    let mut names: Vec<String> = Vec::new();
+    for i in 0..12_000 {
+        names.push(match i % 5 {
+            0 => format!("billing/invoices/{i:06}"),
+            1 => format!("é/ü/{i}"),
+            2 => format!("{}{i}", "shared-".repeat(8)),
+            3 => format!("日本/ロック/{i:05}"),
+            _ => format!("b{i}"),
+        });
+    }
+    names.push("billing".into()); // equal to a span's prefix
+    names.push("billing/".into());
+    let client = Client::connect([etcd.endpoint()], None).await.unwrap();
+    for chunk in names.chunks(128) {
+        let ops: Vec<TxnOp> = chunk
+            .iter()
+            .map(|n| TxnOp::put(format!("{PREFIX}locks/{n}"), b"{}".to_vec(), None))
+            .collect();
+        client.kv_client().txn(Txn::new().and_then(ops)).await.unwrap();
+    }
+    // A writer keeps adding and deleting keys while the snapshot is taken.
+    let writer = {
+        let mut kv = client.kv_client();
+        tokio::spawn(async move {
+            for i in 0.. {
+                let key = format!("{PREFIX}locks/billing/late-{i}");
+                kv.put(key.clone(), b"{}".to_vec(), None).await.unwrap();
+                if i % 2 == 0 {
+                    kv.delete(key, None).await.unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+    };
+    let mut w = Watcher::start(cfg);
+    let reset = loop {
+        match w.rx.recv().await.expect("observer stopped") {
+            ObserverEvent::Events(evs) => match evs.into_iter().next() {
+                Some(FleetEvent::Reset { revision, locks, .. }) => break (revision, locks),
+                _ => continue,
+            },
+            ObserverEvent::Status(_) => {}
+        }
+    };
+    writer.abort();
+    let (revision, locks) = reset;
+    // The truth at that revision, read in one plain range.
+    let truth = client
+        .kv_client()
+        .get(
+            format!("{PREFIX}locks/"),
+            Some(GetOptions::new().with_prefix().with_revision(revision)),
+        )
+        .await
+        .unwrap();
+    let want: Vec<(String, i64)> = truth
+        .kvs()
+        .iter()
+        .map(|kv| (kv.key_str().unwrap()[PREFIX.len() + 6..].to_string(), kv.mod_revision()))
+        .collect();
+    let mut got: Vec<(String, i64)> = locks.iter().map(|e| (e.name.clone(), e.revision)).collect();
+    got.sort();
+    assert_eq!(got.len(), want.len(), "every key exactly once");
+    assert_eq!(got, want);
+    assert!(want.len() >= names.len());
+}

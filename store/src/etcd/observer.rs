@@ -141,34 +141,90 @@ impl EtcdObserver {
         Ok(Some(revision))
     }
 
-    /// Every key under `prefix` at `revision` (0: now), in pages of `page_size`, so
-    /// that no response nears gRPC's 4 MiB limit. Returns the revision read at.
+    /// Every key under `prefix` at `revision` (0: now). Returns the revision read at.
+    ///
+    /// etcd 3.4 collects every key from a range's start to its *end* before it
+    /// applies `limit`, so paging through a prefix with a limit costs O(N²) inside
+    /// etcd (100k keys took 2.8 s, 1M did not finish in 120 s). Instead, the prefix
+    /// is cut into spans of keys sharing a longer prefix, each counted with
+    /// `count_only` (which scans only that span) and cut again, 256 ways by its
+    /// next byte, while it holds more than `page_size` keys. Each small span is then
+    /// read whole, both ends bounded, so no response nears gRPC's 4 MiB limit. Work
+    /// in etcd is linear in N times the depth of the cuts; every read is at one
+    /// revision, so the result is one consistent cut of the table.
     async fn range(
         &self,
         client: &mut Client,
         prefix: &str,
         mut revision: i64,
     ) -> Result<(i64, Vec<KeyValue>), StoreError> {
-        let end = prefix_end(prefix.as_bytes());
-        let mut from = prefix.as_bytes().to_vec();
+        let root = prefix.as_bytes().to_vec();
+        let (rev, total) = self.count(client, &root, revision).await?;
+        if revision == 0 {
+            revision = rev;
+        }
+        let mut kvs = Vec::with_capacity(total as usize);
+        // Spans to read, each a key prefix with its count; depth-first.
+        let mut todo = vec![(root.clone(), total)];
+        while let Some((span, count)) = todo.pop() {
+            if count == 0 {
+                continue;
+            }
+            if count <= self.cfg.page_size || span.len() >= root.len() + MAX_CUT_DEPTH {
+                kvs.extend(self.read(client, &span, revision).await?);
+                continue;
+            }
+            // A key equal to the span's prefix belongs to none of its children.
+            let exact = GetOptions::new().with_revision(revision);
+            let resp = timed(self.cfg.request_timeout, client.get(span.clone(), Some(exact))).await?;
+            kvs.extend_from_slice(resp.kvs());
+            // Children counted concurrently (one connection, multiplexed).
+            let children: Vec<Vec<u8>> = (0..=255u8)
+                .map(|b| {
+                    let mut c = span.clone();
+                    c.push(b);
+                    c
+                })
+                .collect();
+            let counts = futures::future::try_join_all(children.iter().map(|c| {
+                let mut client = client.clone();
+                async move { self.count(&mut client, c, revision).await.map(|(_, n)| n) }
+            }))
+            .await?;
+            todo.extend(children.into_iter().zip(counts).filter(|(_, n)| *n > 0).rev());
+        }
+        Ok((revision, kvs))
+    }
+
+    /// Keys starting with `span` at `revision` (0: now): (revision, count).
+    async fn count(&self, client: &mut Client, span: &[u8], revision: i64) -> Result<(i64, i64), StoreError> {
+        let mut opts = GetOptions::new().with_range(prefix_end(span)).with_count_only();
+        if revision > 0 {
+            opts = opts.with_revision(revision);
+        }
+        let resp = timed(self.cfg.request_timeout, client.get(span.to_vec(), Some(opts))).await?;
+        Ok((resp.header().map(|h| h.revision()).unwrap_or_default(), resp.count()))
+    }
+
+    /// Every key starting with `span` at `revision`, in pages of `page_size` (one
+    /// page unless the span could not be cut further).
+    async fn read(&self, client: &mut Client, span: &[u8], revision: i64) -> Result<Vec<KeyValue>, StoreError> {
+        let end = prefix_end(span);
+        let mut from = span.to_vec();
         let mut kvs = Vec::new();
         loop {
-            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(self.cfg.page_size);
-            if revision > 0 {
-                // Every page at the first page's revision: one consistent table.
-                opts = opts.with_revision(revision);
-            }
+            let opts = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(self.cfg.page_size)
+                .with_revision(revision);
             let resp = timed(self.cfg.request_timeout, client.get(from.clone(), Some(opts))).await?;
-            if revision == 0 {
-                revision = resp.header().map(|h| h.revision()).unwrap_or_default();
-            }
             kvs.extend_from_slice(resp.kvs());
             match resp.kvs().last() {
                 Some(last) if resp.more() => {
                     from = last.key().to_vec();
                     from.push(0);
                 }
-                _ => return Ok((revision, kvs)),
+                _ => return Ok(kvs),
             }
         }
     }
@@ -192,6 +248,10 @@ impl EtcdObserver {
         }
     }
 }
+
+/// Longest key prefix (beyond the listed prefix) a snapshot cuts by; past it a
+/// span is paged the slow way (only names sharing 256 leading bytes get there).
+const MAX_CUT_DEPTH: usize = 256;
 
 /// What a key under the prefix is.
 enum Key {
