@@ -24,8 +24,9 @@ if [ "$want_tests" = 1 ]; then
   # PostgreSQL for the SQL store's tests (started by the tests on a free port).
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || pkgs+=(postgresql)
   [ -x /usr/bin/chromium ] || pkgs+=(chromium)
-  command -v npm >/dev/null || pkgs+=(nodejs npm)
 fi
+# npm: Playwright for the tests; binaryen's wasm-opt for the release site.
+command -v npm >/dev/null || pkgs+=(nodejs npm)
 if [ "${#pkgs[@]}" -gt 0 ]; then
   say "apt-get install ${pkgs[*]}"
   sudo_if_needed apt-get update -qq
@@ -47,6 +48,13 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; the
   say "cargo install wasm-bindgen-cli $wbg (about 3 minutes, once)"
   # Not --locked: its lockfile names a webpki-roots version the registry lacks.
   cargo install wasm-bindgen-cli --version "$wbg" --force
+fi
+
+# wasm-opt for the release site: binaryen from npm (cargo-leptos cannot download
+# it here, and Debian's binaryen is too old for current Rust wasm).
+if [ ! -x scripts/wasm-opt/node_modules/.bin/wasm-opt ] || [ scripts/wasm-opt/package-lock.json -nt scripts/wasm-opt/node_modules/.package-lock.json ]; then
+  say "npm ci (binaryen's wasm-opt)"
+  (cd scripts/wasm-opt && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # Browser test driver: Playwright from npm, driving Debian's Chromium (it must

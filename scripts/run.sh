@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Builds lockscope and runs the dashboard on http://127.0.0.1:3000.
+# Builds the release site and server, and runs the dashboard on http://127.0.0.1:3000.
 #
 # With nothing configured it runs on an embedded SQLite file
 # (.lockscope/lockscope.db) with a simulated demo fleet, so there is a live,
 # contended fleet to look at and no other service is needed. To watch real
 # stores, set LOCKSCOPE_ETCD (comma-separated endpoints) and/or LOCKSCOPE_STORES
-# (`;`-separated NAME=STORE, see `target/debug/lockscope --help`).
+# (`;`-separated NAME=STORE, see `target/release/lockscope --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh --run
-cargo leptos build
+# Release build; cargo-leptos runs wasm-opt, which comes from npm's binaryen.
+PATH="$PWD/scripts/wasm-opt/node_modules/.bin:$PATH" cargo leptos build --release
 listen=${LOCKSCOPE_LISTEN:-127.0.0.1:3000}
-echo "open http://$listen"
-exec target/debug/lockscope --listen "$listen" --site-root target/site
+# Say where to open the page only once the server listens (it prints that line).
+target/release/lockscope --listen "$listen" --site-root target/site | while IFS= read -r line; do
+  echo "$line"
+  case $line in "lockscope listening on "*) echo "open ${line#lockscope listening on }" ;; esac
+done

@@ -1,7 +1,7 @@
 // A real etcd and the real `lockscope` binary for browser tests, on free loopback
 // ports with a temporary data directory; `stop()` always cleans up.
 import { ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -153,6 +153,16 @@ export class Stack {
 
   async unlock(name: string, fence: number): Promise<void> {
     await run(bin, ['unlock', name, '--fence', String(fence), '--etcd', this.etcdEndpoint, '--prefix', PREFIX]);
+  }
+
+  /** Runs `lockscope-bench load` against the filled etcd; returns its write log (`name t n` lines). */
+  async benchLoad(locks: number, rate: number, seconds: number, hotShare: number): Promise<string> {
+    const log = join(this.dir, 'writes.log');
+    await run(benchBin, [
+      'load', '--etcd', this.etcdEndpoint, '--prefix', PREFIX, '--locks', String(locks),
+      '--rate', String(rate), '--seconds', String(seconds), '--hot-share', String(hotShare), '--log', log,
+    ]);
+    return readFileSync(log, 'utf8');
   }
 
   /** Locks whose record names `service`, counted from etcd itself (not through lockscope). */

@@ -72,3 +72,25 @@ test('a filter by service narrows the count to the right number', async ({ page 
     expect(holder.startsWith(`${service}@`), holder).toBe(true);
   }
 });
+
+test('bench smoke: every row on screen ends with the last change written to it', async ({ page }) => {
+  await page.goto(`${stack.url}/?prefix=svc-0/&sort=name`);
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live');
+  // 300 changes/s for 2 s, half of them to the rows this view shows first.
+  const log = await stack.benchLoad(LOCKS, 300, 2, 0.5);
+  const last = new Map<string, string>();
+  for (const line of log.trim().split('\n')) {
+    const [name, , n] = line.split(' ');
+    last.set(name, n);
+  }
+  const shownLast = async () => {
+    const rows = await page.locator('[data-testid="lock-row"]').evaluateAll((trs) =>
+      trs.map((tr) => [tr.getAttribute('data-lock')!, tr.querySelector('td.purpose')?.textContent ?? '']),
+    );
+    const written = rows.filter(([name]) => last.has(name));
+    const stale = written.filter(([name, purpose]) => !purpose.endsWith(` n=${last.get(name)}`));
+    return { written: written.length, stale: stale.map(([name]) => name) };
+  };
+  await expect.poll(async () => (await shownLast()).stale, { timeout: 5_000 }).toEqual([]);
+  expect((await shownLast()).written, 'the load reached the rows on screen').toBeGreaterThan(20);
+});

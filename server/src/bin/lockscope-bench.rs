@@ -5,6 +5,12 @@
 //!   transactions of up to 128 puts (etcd's default `--max-txn-ops`), several in
 //!   flight. Names, services and hosts are spread so filters have something to
 //!   narrow: `svc-<k>/job-<i>` for service `service-<k>` on host `host-<h>`.
+//! - `load`: rewrites filled locks at a steady rate (paced on a monotonic clock),
+//!   each record's purpose stamped `bench t=<unix ms> n=<seq>` with its write time,
+//!   so a probe on the same host can tell how long the change took to reach it. A
+//!   share of the writes goes to the locks a probe's view shows first (`svc-0/`
+//!   by name), because a browser only receives its window. Every write is logged
+//!   (`name t n` per line) so a probe can count changes never shown.
 
 use std::time::{Duration, Instant};
 
@@ -41,6 +47,31 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         services: usize,
     },
+    /// Rewrite filled locks at a steady rate, stamping each write's time.
+    Load {
+        #[arg(long)]
+        etcd: String,
+        #[arg(long, default_value = "/lockscope/")]
+        prefix: String,
+        /// Locks that `fill` wrote (the load picks among them).
+        #[arg(long)]
+        locks: usize,
+        #[arg(long, default_value_t = 5)]
+        services: usize,
+        /// Writes per second.
+        #[arg(long, default_value_t = 1000)]
+        rate: u64,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Share of writes that go to the first `hot` locks of service 0 by name.
+        #[arg(long, default_value_t = 0.1)]
+        hot_share: f64,
+        #[arg(long, default_value_t = 50)]
+        hot: usize,
+        /// Where to log every write.
+        #[arg(long)]
+        log: std::path::PathBuf,
+    },
 }
 
 /// Puts per transaction: etcd's default `--max-txn-ops`.
@@ -57,6 +88,27 @@ async fn main() -> anyhow::Result<()> {
             locks,
             services,
         } => fill(&etcd, &prefix, locks, services.max(1)).await,
+        Command::Load {
+            etcd,
+            prefix,
+            locks,
+            services,
+            rate,
+            seconds,
+            hot_share,
+            hot,
+            log,
+        } => {
+            let plan = Load {
+                locks,
+                services: services.max(1),
+                rate: rate.max(1),
+                seconds,
+                hot_share,
+                hot: hot.max(1),
+            };
+            load(&etcd, &prefix, plan, &log).await
+        }
     }
 }
 
@@ -116,6 +168,69 @@ async fn fill(endpoint: &str, prefix: &str, locks: usize, services: usize) -> an
         "filled {locks} locks in {:.1} s ({:.0} locks/s)",
         took.as_secs_f64(),
         locks as f64 / took.as_secs_f64()
+    );
+    Ok(())
+}
+
+struct Load {
+    locks: usize,
+    services: usize,
+    rate: u64,
+    seconds: u64,
+    hot_share: f64,
+    hot: usize,
+}
+
+async fn load(endpoint: &str, prefix: &str, plan: Load, log: &std::path::Path) -> anyhow::Result<()> {
+    use std::io::Write;
+    let client = Client::connect([endpoint], None)
+        .await
+        .with_context(|| format!("connecting to etcd at {endpoint}"))?;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(log).with_context(|| format!("{}", log.display()))?);
+    let total = plan.rate * plan.seconds;
+    let interval = Duration::from_secs_f64(1.0 / plan.rate as f64);
+    let started = tokio::time::Instant::now();
+    // A lock keeps its acquisition time across rewrites, so orders by age hold still.
+    let base = now_ms();
+    let mut late = 0u64;
+    // Writes run concurrently (one connection, multiplexed) so a slow reply does
+    // not hold back the schedule; each is stamped when it is sent.
+    let mut inflight = futures::stream::FuturesUnordered::new();
+    for n in 0..total {
+        let due = started + interval * n as u32;
+        if tokio::time::Instant::now() > due + Duration::from_millis(5) {
+            late += 1;
+        }
+        tokio::time::sleep_until(due).await;
+        let i = if fastrand::f64() < plan.hot_share {
+            // The first `hot` locks of service 0 by name: i = 0, services, 2*services, …
+            fastrand::usize(0..plan.hot.min(plan.locks.div_ceil(plan.services))) * plan.services
+        } else {
+            fastrand::usize(0..plan.locks)
+        };
+        let t = now_ms();
+        let (name, mut rec) = record(i, plan.services, base);
+        rec.purpose = format!("bench t={t} n={n}");
+        rec.heartbeat_at = t;
+        writeln!(out, "{name} {t} {n}")?;
+        let mut kv = client.kv_client();
+        let key = format!("{prefix}locks/{name}");
+        inflight.push(async move { kv.put(key, rec.to_json(), None).await });
+        while inflight.len() > 256 {
+            inflight.next().await.transpose().context("a write")?;
+        }
+        while let Some(Some(r)) = futures::FutureExt::now_or_never(inflight.next()) {
+            r.context("a write")?;
+        }
+    }
+    while let Some(r) = inflight.next().await {
+        r.context("a write")?;
+    }
+    out.flush()?;
+    let took = started.elapsed().as_secs_f64();
+    println!(
+        "wrote {total} changes in {took:.1} s ({:.0}/s), {late} sent more than 5 ms late",
+        total as f64 / took
     );
     Ok(())
 }
