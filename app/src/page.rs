@@ -318,7 +318,6 @@ fn States() -> impl IntoView {
 fn Controls() -> impl IntoView {
     let live = expect_context::<LiveView>();
     let v = live.view.get_untracked();
-    let text = |get: fn(&ViewSpec) -> Option<String>| move || live.view.with(|v| get(v).unwrap_or_default());
     view! {
         <form class="controls" method="get" action="/" data-testid="controls" on:submit=|ev| ev.prevent_default()>
             <input type="hidden" name="fleet" prop:value=move || live.fleet.get()/>
@@ -342,62 +341,13 @@ fn Controls() -> impl IntoView {
                         .collect_view()}
                 </select>
             </label>
-            <label>
-                "service "
-                <input
-                    name="service"
-                    data-testid="filter-service"
-                    list="services"
-                    size="12"
-                    prop:value=text(|v| v.filter.service.clone())
-                    on:change=move |ev| {
-                        let s = event_target_value(&ev);
-                        set_view(live, |v| { v.filter.service = (!s.is_empty()).then_some(s); v.offset = 0; });
-                    }
-                />
-            </label>
+            <TextFilter label="service " name="service" field=|f| &mut f.service list="services"/>
             <datalist id="services">
                 {move || live.aggregates.with(|a| a.services.iter().map(|(s, _)| view! { <option value=s.clone()></option> }).collect_view())}
             </datalist>
-            <label>
-                "host "
-                <input
-                    name="host"
-                    data-testid="filter-host"
-                    size="10"
-                    prop:value=text(|v| v.filter.host.clone())
-                    on:change=move |ev| {
-                        let s = event_target_value(&ev);
-                        set_view(live, |v| { v.filter.host = (!s.is_empty()).then_some(s); v.offset = 0; });
-                    }
-                />
-            </label>
-            <label>
-                "name starts with "
-                <input
-                    name="prefix"
-                    data-testid="filter-prefix"
-                    size="12"
-                    prop:value=text(|v| v.filter.prefix.clone())
-                    on:change=move |ev| {
-                        let s = event_target_value(&ev);
-                        set_view(live, |v| { v.filter.prefix = (!s.is_empty()).then_some(s); v.offset = 0; });
-                    }
-                />
-            </label>
-            <label>
-                "contains "
-                <input
-                    name="q"
-                    data-testid="filter-contains"
-                    size="10"
-                    prop:value=text(|v| v.filter.contains.clone())
-                    on:change=move |ev| {
-                        let s = event_target_value(&ev);
-                        set_view(live, |v| { v.filter.contains = (!s.is_empty()).then_some(s); v.offset = 0; });
-                    }
-                />
-            </label>
+            <TextFilter label="host " name="host" field=|f| &mut f.host/>
+            <TextFilter label="name starts with " name="prefix" field=|f| &mut f.prefix/>
+            <TextFilter label="contains " name="q" field=|f| &mut f.contains/>
             <label>
                 "sort "
                 <select
@@ -434,6 +384,42 @@ fn Controls() -> impl IntoView {
             <a class="reset" href=move || format!("/?fleet={}", encode(&live.fleet.get()))>"clear"</a>
         </form>
         {move || live.view_error.get().map(|e| view! { <p class="error" data-testid="view-error">"This URL's view was not usable (" {e} "); showing the default view."</p> })}
+    }
+}
+
+/// One text field of the filter: applied when it changes (Enter or leaving the
+/// field), not per keystroke, since a new filter builds a new index on the server.
+#[component]
+fn TextFilter(
+    label: &'static str,
+    /// The URL query key (the form's field name).
+    name: &'static str,
+    field: fn(&mut lockscope_model::view::Filter) -> &mut Option<String>,
+    #[prop(optional)] list: Option<&'static str>,
+) -> impl IntoView {
+    let live = expect_context::<LiveView>();
+    let value = move || {
+        live.view
+            .with(|v| field(&mut v.filter.clone()).clone().unwrap_or_default())
+    };
+    view! {
+        <label>
+            {label}
+            <input
+                name=name
+                data-testid=format!("filter-{name}")
+                list=list
+                size="12"
+                prop:value=value
+                on:change=move |ev| {
+                    let s = event_target_value(&ev);
+                    set_view(live, |v| {
+                        *field(&mut v.filter) = (!s.is_empty()).then_some(s);
+                        v.offset = 0;
+                    });
+                }
+            />
+        </label>
     }
 }
 

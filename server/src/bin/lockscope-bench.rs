@@ -35,29 +35,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Write N held locks into etcd (healthy for the next hour).
-    Fill {
-        /// etcd endpoint, e.g. http://127.0.0.1:2379.
-        #[arg(long)]
-        etcd: String,
-        #[arg(long, default_value = "/lockscope/")]
-        prefix: String,
-        #[arg(long)]
-        locks: usize,
-        /// Distinct services the locks are spread over.
-        #[arg(long, default_value_t = 5)]
-        services: usize,
-    },
+    Fill(Fleet),
     /// Rewrite filled locks at a steady rate, stamping each write's time.
     Load {
-        #[arg(long)]
-        etcd: String,
-        #[arg(long, default_value = "/lockscope/")]
-        prefix: String,
-        /// Locks that `fill` wrote (the load picks among them).
-        #[arg(long)]
-        locks: usize,
-        #[arg(long, default_value_t = 5)]
-        services: usize,
+        #[command(flatten)]
+        fleet: Fleet,
         /// Writes per second.
         #[arg(long, default_value_t = 1000)]
         rate: u64,
@@ -74,6 +56,22 @@ enum Command {
     },
 }
 
+/// The fleet `fill` writes and `load` rewrites.
+#[derive(clap::Args)]
+struct Fleet {
+    /// etcd endpoint, e.g. http://127.0.0.1:2379.
+    #[arg(long)]
+    etcd: String,
+    #[arg(long, default_value = "/lockscope/")]
+    prefix: String,
+    /// How many locks (`load` picks among the ones `fill` wrote).
+    #[arg(long)]
+    locks: usize,
+    /// Distinct services the locks are spread over.
+    #[arg(long, default_value_t = 5)]
+    services: usize,
+}
+
 /// Puts per transaction: etcd's default `--max-txn-ops`.
 const PER_TXN: usize = 128;
 /// Transactions in flight.
@@ -82,17 +80,9 @@ const IN_FLIGHT: usize = 8;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Fill {
-            etcd,
-            prefix,
-            locks,
-            services,
-        } => fill(&etcd, &prefix, locks, services.max(1)).await,
+        Command::Fill(f) => fill(&f.etcd, &f.prefix, f.locks, f.services.max(1)).await,
         Command::Load {
-            etcd,
-            prefix,
-            locks,
-            services,
+            fleet,
             rate,
             seconds,
             hot_share,
@@ -100,14 +90,14 @@ async fn main() -> anyhow::Result<()> {
             log,
         } => {
             let plan = Load {
-                locks,
-                services: services.max(1),
+                locks: fleet.locks,
+                services: fleet.services.max(1),
                 rate: rate.max(1),
                 seconds,
                 hot_share,
                 hot: hot.max(1),
             };
-            load(&etcd, &prefix, plan, &log).await
+            load(&fleet.etcd, &fleet.prefix, plan, &log).await
         }
     }
 }
