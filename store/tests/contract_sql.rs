@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use lockscope_model::{FleetState, LockBody, StoreStatus};
+use lockscope_model::{FleetEvent, FleetState, LockBody, StoreStatus};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::sql::{SqlLocks, SqlObserver};
 use lockscope_store::testing::contract;
@@ -73,6 +73,12 @@ macro_rules! contract_tests {
             async fn the_observer_follows_the_table_and_shows_malformed_rows() {
                 let db = $server;
                 observer_follows(&db.url()).await;
+            }
+
+            #[tokio::test]
+            async fn the_observer_reads_only_what_changed() {
+                let db = $server;
+                observer_reads_only_what_changed(&db.url()).await;
             }
 
             #[tokio::test]
@@ -159,13 +165,15 @@ async fn a_newer_schema_is_refused_with_a_clear_message() {
     );
 }
 
-/// Applies observer events until the observer is live and `done` holds (10 s at most).
+/// Applies observer events until the observer is live and `done` holds (10 s at
+/// most); returns the events applied.
 async fn until(
     rx: &mut mpsc::Receiver<ObserverEvent>,
     state: &mut FleetState,
     live: &mut bool,
     done: impl Fn(&FleetState) -> bool,
-) {
+) -> Vec<FleetEvent> {
+    let mut applied = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while !(*live && done(state)) {
         let next = tokio::time::timeout_at(deadline, rx.recv()).await.unwrap_or_else(|_| {
@@ -179,11 +187,78 @@ async fn until(
             ObserverEvent::Status(s) => *live = matches!(s, StoreStatus::Live { .. }),
             ObserverEvent::Events(evs) => {
                 for e in evs {
-                    state.apply(e);
+                    state.apply(e.clone());
+                    applied.push(e);
                 }
             }
         }
     }
+    applied
+}
+
+/// After its first read, the observer sends the rows that changed, as upserts and
+/// removals, not the table again; only a row deleted by hand (nothing left to
+/// read) makes it read the whole table.
+async fn observer_reads_only_what_changed(url: &str) {
+    let store = connect(url).await;
+    let mut fences = Vec::new();
+    for i in 0..300 {
+        fences.push(take(&store, &format!("many/{i:03}")).await);
+    }
+    let (tx, mut rx) = mpsc::channel(16);
+    let mut observer = SqlObserver::new(url);
+    observer.page = 7; // several pages per burst
+    tokio::spawn(Box::new(observer).run(tx));
+    let mut state = FleetState::default();
+    let mut live = false;
+    let first = until(&mut rx, &mut state, &mut live, |s| s.len() == 300).await;
+    assert!(matches!(first.as_slice(), [FleetEvent::Reset { .. }]), "{first:?}");
+
+    // A burst: 20 new locks, 10 released, one extended.
+    for i in 0..20 {
+        take(&store, &format!("more/{i:02}")).await;
+    }
+    for (i, fence) in fences.iter().enumerate().take(10) {
+        assert!(store.release(&format!("many/{i:03}"), *fence).await.unwrap());
+    }
+    let held = store.get("many/100").await.unwrap().unwrap();
+    let mut rec = held.record().unwrap().clone();
+    rec.purpose = "extended".into();
+    assert_eq!(
+        store.extend("many/100", held.fence, &rec).await.unwrap(),
+        lockscope_store::protocol::Extend::Extended
+    );
+    let events = until(&mut rx, &mut state, &mut live, |s| {
+        s.len() == 310
+            && s.get("many/100")
+                .and_then(|e| e.record())
+                .is_some_and(|r| r.purpose == "extended")
+    })
+    .await;
+    let (mut upserts, mut removals) = (0, 0);
+    for e in &events {
+        match e {
+            FleetEvent::Upsert(_) => upserts += 1,
+            FleetEvent::Remove { .. } => removals += 1,
+            FleetEvent::Reset { .. } => panic!("the whole table again after a burst of changes"),
+            FleetEvent::Waiting(_) | FleetEvent::StoppedWaiting(_) => {}
+        }
+    }
+    assert_eq!((upserts, removals), (21, 10), "one event per changed row");
+    assert!(state.get("many/005").is_none() && state.get("more/19").is_some());
+
+    // A row deleted by hand leaves nothing to read: the table is read again.
+    let pool = sqlx::AnyPool::connect(url).await.unwrap();
+    sqlx::query("DELETE FROM lockscope_locks WHERE name = 'many/200'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let events = until(&mut rx, &mut state, &mut live, |s| s.get("many/200").is_none()).await;
+    assert!(
+        events.iter().any(|e| matches!(e, FleetEvent::Reset { .. })),
+        "{events:?}"
+    );
+    assert_eq!(state.len(), 309);
 }
 
 async fn observer_follows(url: &str) {

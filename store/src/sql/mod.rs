@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::record::{BlacklistRecord, SessionRecord};
-use lockscope_model::{LockEntry, LockRecord, Waiter};
+use lockscope_model::{FleetEvent, LockEntry, LockRecord, Waiter};
 use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow};
 use sqlx::AnyPool;
 use sqlx::Row;
@@ -43,6 +43,8 @@ pub(crate) enum Change {
     Lock(String),
     /// A session started or stopped waiting (`NOTIFY lockscope_waiters`).
     Waiters,
+    /// The listening connection was lost: notifications may have been missed.
+    Lost,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -135,6 +137,15 @@ impl SqlLocks {
         }
     }
 
+    /// [`Self::sql`] for a statement built at run time.
+    fn sql_owned(&self, q: String) -> String {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        match self.dialect {
+            Dialect::Postgres => q,
+            Dialect::Sqlite => q.replace('$', "?"),
+        }
+    }
+
     async fn exec<'q>(&self, q: Query<'q>) -> Result<AnyQueryResult, StoreError> {
         Ok(q.execute(&self.pool).await?)
     }
@@ -170,16 +181,70 @@ impl SqlLocks {
             .collect()
     }
 
-    /// SQLite: the change counter bumped by every write to the locks table and by
-    /// sessions starting or stopping to wait.
-    pub async fn change_counter(&self) -> Result<i64, StoreError> {
-        let q = self.sql("SELECT counter FROM lockscope_changes WHERE id = 1");
+    /// SQLite: the change counters the triggers keep (schema v3).
+    pub(crate) async fn changes(&self) -> Result<Changes, StoreError> {
+        let q = self.sql("SELECT counter, removals, waiters FROM lockscope_changes WHERE id = 1");
         let row = self
             .one(sqlx::query(&q))
             .await?
             .ok_or_else(|| StoreError::Backend("no change counter".into()))?;
-        Ok(row.try_get::<i64, _>(0)?)
+        Ok(Changes {
+            counter: row.try_get(0)?,
+            removals: row.try_get(1)?,
+            waiters: row.try_get(2)?,
+        })
     }
+
+    /// SQLite: lock rows written after change `seq`, in change order, at most
+    /// `limit` of them, each as the event it stands for, with its change number.
+    pub(crate) async fn changed_since(&self, seq: i64, limit: i64) -> Result<Vec<(i64, FleetEvent)>, StoreError> {
+        let q = self.sql(
+            "SELECT name, fence, revision, record, owner, seq FROM lockscope_locks \
+             WHERE seq > $1 ORDER BY seq LIMIT $2",
+        );
+        let rows = sqlx::query(&q).bind(seq).bind(limit).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get::<i64, _>(5)?, event_of(r)?)))
+            .collect()
+    }
+
+    /// The current rows of these locks, each as the event it stands for; `None`
+    /// if a row is gone (deleted by hand: the caller re-reads the table).
+    pub(crate) async fn rows_named(&self, names: &[String]) -> Result<Option<Vec<FleetEvent>>, StoreError> {
+        let mut events = Vec::with_capacity(names.len());
+        // Chunks keep the statement under every driver's parameter limit.
+        for chunk in names.chunks(500) {
+            let params: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let q = format!(
+                "SELECT name, fence, revision, record, owner FROM lockscope_locks WHERE name IN ({})",
+                params.join(", ")
+            );
+            let q = self.sql_owned(q);
+            let mut query = sqlx::query(&q);
+            for n in chunk {
+                query = query.bind(n);
+            }
+            let rows = query.fetch_all(&self.pool).await?;
+            if rows.len() != chunk.len() {
+                return Ok(None);
+            }
+            for r in &rows {
+                events.push(event_of(r)?);
+            }
+        }
+        Ok(Some(events))
+    }
+}
+
+/// The change counters of a SQLite lock store (schema v3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Changes {
+    /// Bumped by every change; lock rows carry the value of their last change as `seq`.
+    pub counter: i64,
+    /// Bumped by every deleted lock row.
+    pub removals: i64,
+    /// Bumped by every session that started or stopped waiting.
+    pub waiters: i64,
 }
 
 fn schema_error(e: sqlx::migrate::MigrateError, url: &str) -> StoreError {
@@ -195,34 +260,44 @@ fn schema_error(e: sqlx::migrate::MigrateError, url: &str) -> StoreError {
 }
 
 /// Listens for the triggers' notifications and re-broadcasts them. One
-/// connection per store; reconnects (sqlx's listener does) and keeps going.
+/// connection per store; when it is lost, sqlx reconnects on the next call and
+/// the loss is broadcast as [`Change::Lost`] (notifications sent meanwhile are
+/// gone, so observers re-read the table).
 async fn listen(url: &str) -> Result<broadcast::Sender<Change>, StoreError> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
     listener.listen_all(["lockscope_locks", "lockscope_waiters"]).await?;
-    let (tx, _) = broadcast::channel(1024);
+    // Room for bursts: a receiver that falls further behind gets `Lagged` and
+    // re-reads the table instead.
+    let (tx, _) = broadcast::channel(16384);
     // The task holds only a weak sender: once every clone of the store is gone,
     // it stops at the next notification.
     let weak = tx.downgrade();
     tokio::spawn(async move {
         loop {
-            match listener.recv().await {
-                Ok(n) => match weak.upgrade() {
-                    Some(tx) => {
-                        let _ = tx.send(match n.channel() {
-                            "lockscope_locks" => Change::Lock(n.payload().to_string()),
-                            _ => Change::Waiters,
-                        });
-                    }
-                    None => return,
+            let change = match listener.try_recv().await {
+                Ok(Some(n)) => match n.channel() {
+                    "lockscope_locks" => Change::Lock(n.payload().to_string()),
+                    _ => Change::Waiters,
                 },
+                Ok(None) => {
+                    warn!("postgres listener connection lost; reconnecting");
+                    Change::Lost
+                }
                 Err(e) => {
                     warn!(error = %e, "postgres listener failed; retrying");
                     tokio::time::sleep(Duration::from_millis(500)).await;
+                    Change::Lost
                 }
+            };
+            match weak.upgrade() {
+                Some(tx) => {
+                    let _ = tx.send(change);
+                }
+                None => return,
             }
         }
     });
-    info!("listening for lock releases");
+    info!("listening for lock changes");
     Ok(tx)
 }
 
@@ -237,6 +312,19 @@ fn entry_of(row: &AnyRow) -> Result<LockEntry, StoreError> {
         revision,
         record.unwrap_or_default().as_bytes(),
     ))
+}
+
+/// A lock row (`name, fence, revision, record, owner`) as the event it stands for:
+/// a free row (`owner IS NULL`) is the release of the lock, at the row's revision.
+fn event_of(row: &AnyRow) -> Result<FleetEvent, StoreError> {
+    let owner: Option<String> = row.try_get(4)?;
+    if owner.is_some() {
+        return Ok(FleetEvent::Upsert(entry_of(row)?));
+    }
+    Ok(FleetEvent::Remove {
+        name: row.try_get(0)?,
+        revision: row.try_get(2)?,
+    })
 }
 
 fn json_of<T: serde::Serialize>(v: &T) -> String {
@@ -392,6 +480,8 @@ impl LockStore for SqlLocks {
                     loop {
                         match rx.recv().await {
                             Ok(Change::Lock(n)) if n == name => return,
+                            // Notifications may have been missed: look again.
+                            Ok(Change::Lost) => return,
                             Ok(_) => {}
                             Err(broadcast::error::RecvError::Lagged(_)) => return,
                             Err(broadcast::error::RecvError::Closed) => return,

@@ -1,30 +1,57 @@
-//! Observes a SQL lock table for the dashboard. Every change is answered with a
-//! fresh read of the held locks, sent as a reset: the hub's reducer turns it into
-//! the difference, so subscribers still get per-row deltas.
+//! Observes a SQL lock table for the dashboard, reading only what changed since
+//! its last read (`docs/protocol.md`, "Observing"):
 //!
-//! - SQLite: polls the change counter (one tiny read) every `poll`; reads the table
-//!   only when it moved.
-//! - PostgreSQL: reads on `NOTIFY lockscope_locks` (coalescing bursts), and
-//!   reconciles every `reconcile` in case a notification was lost.
+//! - SQLite: polls the change counters (one tiny read) every `poll`; when they
+//!   moved, reads the lock rows stamped after the last change it has seen (an
+//!   index on `seq`), in pages of `page` rows.
+//! - PostgreSQL: the triggers' notifications name each changed lock; a burst is
+//!   coalesced for 20 ms and those rows are read by name.
 //!
-//! Reading the whole table per change is O(locks); fine for thousands of locks,
-//! not for millions (a per-row change log is the next step).
+//! Either way a row becomes an upsert (held) or a removal (free), so the hub gets
+//! per-row events. The whole table is read only when the observer (re)connects,
+//! when a row was deleted by hand (nothing left to read), when PostgreSQL
+//! notifications may have been missed (listener reconnected, or this observer
+//! fell behind them), and every `reconcile` as a safety net. Waiters are read
+//! whole (only the sessions that wait) when they changed, and sent as the
+//! difference from the last read.
+//!
+//! One task, one pool: this loop is the only reader, so its state needs no lock.
 
+use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use lockscope_model::{FleetEvent, Waiter};
+use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
 
-use super::{Dialect, SqlLocks};
+use super::{Change, Changes, Dialect, SqlLocks};
 use crate::backoff::Backoff;
-use crate::link::{run_observer, Link, Session};
+use crate::link::{run_observer, HubGone, Link, Session};
 use crate::{Observer, ObserverEvent, StoreError};
 
 pub struct SqlObserver {
     url: String,
+    /// SQLite: how often the change counters are read.
     pub poll: Duration,
+    /// How often the whole table is read even though nothing said it must be.
     pub reconcile: Duration,
+    /// Most rows read (and sent to the hub) at once.
+    pub page: i64,
     pub backoff: Backoff,
+}
+
+/// What this observer has sent the hub since its last full read.
+struct Seen {
+    /// SQLite: the counters last read; the last change whose row was read.
+    changes: Option<Changes>,
+    seq: i64,
+    waiters: BTreeSet<Waiter>,
+    /// When the whole table was last read.
+    full_at: Instant,
+    /// PostgreSQL: reads, numbering the resets (its changes carry no sequence).
+    reads: i64,
 }
 
 impl SqlObserver {
@@ -32,52 +59,184 @@ impl SqlObserver {
         SqlObserver {
             url: url.into(),
             poll: Duration::from_millis(200),
-            reconcile: Duration::from_secs(5),
+            reconcile: Duration::from_secs(600),
+            page: 5000,
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(10)),
         }
     }
 
+    /// One connection; `Ok` only when the hub is gone.
     async fn observe(&self, link: &mut Link) -> Result<(), StoreError> {
+        match self.follow(link).await {
+            Err(Halt::Store(e)) => Err(e),
+            Err(Halt::HubGone) | Ok(()) => Ok(()),
+        }
+    }
+
+    async fn follow(&self, link: &mut Link) -> Result<(), Halt> {
         let store = SqlLocks::connect(&self.url).await?;
+        // Subscribe before the first read, so nothing between the two is missed.
         let mut notified = store.notified.as_ref().map(broadcast::Sender::subscribe);
-        let mut last_counter = None;
-        let mut snapshots = 0i64;
+        let mut seen = self.full_read(&store, link, 0).await?;
         loop {
-            let changed = match store.dialect() {
-                Dialect::Sqlite => {
-                    let c = store.change_counter().await?;
-                    (last_counter != Some(c)).then(|| {
-                        last_counter = Some(c);
-                        c
-                    })
-                }
-                Dialect::Postgres => {
-                    snapshots += 1;
-                    Some(snapshots)
+            link.live().await?;
+            match (store.dialect(), notified.as_mut()) {
+                (Dialect::Postgres, Some(rx)) => self.notified_changes(&store, link, rx, &mut seen).await?,
+                _ => {
+                    tokio::time::sleep(self.poll).await;
+                    self.counted_changes(&store, link, &mut seen).await?
                 }
             };
-            if let Some(revision) = changed {
-                let (locks, waiters) = (store.held().await?, store.waiting().await?);
-                if link.reset(revision, locks, waiters).await.is_err() {
-                    return Ok(());
-                }
-            }
-            if link.live().await.is_err() {
-                return Ok(());
-            }
-            match notified.as_mut() {
-                None => tokio::time::sleep(self.poll).await,
-                Some(rx) => {
-                    let _ = tokio::time::timeout(self.reconcile, rx.recv()).await;
-                    // Coalesce a burst of notifications into one read.
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    while rx.try_recv().is_ok() {}
-                }
-            }
             if link.hub_gone() {
                 return Ok(());
             }
+            if seen.full_at.elapsed() >= self.reconcile {
+                seen = self.full_read(&store, link, seen.reads).await?;
+            }
         }
+    }
+
+    /// Reads the whole table and sends it as a reset (the hub's reducer turns it
+    /// into the difference).
+    async fn full_read(&self, store: &SqlLocks, link: &Link, reads: i64) -> Result<Seen, Halt> {
+        // SQLite: the counters first, so a change made during the read is read
+        // again next time rather than missed.
+        let changes = match store.dialect() {
+            Dialect::Sqlite => Some(store.changes().await?),
+            Dialect::Postgres => None,
+        };
+        let (locks, waiters) = (store.held().await?, store.waiting().await?);
+        let reads = reads + 1;
+        let revision = changes.map_or(reads, |c| c.counter);
+        link.reset(revision, locks, waiters.clone()).await?;
+        Ok(Seen {
+            changes,
+            seq: changes.map_or(0, |c| c.counter),
+            waiters: waiters.into_iter().collect(),
+            full_at: Instant::now(),
+            reads,
+        })
+    }
+
+    /// SQLite: sends the rows and waiters that changed since the last read.
+    async fn counted_changes(&self, store: &SqlLocks, link: &Link, seen: &mut Seen) -> Result<(), Halt> {
+        let now = store.changes().await?;
+        let before = seen.changes.expect("SQLite reads its counters");
+        if now == before {
+            return Ok(());
+        }
+        if now.removals != before.removals || now.counter < before.counter {
+            // A row deleted by hand, or a database replaced under us.
+            *seen = self.full_read(store, link, seen.reads).await?;
+            return Ok(());
+        }
+        seen.changes = Some(now);
+        loop {
+            let page = store.changed_since(seen.seq, self.page).await?;
+            let full = page.len() as i64 == self.page;
+            if let Some((seq, _)) = page.last() {
+                seen.seq = *seq;
+            }
+            let events: Vec<FleetEvent> = page.into_iter().map(|(_, e)| e).collect();
+            if !events.is_empty() {
+                link.events(events).await?;
+            }
+            if !full {
+                break;
+            }
+        }
+        if now.waiters != before.waiters {
+            self.waiters_changed(store, link, seen).await?;
+        }
+        Ok(())
+    }
+
+    /// PostgreSQL: waits for notifications (at most until the next reconcile),
+    /// coalesces a burst, and sends the rows they name.
+    async fn notified_changes(
+        &self,
+        store: &SqlLocks,
+        link: &Link,
+        rx: &mut broadcast::Receiver<Change>,
+        seen: &mut Seen,
+    ) -> Result<(), Halt> {
+        let wait = self.reconcile.saturating_sub(seen.full_at.elapsed());
+        let first = match tokio::time::timeout(wait, rx.recv()).await {
+            Err(_) => return Ok(()),
+            Ok(first) => first,
+        };
+        // Coalesce a burst into one read.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut names = HashSet::new();
+        let mut waiters = false;
+        let mut missed = false;
+        let mut note = |c: Result<Change, ()>| match c {
+            Ok(Change::Lock(n)) => {
+                names.insert(n);
+            }
+            Ok(Change::Waiters) => waiters = true,
+            Ok(Change::Lost) | Err(()) => missed = true,
+        };
+        note(first.map_err(|_| ()));
+        loop {
+            match rx.try_recv() {
+                Ok(c) => note(Ok(c)),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Lagged(_)) => note(Err(())),
+                Err(TryRecvError::Closed) => {
+                    return Err(StoreError::Backend("notification listener stopped".into()).into())
+                }
+            }
+        }
+        if !missed && !names.is_empty() {
+            let names: Vec<String> = names.into_iter().collect();
+            match store.rows_named(&names).await? {
+                Some(events) => link.events(events).await?,
+                // A row deleted by hand: only a full read can tell what is gone.
+                None => missed = true,
+            }
+        }
+        if missed {
+            *seen = self.full_read(store, link, seen.reads).await?;
+        } else if waiters {
+            self.waiters_changed(store, link, seen).await?;
+        }
+        Ok(())
+    }
+
+    /// Reads the waiting sessions and sends who started and who stopped waiting.
+    async fn waiters_changed(&self, store: &SqlLocks, link: &Link, seen: &mut Seen) -> Result<(), Halt> {
+        let now: BTreeSet<Waiter> = store.waiting().await?.into_iter().collect();
+        let mut events: Vec<FleetEvent> = seen
+            .waiters
+            .difference(&now)
+            .cloned()
+            .map(FleetEvent::StoppedWaiting)
+            .collect();
+        events.extend(now.difference(&seen.waiters).cloned().map(FleetEvent::Waiting));
+        seen.waiters = now;
+        if !events.is_empty() {
+            link.events(events).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Why following the table stopped.
+enum Halt {
+    HubGone,
+    Store(StoreError),
+}
+
+impl From<StoreError> for Halt {
+    fn from(e: StoreError) -> Halt {
+        Halt::Store(e)
+    }
+}
+
+impl From<HubGone> for Halt {
+    fn from(_: HubGone) -> Halt {
+        Halt::HubGone
     }
 }
 

@@ -88,13 +88,54 @@ CREATE TRIGGER lockscope_sessions_notify AFTER UPDATE OF waiting_for OR DELETE O
 FOR EACH ROW EXECUTE FUNCTION lockscope_notify_waiting();
 "#;
 
+// A change sequence, so the observer reads only what changed since its last read.
+// SQLite: every write to a lock row stamps it with the next value of
+// `lockscope_changes.counter`, inside the writing transaction. SQLite runs one
+// writer at a time, so stamps follow commit order and a reader that has seen
+// stamp S has seen every commit up to S. A deleted row leaves nothing to read,
+// so deletions (never done by the protocol, only by hand) count `removals` and
+// the observer re-reads the table; waiter changes count `waiters`.
+// (`UPDATE OF` lists the protocol's columns, so stamping `seq` fires nothing.)
+const SQLITE_V3: &str = r#"
+ALTER TABLE lockscope_locks ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX lockscope_locks_seq ON lockscope_locks (seq);
+ALTER TABLE lockscope_changes ADD COLUMN removals INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE lockscope_changes ADD COLUMN waiters INTEGER NOT NULL DEFAULT 0;
+DROP TRIGGER lockscope_locks_ins;
+DROP TRIGGER lockscope_locks_upd;
+DROP TRIGGER lockscope_locks_del;
+DROP TRIGGER lockscope_sessions_wait;
+DROP TRIGGER lockscope_sessions_del;
+CREATE TRIGGER lockscope_locks_ins AFTER INSERT ON lockscope_locks
+BEGIN
+    UPDATE lockscope_changes SET counter = counter + 1 WHERE id = 1;
+    UPDATE lockscope_locks SET seq = (SELECT counter FROM lockscope_changes WHERE id = 1) WHERE name = NEW.name;
+END;
+CREATE TRIGGER lockscope_locks_upd AFTER UPDATE OF name, fence, owner, session, record, revision ON lockscope_locks
+BEGIN
+    UPDATE lockscope_changes SET counter = counter + 1 WHERE id = 1;
+    UPDATE lockscope_locks SET seq = (SELECT counter FROM lockscope_changes WHERE id = 1) WHERE name = NEW.name;
+END;
+CREATE TRIGGER lockscope_locks_del AFTER DELETE ON lockscope_locks
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, removals = removals + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_sessions_wait AFTER UPDATE OF waiting_for ON lockscope_sessions
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, waiters = waiters + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_sessions_del AFTER DELETE ON lockscope_sessions
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, waiters = waiters + 1 WHERE id = 1; END;
+"#;
+
+// PostgreSQL needs no sequence: `NOTIFY lockscope_locks, '<name>'` (v1) is
+// delivered at commit, in commit order, and names the row to re-read. Version 3
+// is empty there so that both dialects count versions alike.
+const POSTGRES_V3: &str = "SELECT 1;";
+
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 pub fn migrator(dialect: Dialect) -> Migrator {
-    let (v1, v2) = match dialect {
-        Dialect::Sqlite => (SQLITE_V1, SQLITE_V2),
-        Dialect::Postgres => (POSTGRES_V1, POSTGRES_V2),
+    let (v1, v2, v3) = match dialect {
+        Dialect::Sqlite => (SQLITE_V1, SQLITE_V2, SQLITE_V3),
+        Dialect::Postgres => (POSTGRES_V1, POSTGRES_V2, POSTGRES_V3),
     };
     let migration = |version, description, sql| {
         Migration::new(
@@ -108,6 +149,7 @@ pub fn migrator(dialect: Dialect) -> Migrator {
     let migrations = vec![
         migration(1, "lockscope tables", v1),
         migration(2, "waiter notifications", v2),
+        migration(3, "change sequence", v3),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),
