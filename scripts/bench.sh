@@ -1,44 +1,83 @@
 #!/usr/bin/env bash
 # The live path's benchmark, on demand (not part of CI's pass/fail):
 #
-#   scripts/bench.sh [LOCKS] [RATE] [SECONDS]     (defaults: 1000 1000 20)
+#   scripts/bench.sh [LOCKS] [RATE] [SECONDS] [VIEWERS]     (defaults: 1000 1000 20 200)
 #
-# Starts a private etcd (tmpfs, free ports), fills it with LOCKS locks, starts the
-# release `lockscope` on it, then writes RATE changes per second for SECONDS
-# (`lockscope-bench load`, 10 % of them to the rows the probe's view shows) while
-# Debian's Chromium watches that view (`end2end/bench/dom-latency.js`). Prints: time
-# from server start to live, page size, store write -> row in the DOM (p50 / p95 /
-# p99 / max), changes never shown, server CPU during the load, server RSS.
-# Method and results: docs/performance.md.
+# Starts a private store, fills it with LOCKS locks, starts `lockscope` on it, then
+# writes RATE changes per second for SECONDS (`lockscope-bench load`, 10 % of them to
+# the rows the browser's view shows) while two probes watch:
+# - VIEWERS websocket subscribers, each on a different view, acknowledging every
+#   frame (`lockscope-bench viewers`; 0 skips it): store write -> frame p50 / p95 /
+#   p99 / max over every (viewer, change) it saw, writes to a window not shown within
+#   1 s, and how many viewers lagged (a frame over 1 s old, or such a write);
+# - Debian's Chromium on one view (`end2end/bench/dom-latency.js`): store write -> row
+#   in the DOM (p50 / p95 / p99 / max) and changes never shown.
+# Also prints: time from server start to live, page size, server CPU during the load,
+# server RSS. Method and results: docs/performance.md.
+#
+# Environment:
+#   STORE=etcd (default)  a private etcd on tmpfs, free ports
+#   STORE=sqlite          a SQLite file on tmpfs (`--store bench=sqlite:///dev/shm/…`)
+#   STORE=postgres://…    that PostgreSQL database (give it a database of its own: the
+#                         locks are counted, and `fill` writes LOCKS locks into it)
+#   PROFILE=debug         use the debug build instead of the release build
+#   BROWSER=0             skip the Chromium probe (no built site needed)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCKS=${1:-1000}
 RATE=${2:-1000}
 SECS=${3:-20}
+VIEWERS=${4:-200}
+STORE=${STORE:-etcd}
+PROFILE=${PROFILE:-release}
+BROWSER=${BROWSER:-1}
 
-cargo build --release -p lockscope --bins
-if [ ! -f target/site/pkg/lockscope.wasm ]; then
-  echo "no built site in target/site: run scripts/run.sh (or cargo leptos build) first" >&2
+case $PROFILE in
+  release) cargo build --release -p lockscope --bins; bin=target/release ;;
+  debug) cargo build -p lockscope --bins; bin=target/debug ;;
+  *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
+esac
+if [ "$BROWSER" != 0 ] && [ ! -f target/site/pkg/lockscope.wasm ]; then
+  echo "no built site in target/site: run scripts/run.sh (or cargo leptos build) first, or BROWSER=0" >&2
   exit 1
 fi
-bin=target/release
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 dir=$(mktemp -d /dev/shm/lockscope-bench-XXXX)
-client=$(free_port); peer=$(free_port); listen=$(free_port)
+listen=$(free_port)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
 
-etcd --name bench --data-dir "$dir/etcd" --quota-backend-bytes 8589934592 \
-  --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
-  --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
-  --initial-cluster "bench=http://127.0.0.1:$peer" --log-level error >"$dir/etcd.log" 2>&1 &
-pids+=($!)
-until curl -sf "http://127.0.0.1:$client/health" >/dev/null; do sleep 0.2; done
-$bin/lockscope-bench fill --etcd "http://127.0.0.1:$client" --prefix /bench/ --locks "$LOCKS"
+# bench_store: how lockscope-bench names the store; serve_store: how the server does.
+case $STORE in
+  etcd)
+    client=$(free_port); peer=$(free_port)
+    etcd --name bench --data-dir "$dir/etcd" --quota-backend-bytes 8589934592 \
+      --listen-client-urls "http://127.0.0.1:$client" --advertise-client-urls "http://127.0.0.1:$client" \
+      --listen-peer-urls "http://127.0.0.1:$peer" --initial-advertise-peer-urls "http://127.0.0.1:$peer" \
+      --initial-cluster "bench=http://127.0.0.1:$peer" --log-level error >"$dir/etcd.log" 2>&1 &
+    pids+=($!)
+    until curl -sf "http://127.0.0.1:$client/health" >/dev/null; do sleep 0.2; done
+    bench_store=(--etcd "http://127.0.0.1:$client" --prefix /bench/)
+    serve_store=(--etcd "http://127.0.0.1:$client" --prefix /bench/ --fleet bench)
+    where="etcd $(etcd --version | awk '/etcd Version/ {print $3}') on tmpfs"
+    ;;
+  sqlite)
+    bench_store=(--store "sqlite://$dir/bench.db")
+    serve_store=(--store "bench=sqlite://$dir/bench.db")
+    where="SQLite on tmpfs"
+    ;;
+  postgres://* | postgresql://*)
+    bench_store=(--store "$STORE")
+    serve_store=(--store "bench=$STORE")
+    where="PostgreSQL"
+    ;;
+  *) echo "STORE=$STORE: etcd, sqlite or a postgres:// URL" >&2; exit 1 ;;
+esac
+$bin/lockscope-bench fill "${bench_store[@]}" --locks "$LOCKS"
 
 t0=$(date +%s%N)
-$bin/lockscope --etcd "http://127.0.0.1:$client" --prefix /bench/ --listen "127.0.0.1:$listen" \
+$bin/lockscope "${serve_store[@]}" --listen "127.0.0.1:$listen" \
   --site-root target/site --log warn >"$dir/server.log" 2>&1 &
 server=$!
 pids+=($server)
@@ -49,22 +88,45 @@ cpu() { awk '{print $14 + $15}' "/proc/$server/stat"; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 rss_loaded=$(rss)
 
-view="http://127.0.0.1:$listen/?prefix=svc-0/&sort=name"
 cpu0=$(cpu); w0=$(date +%s%N)
-$bin/lockscope-bench load --etcd "http://127.0.0.1:$client" --prefix /bench/ --locks "$LOCKS" \
+# The viewers subscribe first and watch until a second after the load has ended,
+# then judge every logged write to their windows.
+if [ "$VIEWERS" -gt 0 ]; then
+  $bin/lockscope-bench viewers --url "http://127.0.0.1:$listen" --fleet bench --viewers "$VIEWERS" \
+    --seconds $((SECS + 3)) --writes "$dir/writes.log" >"$dir/viewers.out" 2>"$dir/viewers.err" &
+  viewers=$!
+  pids+=($viewers)
+  sleep 1
+fi
+$bin/lockscope-bench load "${bench_store[@]}" --locks "$LOCKS" \
   --rate "$RATE" --seconds "$SECS" --log "$dir/writes.log" >"$dir/load.out" &
 load=$!
-probe=$(node end2end/bench/dom-latency.js "$view" "$dir/writes.log" "$SECS")
+pids+=($load)
+probe="skipped (BROWSER=0)"
+if [ "$BROWSER" != 0 ]; then
+  view="http://127.0.0.1:$listen/?fleet=bench&prefix=svc-0/&sort=name"
+  probe=$(node end2end/bench/dom-latency.js "$view" "$dir/writes.log" "$SECS")
+fi
 wait $load
 cpu1=$(cpu); w1=$(date +%s%N)
+viewers_out="skipped (VIEWERS=0)"
+if [ "$VIEWERS" -gt 0 ]; then
+  wait $viewers || { echo "lockscope-bench viewers failed:" >&2; cat "$dir/viewers.err" >&2; exit 1; }
+  viewers_out=$(cat "$dir/viewers.out")
+fi
 hz=$(getconf CLK_TCK)
 for _ in $(seq 20); do curl -s -o /dev/null "http://127.0.0.1:$listen/"; done
 
 echo
-echo "== lockscope live path: $LOCKS locks in etcd, $RATE changes/s for $SECS s (release build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "== lockscope live path: $LOCKS locks in $where, $RATE changes/s for $SECS s, $VIEWERS websocket viewers ($PROFILE build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "server start -> live with every lock:  $(( (t1 - t0) / 1000000 )) ms"
 echo "GET / (default view):                   $page_bytes bytes"
 echo "load generator:                         $(cat "$dir/load.out")"
+echo "websocket viewers:                      $viewers_out"
+if [ -s "$dir/viewers.err" ]; then
+  echo "  lagged or failed viewers ($(wc -l <"$dir/viewers.err")), the first 5:"
+  head -5 "$dir/viewers.err" | sed 's/^/    /'
+fi
 echo "store write -> row in the DOM:          $probe"
 echo "server CPU during the load:             $(echo "scale=0; 100 * ($cpu1 - $cpu0) / $hz / (($w1 - $w0) / 1000000000)" | bc) % of one core"
 echo "server RSS:                             $(( rss_loaded / 1024 )) MiB loaded ($(( rss_loaded * 1024 / LOCKS )) bytes per lock incl. the empty server), $(( $(rss) / 1024 )) MiB after the load and 20 page views"

@@ -1,0 +1,615 @@
+//! `lockscope-bench viewers`: a websocket probe of a running server.
+//!
+//! Opens `--viewers` connections to `/ws` at once, each subscribed to a different
+//! view (filter by service, name prefix or state; every sort key, both
+//! directions; windows at different offsets), and acknowledges every window frame
+//! as soon as it is parsed, as a browser that keeps up would. For every row whose
+//! purpose carries `bench t=<ms> n=<n>` (written by `lockscope-bench load`) it
+//! records, the first time that viewer sees stamp `n` on a row already in its
+//! window, receive time − `t`: store write → frame at the viewer, on one host's
+//! clock. Stamps written before the viewer asked for its view, or brought along by
+//! a row entering the window, are counted apart (their age measures nothing).
+//!
+//! A viewer **lagged** if any frame reached it more than `--late-ms` after the
+//! frame's `server_time`, or carried a change that had waited more than
+//! `--late-ms` on the server (`waited_ms`), or — given the load's write log
+//! (`--writes`) — a write to a row in its window (as the viewer held it at the
+//! write's time) was not reflected within `--late-ms` by that write's stamp or a
+//! later one of the same row, while the row stayed in the window. That last test
+//! is what "no frame for a second while its window kept changing" means, measured
+//! per write rather than guessed from gaps.
+//!
+//! Prints one summary line on stdout; each lagged or failed viewer on stderr.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures::{SinkExt, StreamExt};
+use lockscope_model::view::{Filter, RowState, Sort, SortKey, ViewSpec, WindowFrame};
+use lockscope_model::{ClientMsg, ServerMsg, Window, PROTOCOL_VERSION};
+use lockscope_store::now_ms;
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The server, e.g. http://127.0.0.1:3000 (its `/ws` is used).
+    #[arg(long, default_value = "http://127.0.0.1:3000")]
+    url: String,
+    /// Fleet to watch (the server's first when absent).
+    #[arg(long)]
+    fleet: Option<String>,
+    /// Concurrent connections, each on its own view.
+    #[arg(long, default_value_t = 200)]
+    viewers: usize,
+    /// How long to watch, from when the viewers are started.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Rows per window.
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Services the fleet is spread over (`fill --services`): the views filter by them.
+    #[arg(long, default_value_t = 5)]
+    services: usize,
+    /// The load's write log (`load --log`), read at the end: writes to a viewer's
+    /// window that it was not shown in time. The load should be done by then.
+    #[arg(long)]
+    writes: Option<PathBuf>,
+    /// A viewer lagged if a frame reached it more than this after its
+    /// `server_time`, or held a change on the server this long, or a write to its
+    /// window was not shown within this long.
+    #[arg(long, default_value_t = 1000)]
+    late_ms: i64,
+}
+
+/// The `id` of the one view each viewer asks for.
+const VIEW_ID: u32 = 1;
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+
+/// What one viewer saw.
+#[derive(Default)]
+struct Viewer {
+    view: ViewSpec,
+    /// When the view was asked for (unix ms).
+    asked_at: i64,
+    first_frame_at: Option<i64>,
+    last_frame_at: Option<i64>,
+    ended_at: i64,
+    frames: u64,
+    bytes: u64,
+    max_gap_ms: i64,
+    /// Receive time − the frame's `server_time`.
+    max_age_ms: i64,
+    max_waited_ms: u64,
+    late_frames: u64,
+    /// Store write → frame received, once per stamp.
+    latencies: Vec<i64>,
+    /// The server's part of each latency: store write → the frame's `server_time`.
+    to_sent: Vec<i64>,
+    /// Stamps not timed: written before the view was asked for, or arriving with
+    /// a row new to the window.
+    untimed: u64,
+    seen: HashSet<u64>,
+    /// Per row, every stamp shown, with its receive time.
+    shown: HashMap<String, Vec<(i64, u64)>>,
+    /// The window's rows from each receive time on (appended when they change).
+    membership: Vec<(i64, Arc<HashSet<String>>)>,
+    /// Writes to its window judged / not shown within `late_ms` / never shown.
+    judged: u64,
+    stale: u64,
+    never: u64,
+    examples: Vec<String>,
+    error: Option<String>,
+}
+
+impl Viewer {
+    fn on_frame(&mut self, recv: i64, f: WindowFrame, window: &mut Window, late_ms: i64) -> anyhow::Result<()> {
+        if f.view_id != VIEW_ID {
+            bail!("frame {} answers view {}, not {VIEW_ID}", f.seq, f.view_id);
+        }
+        self.frames += 1;
+        if self.first_frame_at.is_none() {
+            self.first_frame_at = Some(recv);
+        }
+        // Gaps count once stamps flow: before the load starts (and after it ends)
+        // a quiet window rightly gets nothing.
+        if let (Some(last), false) = (self.last_frame_at, self.latencies.is_empty()) {
+            self.max_gap_ms = self.max_gap_ms.max(recv - last);
+        }
+        self.last_frame_at = Some(recv);
+        let age = recv - f.server_time;
+        self.max_age_ms = self.max_age_ms.max(age);
+        self.max_waited_ms = self.max_waited_ms.max(f.waited_ms);
+        if age > late_ms || f.waited_ms as i64 > late_ms {
+            self.late_frames += 1;
+        }
+        let held: HashSet<&str> = window.order().iter().map(String::as_str).collect();
+        for row in &f.rows {
+            let Some((t, n)) = row.entry.record().and_then(|r| stamp(&r.purpose)) else {
+                continue;
+            };
+            self.shown.entry(row.entry.name.clone()).or_default().push((recv, n));
+            if !self.seen.insert(n) {
+                continue;
+            }
+            // Timed only if the row was in the window when written, as far as this
+            // viewer knows: a row entering the window brings its last stamp along,
+            // however old, and that age is not a delivery time.
+            if t >= self.asked_at && held.contains(row.entry.name.as_str()) {
+                self.latencies.push(recv - t);
+                self.to_sent.push(f.server_time - t);
+            } else {
+                self.untimed += 1;
+            }
+        }
+        let order_changed = f.full || f.order.is_some();
+        window.apply(f).map_err(|e| anyhow::anyhow!("applying a frame: {e}"))?;
+        if order_changed {
+            let names: HashSet<String> = window.order().iter().cloned().collect();
+            if self.membership.last().is_none_or(|(_, m)| **m != names) {
+                self.membership.push((recv, Arc::new(names)));
+            }
+        }
+        Ok(())
+    }
+
+    fn in_window(&self, name: &str, at: i64) -> bool {
+        let i = self.membership.partition_point(|(from, _)| *from <= at);
+        i > 0 && self.membership[i - 1].1.contains(name)
+    }
+
+    /// Judges every write to a row in this viewer's window between its first
+    /// frame and `late_ms` before it stopped watching.
+    fn judge(&mut self, writes: &[Write], late_ms: i64) {
+        let Some(from) = self.first_frame_at else { return };
+        let to = self.ended_at - late_ms;
+        for w in writes.iter().filter(|w| w.t >= from && w.t <= to) {
+            if !self.in_window(&w.name, w.t) {
+                continue;
+            }
+            let shown = self.shown.get(&w.name).map(Vec::as_slice).unwrap_or(&[]);
+            let reflected = shown.iter().filter(|(_, n)| *n >= w.n).map(|(r, _)| *r).min();
+            match reflected {
+                Some(r) if r <= w.t + late_ms => self.judged += 1,
+                // It left the window before it was due: nothing was owed.
+                _ if !self.in_window(&w.name, w.t + late_ms) => {}
+                Some(r) => {
+                    self.judged += 1;
+                    self.stale += 1;
+                    self.example(format!("{} n={} shown after {} ms", w.name, w.n, r - w.t));
+                }
+                None => {
+                    self.judged += 1;
+                    self.stale += 1;
+                    self.never += 1;
+                    self.example(format!("{} n={} never shown", w.name, w.n));
+                }
+            }
+        }
+    }
+
+    /// Keeps the first few writes not shown in time, for the report.
+    fn example(&mut self, what: String) {
+        if self.examples.len() < 3 {
+            self.examples.push(what);
+        }
+    }
+
+    fn lagged(&self) -> bool {
+        self.late_frames > 0 || self.stale > 0
+    }
+}
+
+/// `bench t=<ms> n=<n>` → `(t, n)`.
+fn stamp(purpose: &str) -> Option<(i64, u64)> {
+    let rest = purpose.strip_prefix("bench t=")?;
+    let (t, n) = rest.split_once(" n=")?;
+    Some((t.parse().ok()?, n.parse().ok()?))
+}
+
+/// One line of the load's log.
+struct Write {
+    name: String,
+    t: i64,
+    n: u64,
+}
+
+fn read_writes(path: &std::path::Path) -> anyhow::Result<Vec<Write>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    // A line cut short (the load still writing) does not parse and is skipped.
+    Ok(text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(' ');
+            Some(Write {
+                name: f.next()?.to_string(),
+                t: f.next()?.parse().ok()?,
+                n: f.next()?.parse().ok()?,
+            })
+        })
+        .collect())
+}
+
+/// Viewer `k`'s view: distinct for every `k`. Filters cycle fastest; sorts are
+/// shifted per round of filters so that each filter meets every sort; windows
+/// start at row 0 or one page down, alternating per round, and two pages further
+/// every `12 × filters` viewers. Viewer 0 watches the rows the load writes most
+/// (`svc-0/` by name), as the Chromium probe does.
+fn view_of(k: usize, services: usize, limit: u32) -> ViewSpec {
+    let mut filters = Vec::new();
+    for s in 0..services {
+        filters.push(Filter {
+            prefix: Some(format!("svc-{s}/")),
+            ..Filter::default()
+        });
+        filters.push(Filter {
+            service: Some(format!("service-{s}")),
+            ..Filter::default()
+        });
+        if s == 0 {
+            filters.push(Filter::default());
+            filters.push(Filter {
+                state: Some(RowState::Healthy),
+                ..Filter::default()
+            });
+        }
+    }
+    // By name first: viewer 0 sees the load's hot rows.
+    let keys = [SortKey::Name]
+        .into_iter()
+        .chain(SortKey::ALL.into_iter().filter(|k| *k != SortKey::Name));
+    let sorts: Vec<Sort> = keys
+        .flat_map(|key| [false, true].map(|reverse| Sort { key, reverse }))
+        .collect();
+    let (f, round) = (k % filters.len(), k / filters.len());
+    let block = round / sorts.len();
+    let sort = sorts[(f + round) % sorts.len()];
+    // Within a block (filter, sort) pairs are distinct; blocks differ by offset.
+    let page = (2 * block + round % 2) as u64;
+    ViewSpec {
+        filter: filters[f].clone(),
+        sort,
+        offset: page * limit as u64,
+        limit,
+    }
+}
+
+fn ws_url(url: &str, fleet: Option<&str>) -> anyhow::Result<String> {
+    let url = url.trim_end_matches('/');
+    let base = if let Some(rest) = url.strip_prefix("http://") {
+        format!("ws://{rest}")
+    } else if url.starts_with("ws://") {
+        url.to_string()
+    } else {
+        bail!("--url {url}: expected http://HOST:PORT (this probe speaks plain websockets only)");
+    };
+    Ok(match fleet {
+        Some(f) => format!("{base}/ws?fleet={f}"),
+        None => format!("{base}/ws"),
+    })
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let url = ws_url(&args.url, args.fleet.as_deref())?;
+    let cpu0 = cpu_ticks();
+    let started = std::time::Instant::now();
+    let until = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
+    // One task per viewer, each owning its socket: reading and acknowledging in
+    // the same task keeps a frame's ack right behind its parse, and the viewers
+    // never wait on each other (the runtime spreads them over the cores).
+    let tasks: Vec<_> = (0..args.viewers)
+        .map(|k| {
+            let view = view_of(k, args.services.max(1), args.limit);
+            tokio::spawn(watch(url.clone(), view, until, args.late_ms))
+        })
+        .collect();
+    let mut viewers = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        viewers.push(t.await.context("a viewer task panicked")?);
+    }
+    let cpu = cpu_ticks().zip(cpu0).map(|(b, a)| (b - a) as f64 / USER_HZ);
+    let wall = started.elapsed().as_secs_f64();
+    let writes = match &args.writes {
+        Some(p) => Some(read_writes(p)?),
+        None => None,
+    };
+    if let Some(w) = &writes {
+        for v in &mut viewers {
+            v.judge(w, args.late_ms);
+        }
+    }
+    println!("{}", summary(&viewers, writes.as_deref(), &args, cpu.map(|c| c / wall)));
+    for v in viewers.iter().filter(|v| v.lagged() || v.error.is_some()) {
+        eprintln!("{}", detail(v));
+    }
+    if let Some(failed) = viewers.first().filter(|_| viewers.iter().all(|v| v.error.is_some())) {
+        bail!(
+            "no viewer ran to the end; the first: {}",
+            failed.error.as_deref().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+async fn watch(url: String, view: ViewSpec, until: tokio::time::Instant, late_ms: i64) -> Viewer {
+    let mut v = Viewer {
+        view,
+        ..Viewer::default()
+    };
+    if let Err(e) = watch_inner(&url, &mut v, until, late_ms).await {
+        v.error = Some(format!("{e:#}"));
+    }
+    v.ended_at = now_ms();
+    v
+}
+
+async fn watch_inner(url: &str, v: &mut Viewer, until: tokio::time::Instant, late_ms: i64) -> anyhow::Result<()> {
+    let (mut ws, _) = tokio::time::timeout(CONNECT_WITHIN, tokio_tungstenite::connect_async(url))
+        .await
+        .context("connecting: timed out")?
+        .with_context(|| format!("connecting to {url}"))?;
+    let deadline = tokio::time::sleep_until(until);
+    tokio::pin!(deadline);
+    let mut window = Window::default();
+    let mut asked = false;
+    loop {
+        let msg = tokio::select! {
+            _ = &mut deadline => break,
+            m = ws.next() => m,
+        };
+        let recv = now_ms();
+        let text = match msg {
+            Some(Ok(Message::Text(t))) => t,
+            Some(Ok(Message::Close(c))) => bail!("closed by the server: {c:?}"),
+            Some(Ok(Message::Binary(_))) => bail!("a binary frame, which the protocol does not use"),
+            Some(Ok(_)) => continue, // ping, pong: tungstenite answers pings itself
+            Some(Err(e)) => return Err(e).context("reading"),
+            None => bail!("the connection ended"),
+        };
+        v.bytes += text.len() as u64;
+        let msg: ServerMsg = serde_json::from_str(text.as_str()).context("an unreadable server message")?;
+        match msg {
+            ServerMsg::Window(f) => {
+                // Acknowledge before anything else: the server holds back after
+                // MAX_IN_FLIGHT unacknowledged frames, and this probe's bookkeeping
+                // is not what is being measured.
+                send(&mut ws, &ClientMsg::Ack { seq: f.seq }).await?;
+                v.on_frame(recv, f, &mut window, late_ms)?;
+            }
+            ServerMsg::Hello { protocol, .. } if !asked => {
+                if protocol != PROTOCOL_VERSION {
+                    bail!("the server speaks protocol {protocol}, this probe {PROTOCOL_VERSION}");
+                }
+                let view = v.view.clone();
+                send(&mut ws, &ClientMsg::View { id: VIEW_ID, view }).await?;
+                v.asked_at = now_ms();
+                asked = true;
+            }
+            ServerMsg::Hello { .. } => bail!("a second hello"),
+            ServerMsg::Error { reason } => bail!("the server refused: {reason}"),
+            ServerMsg::Status { .. } | ServerMsg::Overview { .. } | ServerMsg::Pong { .. } => {}
+        }
+    }
+    if v.first_frame_at.is_none() {
+        bail!("no window frame within the run");
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), ws.close(None)).await;
+    Ok(())
+}
+
+async fn send(ws: &mut Ws, msg: &ClientMsg) -> anyhow::Result<()> {
+    let text = serde_json::to_string(msg).expect("client messages serialise");
+    ws.send(Message::Text(text.into())).await.context("sending")
+}
+
+/// Nearest-rank percentile of sorted values (as the Chromium probe computes it).
+fn pct(sorted: &[i64], p: f64) -> i64 {
+    sorted[((p / 100.0 * sorted.len() as f64) as usize).min(sorted.len() - 1)]
+}
+
+fn summary(viewers: &[Viewer], writes: Option<&[Write]>, args: &Args, cpu: Option<f64>) -> String {
+    let ok: Vec<&Viewer> = viewers.iter().filter(|v| v.error.is_none()).collect();
+    let sum = |f: fn(&Viewer) -> u64| viewers.iter().map(f).sum::<u64>();
+    let mut lat: Vec<i64> = viewers.iter().flat_map(|v| v.latencies.iter().copied()).collect();
+    lat.sort_unstable();
+    let mut first: Vec<i64> = viewers
+        .iter()
+        .filter_map(|v| Some(v.first_frame_at? - v.asked_at))
+        .collect();
+    first.sort_unstable();
+    let max = |f: fn(&Viewer) -> i64| viewers.iter().map(f).max().unwrap_or(0);
+    let late = args.late_ms;
+    let mut s = format!(
+        "{} viewers ({} ran to the end, {} errors): {} frames, {:.1} MB",
+        viewers.len(),
+        ok.len(),
+        viewers.len() - ok.len(),
+        sum(|v| v.frames),
+        sum(|v| v.bytes) as f64 / 1e6
+    );
+    if !first.is_empty() {
+        s += &format!(
+            "; view asked -> first frame p50 {} / max {} ms",
+            pct(&first, 50.0),
+            first[first.len() - 1]
+        );
+    }
+    if lat.is_empty() {
+        s += "; no bench stamps seen";
+    } else {
+        s += &format!(
+            "; store write -> frame p50 {} / p95 {} / p99 {} / max {} ms over {} stamps seen by {} viewers",
+            pct(&lat, 50.0),
+            pct(&lat, 95.0),
+            pct(&lat, 99.0),
+            lat[lat.len() - 1],
+            lat.len(),
+            viewers.iter().filter(|v| !v.latencies.is_empty()).count()
+        );
+        let mut sent: Vec<i64> = viewers.iter().flat_map(|v| v.to_sent.iter().copied()).collect();
+        sent.sort_unstable();
+        s += &format!(
+            " (of which store write -> frame sent p50 {} / p95 {} / max {} ms; {} more not timed: older than the \
+             view, or brought by a row entering a window)",
+            pct(&sent, 50.0),
+            pct(&sent, 95.0),
+            sent[sent.len() - 1],
+            sum(|v| v.untimed)
+        );
+    }
+    s += &format!(
+        "; frame age at receipt max {} ms, waited_ms max {}, longest gap between frames once stamps flowed {} ms",
+        max(|v| v.max_age_ms),
+        viewers.iter().map(|v| v.max_waited_ms).max().unwrap_or(0),
+        max(|v| v.max_gap_ms)
+    );
+    if writes.is_some() {
+        s += &format!(
+            "; {} writes to windows, {} not shown within {late} ms ({} never)",
+            sum(|v| v.judged),
+            sum(|v| v.stale),
+            sum(|v| v.never)
+        );
+    }
+    s += &format!(
+        "; lagged (a frame over {late} ms old or held{}): {} viewers",
+        if writes.is_some() {
+            format!(", or a write to its window not shown within {late} ms")
+        } else {
+            String::new()
+        },
+        viewers.iter().filter(|v| v.lagged()).count()
+    );
+    if let Some(c) = cpu {
+        s += &format!("; probe CPU {:.0} % of a core", c * 100.0);
+    }
+    s
+}
+
+fn detail(v: &Viewer) -> String {
+    let query: Vec<String> = v.view.to_query().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut s = format!(
+        "viewer ?{}: {} frames, {} stamps, late frames {}, writes not shown in time {} ({} never), longest gap {} ms",
+        query.join("&"),
+        v.frames,
+        v.latencies.len(),
+        v.late_frames,
+        v.stale,
+        v.never,
+        v.max_gap_ms
+    );
+    if !v.examples.is_empty() {
+        s += &format!(" ({})", v.examples.join("; "));
+    }
+    if let Some(e) = &v.error {
+        s += &format!(", error: {e}");
+    }
+    s
+}
+
+/// `/proc` reports CPU time in USER_HZ ticks, 100 per second on Linux.
+const USER_HZ: f64 = 100.0;
+
+/// This process's user + system CPU time so far, in ticks (Linux only).
+fn cpu_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces): state is field 3.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn views_are_distinct() {
+        for services in [1, 5] {
+            let views: HashSet<ViewSpec> = (0..600).map(|k| view_of(k, services, 50)).collect();
+            assert_eq!(views.len(), 600);
+        }
+        let v = view_of(0, 5, 50);
+        assert_eq!(v.filter.prefix.as_deref(), Some("svc-0/"));
+        assert_eq!((v.sort.key, v.sort.reverse, v.offset), (SortKey::Name, false, 0));
+    }
+
+    /// A frame carrying `rows` (name, stamp n written at t), in window `order`.
+    fn frame(seq: u64, order: Option<&[&str]>, rows: &[(&str, i64, u64)]) -> WindowFrame {
+        use lockscope_model::view::WindowRow;
+        use lockscope_model::LockEntry;
+        WindowFrame {
+            seq,
+            view_id: VIEW_ID,
+            server_time: 0,
+            waited_ms: 0,
+            full: seq == 1,
+            total: 2,
+            offset: 0,
+            order: order.map(|o| o.iter().map(|n| n.to_string()).collect()),
+            rows: rows
+                .iter()
+                .map(|(name, t, n)| {
+                    let (_, mut rec) = crate::record(0, 1, 0);
+                    rec.purpose = format!("bench t={t} n={n}");
+                    WindowRow {
+                        entry: LockEntry::from_stored(name.to_string(), 1, 1, &rec.to_json()),
+                        waiters: vec![],
+                    }
+                })
+                .collect(),
+            aggregates: None,
+        }
+    }
+
+    #[test]
+    fn latencies_and_writes_not_shown_in_time() {
+        let mut v = Viewer {
+            asked_at: 1_000,
+            ..Viewer::default()
+        };
+        let mut w = Window::default();
+        // The first frame's stamp predates the view: not timed.
+        v.on_frame(
+            1_050,
+            frame(1, Some(&["a", "b"]), &[("a", 900, 1), ("b", 990, 2)]),
+            &mut w,
+            1000,
+        )
+        .unwrap();
+        v.on_frame(1_120, frame(2, None, &[("a", 1_100, 3)]), &mut w, 1000)
+            .unwrap();
+        // b: written at 1_200 (n=4) and 1_300 (n=5); only n=5 shows, 2.5 s later.
+        v.on_frame(3_800, frame(3, None, &[("b", 1_300, 5)]), &mut w, 1000)
+            .unwrap();
+        assert_eq!((v.latencies.clone(), v.untimed), (vec![20, 2_500], 2));
+        v.ended_at = 10_000;
+        let writes = [
+            (1_100, 3, "a"),
+            (1_200, 4, "b"),
+            (1_300, 5, "b"),
+            (1_400, 6, "c"),
+            (2_000, 7, "a"),
+        ]
+        .map(|(t, n, name)| Write {
+            name: name.into(),
+            t,
+            n,
+        });
+        v.judge(&writes, 1000);
+        // a@1100 in time; b@1200 and b@1300 late; c never in the window; a@2000 never shown.
+        assert_eq!((v.judged, v.stale, v.never), (4, 3, 1));
+        assert!(v.lagged());
+    }
+
+    #[test]
+    fn stamps_parse() {
+        assert_eq!(stamp("bench t=1700000000000 n=42"), Some((1_700_000_000_000, 42)));
+        assert_eq!(stamp("bench fill: batch 0 of tenant 3"), None);
+    }
+}
