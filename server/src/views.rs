@@ -118,7 +118,11 @@ pub struct Views {
     by_state: [u64; RowState::ALL.len()],
     services: HashMap<Arc<str>, u64>,
     waiters: u64,
-    /// Bumped whenever an aggregate changes.
+    /// Something the aggregates count changed since [`Views::mark_dirty`] last looked.
+    aggregates_touched: bool,
+    /// The aggregates as subscribers are sent them, and a generation bumped only
+    /// when they actually differ (a rewrite leaves every count as it was).
+    published: Aggregates,
     aggregates_gen: u64,
 }
 
@@ -140,6 +144,8 @@ impl Views {
             by_state: [0; RowState::ALL.len()],
             services: HashMap::new(),
             waiters: 0,
+            aggregates_touched: false,
+            published: Aggregates::default(),
             aggregates_gen: 1,
         };
         // The default view (the bare page) is always ready.
@@ -161,7 +167,7 @@ impl Views {
             Changed::Lock(name) => self.place(state, name, now),
             Changed::Waiters(lock) => {
                 self.waiters = state.waiter_count() as u64;
-                self.aggregates_gen += 1;
+                self.aggregates_touched = true;
                 if self.meta.contains_key(lock.as_str()) {
                     self.place(state, lock, now);
                 }
@@ -248,7 +254,7 @@ impl Views {
                 self.services.remove(s);
             }
         }
-        self.aggregates_gen += 1;
+        self.aggregates_touched = true;
     }
 
     /// The service name shared by every lock of that service.
@@ -356,13 +362,16 @@ impl Views {
     /// Notes, for every subscriber whose window or aggregates may have changed,
     /// since when it has had something unsent. Call after a batch of changes.
     pub fn mark_dirty(&mut self, now: Now) {
+        self.refresh_aggregates();
         for sub in self.subs.values_mut() {
-            if sub.dirty_since.is_some() {
-                continue;
-            }
             let gen = self.indexes.get(&sub.index).map_or(0, |i| i.generation);
-            if gen != sub.index_gen || self.aggregates_gen != sub.aggregates_gen {
-                sub.dirty_since = Some(now.mono);
+            if gen != sub.index_gen {
+                // Rows may have changed: due now, even if aggregates owed
+                // alone were being held back by their rate limit.
+                sub.not_before = 0;
+                sub.dirty_since.get_or_insert(now.mono);
+            } else if self.aggregates_gen != sub.aggregates_gen {
+                sub.dirty_since.get_or_insert(now.mono);
             }
         }
     }
@@ -388,8 +397,21 @@ impl Views {
             .collect()
     }
 
+    /// Recounts the published aggregates if anything they count changed; their
+    /// generation moves only if they differ.
+    fn refresh_aggregates(&mut self) {
+        if std::mem::take(&mut self.aggregates_touched) {
+            let fresh = self.aggregates();
+            if fresh != self.published {
+                self.published = fresh;
+                self.aggregates_gen += 1;
+            }
+        }
+    }
+
     /// The frame that brings subscriber `id` up to date, if anything changed for it.
     pub fn frame(&mut self, state: &FleetState, id: SubId, now: Now) -> Option<WindowFrame> {
+        self.refresh_aggregates();
         let (wall, now) = (now.wall, now.mono);
         let aggregates_gen = self.aggregates_gen;
         let send_aggregates = {
@@ -397,7 +419,7 @@ impl Views {
             sub.aggregates_gen != aggregates_gen
                 && sub.aggregates_sent_at.is_none_or(|at| now - at >= AGGREGATES_EVERY_MS)
         };
-        let aggregates = send_aggregates.then(|| self.aggregates());
+        let aggregates = send_aggregates.then(|| self.published.clone());
         let sub = self.subs.get_mut(&id)?;
         let index = self.indexes.get(&sub.index)?;
         let window = window_of(index, &sub.spec);

@@ -510,3 +510,76 @@ fn indexes_are_shared_and_dropped_with_their_last_viewer() {
     assert!(page.full && page.aggregates.is_some());
     assert_eq!(sim.views.indexes.len(), 1, "rendering a page leaves nothing behind");
 }
+
+#[test]
+fn row_changes_are_not_held_back_by_the_aggregates_rate_limit() {
+    let mut sim = Sim::new(7);
+    let rec = sim.record(sim.now - 10_000);
+    let entry = |name: &str, rev: i64, rec: &LockRecord| LockEntry {
+        name: name.into(),
+        fence: rev,
+        revision: rev,
+        body: LockBody::Held(rec.clone()),
+    };
+    sim.apply(FleetEvent::Upsert(entry("a", 1, &rec)));
+    let spec = ViewSpec {
+        sort: Sort {
+            key: SortKey::Name,
+            reverse: false,
+        },
+        filter: Filter {
+            prefix: Some("a".into()),
+            ..Filter::default()
+        },
+        ..ViewSpec::default()
+    };
+    let id = sim.views.subscribe(&sim.state, 1, spec, sim.t());
+    let first = sim.views.frame(&sim.state, id, sim.t()).expect("first frame");
+    assert!(first.aggregates.is_some());
+    sim.views.ack(id, first.seq);
+
+    // 30 ms later a lock outside the view changes the counts: the
+    // aggregates are owed, but their rate limit holds them back.
+    sim.now += 30;
+    sim.apply(FleetEvent::Upsert(entry("b", 2, &rec)));
+    sim.views.mark_dirty(sim.t());
+    assert_eq!(
+        sim.views.due_frames(&sim.state, sim.t()),
+        vec![],
+        "nothing but aggregates, too soon"
+    );
+
+    // 10 ms later the row on screen changes: due at once, not when aggregates are.
+    sim.now += 10;
+    let mut changed = rec.clone();
+    changed.purpose = "rewritten".into();
+    sim.apply(FleetEvent::Upsert(entry("a", 3, &changed)));
+    sim.views.mark_dirty(sim.t());
+    assert_eq!(
+        sim.views.next_send(),
+        Some(sim.now - 10),
+        "the row is due since it changed"
+    );
+    let frames = sim.views.due_frames(&sim.state, sim.t());
+    let [(_, frame)] = frames.as_slice() else {
+        panic!("one frame for the changed row: {frames:?}")
+    };
+    assert_eq!(frame.rows.len(), 1);
+    assert_eq!(frame.rows[0].entry.record().unwrap().purpose, "rewritten");
+    assert!(frame.aggregates.is_none(), "aggregates keep their own pace");
+    sim.views.ack(id, frame.seq);
+
+    // A rewrite changes no count: once the limit allows, the aggregates owed for
+    // "b" go out, and a further rewrite owes none.
+    sim.now += 300;
+    sim.views.mark_dirty(sim.t());
+    let frames = sim.views.due_frames(&sim.state, sim.t());
+    assert!(matches!(frames.as_slice(), [(_, f)] if f.aggregates.as_ref().is_some_and(|a| a.counts.held == 2)));
+    sim.views.ack(id, frames[0].1.seq);
+    sim.now += 300;
+    changed.purpose = "again".into();
+    sim.apply(FleetEvent::Upsert(entry("a", 4, &changed)));
+    sim.views.mark_dirty(sim.t());
+    let frames = sim.views.due_frames(&sim.state, sim.t());
+    assert!(matches!(frames.as_slice(), [(_, f)] if f.aggregates.is_none() && f.rows.len() == 1));
+}
