@@ -33,15 +33,13 @@ if [ "${#pkgs[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
 
-# Rust: the wasm target, cargo-leptos (0.3.10 is the newest that builds on Rust
-# 1.95), and wasm-bindgen-cli at exactly the version Cargo.lock pins.
+# Rust: the wasm target, and wasm-bindgen-cli at exactly the version Cargo.lock
+# pins (scripts/build-site.sh runs it). cargo-leptos is not needed: build-site.sh
+# lays the site out as it does; install it yourself for `cargo leptos watch`
+# (0.3.10 is the newest that builds on Rust 1.95; about 14 minutes on 2 cores).
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   say "rustup target add wasm32-unknown-unknown"
   rustup target add wasm32-unknown-unknown
-fi
-if ! cargo leptos --version 2>/dev/null | grep -q ' 0\.3\.10$'; then
-  say "cargo install cargo-leptos 0.3.10 (about 14 minutes on 2 cores, once)"
-  cargo install cargo-leptos --version 0.3.10 --locked
 fi
 wbg=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
 if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; then
@@ -50,8 +48,8 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; the
   cargo install wasm-bindgen-cli --version "$wbg" --force
 fi
 
-# wasm-opt for the release site: binaryen from npm (cargo-leptos cannot download
-# it here, and Debian's binaryen is too old for current Rust wasm).
+# wasm-opt for the release site: binaryen from npm (Debian's binaryen is too old
+# for current Rust wasm).
 if [ ! -x scripts/wasm-opt/node_modules/.bin/wasm-opt ] || [ scripts/wasm-opt/package-lock.json -nt scripts/wasm-opt/node_modules/.package-lock.json ]; then
   say "npm ci (binaryen's wasm-opt)"
   (cd scripts/wasm-opt && npm ci --no-audit --no-fund --loglevel=error)

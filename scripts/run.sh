@@ -9,8 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh --run
-# Release build; cargo-leptos runs wasm-opt, which comes from npm's binaryen.
-PATH="$PWD/scripts/wasm-opt/node_modules/.bin:$PATH" cargo leptos build --release
+# Release server and size-optimised wasm (wasm-opt from npm's binaryen).
+scripts/build-site.sh --release
 listen=${LOCKSCOPE_LISTEN:-127.0.0.1:3000}
 # Say where to open the page only once the server listens (it prints that line).
 target/release/lockscope --listen "$listen" --site-root target/site | while IFS= read -r line; do

@@ -77,7 +77,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
     if !args.site_root.join("pkg").join("lockscope.wasm").exists() {
-        tracing::warn!(site_root = %args.site_root.display(), "no built site here: the page renders but will not hydrate (run `cargo leptos build`)");
+        tracing::warn!(site_root = %args.site_root.display(), "no built site here: the page renders but will not hydrate (run `scripts/build-site.sh`)");
     }
     // Printed on stdout for people and for scripts that wait for the server.
     println!("lockscope listening on http://{addr}");

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Builds the site into target/site exactly as `cargo leptos build` lays it out —
+# the `lockscope` server binary, pkg/lockscope.{js,wasm} (the hydrating app) and
+# pkg/lockscope.css, plus public/ — with nothing beyond cargo, wasm-bindgen-cli
+# (the version Cargo.lock pins) and, for --release, wasm-opt from npm's binaryen.
+# It spares a fresh machine cargo-leptos's 14-minute install; `cargo leptos build`
+# and `cargo leptos watch` keep working for development (Cargo.toml's
+# [workspace.metadata.leptos] describes the same layout).
+#
+#   scripts/build-site.sh            debug server (target/debug) and wasm
+#   scripts/build-site.sh --release  release server (target/release), size-optimised wasm
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+release=0
+[ "${1:-}" = "--release" ] && release=1
+site=target/site
+pkg=$site/pkg
+# What cargo-leptos tells the builds (leptos reads LEPTOS_OUTPUT_NAME when it is
+# compiled: without it the page would ask for lockscope_bg.wasm).
+export LEPTOS_OUTPUT_NAME=lockscope LEPTOS_SITE_ROOT=$site LEPTOS_SITE_PKG_DIR=pkg
+
+if [ "$release" = 1 ]; then
+  server_profile=release wasm_profile=wasm-release wasm_dir=wasm-release
+  command -v wasm-opt >/dev/null || PATH="$PWD/scripts/wasm-opt/node_modules/.bin:$PATH"
+  command -v wasm-opt >/dev/null || { echo "no wasm-opt: run scripts/install.sh" >&2; exit 1; }
+else
+  server_profile=dev wasm_profile=dev wasm_dir=debug
+fi
+
+# The server and the wasm build at the same time, in target dirs of their own (the
+# wasm in target/front, as cargo-leptos does), so neither waits for the other's
+# lock and the release wasm's long single-threaded LTO step overlaps the server.
+cargo build --locked -p lockscope --bin lockscope --profile "$server_profile" &
+server=$!
+# Debug wasm: type-erased components compile much faster (cargo-leptos does the same).
+wasm_flags=""
+[ "$release" = 0 ] && wasm_flags="--cfg erase_components"
+RUSTFLAGS="$wasm_flags" cargo build --locked -p lockscope-app --lib --no-default-features --features hydrate \
+  --target wasm32-unknown-unknown --target-dir target/front --profile "$wasm_profile"
+wait "$server"
+
+mkdir -p "$pkg"
+wasm-bindgen --target web --no-typescript --out-name lockscope --out-dir "$pkg" \
+  "target/front/wasm32-unknown-unknown/$wasm_dir/lockscope_app.wasm"
+# Leptos's hydration script fetches <name>.wasm (cargo-leptos renames it the same way).
+mv "$pkg/lockscope_bg.wasm" "$pkg/lockscope.wasm"
+if [ "$release" = 1 ]; then
+  wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int "$pkg/lockscope.wasm" -o "$pkg/lockscope.wasm"
+fi
+cp style/main.css "$pkg/lockscope.css"
+[ -d public ] && cp -r public/. "$site/"
+echo "site built in $site ($(du -sh "$pkg/lockscope.wasm" | cut -f1) of wasm); server: target/$([ "$release" = 1 ] && echo release || echo debug)/lockscope"
