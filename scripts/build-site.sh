@@ -16,9 +16,7 @@ release=0
 [ "${1:-}" = "--release" ] && release=1
 site=target/site
 pkg=$site/pkg
-# What cargo-leptos tells the builds (leptos reads LEPTOS_OUTPUT_NAME when it is
-# compiled: without it the page would ask for lockscope_bg.wasm).
-export LEPTOS_OUTPUT_NAME=lockscope LEPTOS_SITE_ROOT=$site LEPTOS_SITE_PKG_DIR=pkg
+# (The LEPTOS_* build variables cargo-leptos would set are in .cargo/config.toml.)
 
 if [ "$release" = 1 ]; then
   server_profile=release wasm_profile=wasm-release wasm_dir=wasm-release

@@ -7,8 +7,6 @@ cd "$(dirname "$0")/.."
 scripts/install.sh
 
 export RUST_BACKTRACE=1
-# As scripts/build-site.sh builds the server, so the site build reuses the tests' build.
-export LEPTOS_OUTPUT_NAME=lockscope LEPTOS_SITE_ROOT=target/site LEPTOS_SITE_PKG_DIR=pkg
 echo "== formatting"
 cargo fmt --all --check
 echo "== unit and integration tests (real etcd)"
