@@ -31,21 +31,26 @@ fi
 # lock and the release wasm's long single-threaded LTO step overlaps the server.
 cargo build --locked -p lockscope --bin lockscope --profile "$server_profile" &
 server=$!
-# Debug wasm: type-erased components compile much faster (cargo-leptos does the same).
-wasm_flags=""
-[ "$release" = 0 ] && wasm_flags="--cfg erase_components"
-RUSTFLAGS="$wasm_flags" cargo build --locked -p lockscope-app --lib --no-default-features --features hydrate \
+# No `--cfg erase_components` (cargo-leptos's debug default): it changes the
+# rendered markup, so server and wasm would need it alike, and the server is the
+# one the tests already built without it.
+cargo build --locked -p lockscope-app --lib --no-default-features --features hydrate \
   --target wasm32-unknown-unknown --target-dir target/front --profile "$wasm_profile"
 wait "$server"
 
 mkdir -p "$pkg"
 wasm-bindgen --target web --no-typescript --out-name lockscope --out-dir "$pkg" \
   "target/front/wasm32-unknown-unknown/$wasm_dir/lockscope_app.wasm"
-# Leptos's hydration script fetches <name>.wasm (cargo-leptos renames it the same way).
+# Leptos's page asks for lockscope.wasm when leptos was compiled with
+# LEPTOS_OUTPUT_NAME set (as .cargo/config.toml does, and cargo-leptos renames the
+# file to match), lockscope_bg.wasm otherwise; cargo does not rebuild a registry
+# crate when only that variable changed, so a target dir may hold either. Both names
+# point at the same file.
 mv "$pkg/lockscope_bg.wasm" "$pkg/lockscope.wasm"
 if [ "$release" = 1 ]; then
   wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int "$pkg/lockscope.wasm" -o "$pkg/lockscope.wasm"
 fi
+ln -f "$pkg/lockscope.wasm" "$pkg/lockscope_bg.wasm"
 cp style/main.css "$pkg/lockscope.css"
 [ -d public ] && cp -r public/. "$site/"
 echo "site built in $site ($(du -sh "$pkg/lockscope.wasm" | cut -f1) of wasm); server: target/$([ "$release" = 1 ] && echo release || echo debug)/lockscope"
