@@ -39,6 +39,7 @@ cargo build --locked -p lockscope-app --lib --no-default-features --features hyd
 wait "$server"
 
 mkdir -p "$pkg"
+rm -f "$pkg/lockscope.wasm" "$pkg/lockscope_bg.wasm"
 wasm-bindgen --target web --no-typescript --out-name lockscope --out-dir "$pkg" \
   "target/front/wasm32-unknown-unknown/$wasm_dir/lockscope_app.wasm"
 # Leptos's page asks for lockscope.wasm when leptos was compiled with
