@@ -117,7 +117,7 @@ mod tests {
             host: "h1".into(),
             pid: 42,
             purpose: "nightly".into(),
-            backtrace: vec![],
+            backtrace: [].into(),
             acquired_at: 0,
             expected_runtime_ms: 60_000,
             alert_at: 60_000,

@@ -6,7 +6,9 @@
 //! the history we needed) becomes the names of just the locks that came, went or
 //! changed, and the hub's views move exactly those.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
+use std::hash::Hash;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -165,14 +167,115 @@ impl std::borrow::Borrow<str> for ByName {
     }
 }
 
+/// One shared allocation per distinct value of a record field among the held
+/// locks (a service's name, a host, a session, a backtrace): a lock entering the
+/// table gives up its own copy for the shared one.
+///
+/// Values no lock uses any more are found by `Arc::strong_count` (1: only the
+/// interner holds it) and dropped by a prune, a pass over the whole set. A prune
+/// runs when a new value is about to be added and the set has grown to twice its
+/// size after the last prune (at least [`Interner::MIN_PRUNE`]): between two
+/// prunes at least as many values were added as the previous prune kept, so the
+/// pass costs O(1) amortised per added value, and the set never holds more than
+/// about twice the values in use at the last prune (or the minimum). Dropping a
+/// value at its last use instead would cost a lookup on every release and every
+/// replaced record; never pruning would keep every session ever seen.
+#[derive(Debug)]
+struct Interner<T: ?Sized> {
+    set: HashSet<Arc<T>>,
+    /// The set's size after the last prune.
+    kept: usize,
+}
+
+// Not derived: a derive would require `T: Clone`, which `str` is not.
+impl<T: ?Sized> Clone for Interner<T> {
+    fn clone(&self) -> Self {
+        Interner {
+            set: self.set.clone(),
+            kept: self.kept,
+        }
+    }
+}
+
+impl<T: ?Sized> Default for Interner<T> {
+    fn default() -> Self {
+        Interner {
+            set: HashSet::new(),
+            kept: 0,
+        }
+    }
+}
+
+impl<T: ?Sized + Hash + Eq> Interner<T> {
+    /// Below this size the set is never pruned.
+    const MIN_PRUNE: usize = 64;
+
+    /// Replaces `value` by the shared copy of it, which it becomes if it is new.
+    fn intern(&mut self, value: &mut Arc<T>) {
+        if let Some(shared) = self.set.get(&**value) {
+            if !Arc::ptr_eq(shared, value) {
+                *value = shared.clone();
+            }
+            return;
+        }
+        if self.set.len() >= (2 * self.kept).max(Self::MIN_PRUNE) {
+            self.prune();
+        }
+        self.set.insert(value.clone());
+    }
+
+    /// Drops the values only the interner holds.
+    fn prune(&mut self) {
+        self.set.retain(|v| Arc::strong_count(v) > 1);
+        self.kept = self.set.len();
+        if self.set.capacity() > 4 * self.kept.max(Self::MIN_PRUNE) {
+            self.set.shrink_to(2 * self.kept.max(Self::MIN_PRUNE));
+        }
+    }
+
+    #[cfg(test)]
+    fn holds(&self, value: &T) -> bool {
+        self.set.contains(value)
+    }
+}
+
+/// The interners of the record fields many locks share.
+#[derive(Clone, Debug, Default)]
+struct Shared {
+    strings: Interner<str>,
+    backtraces: Interner<[String]>,
+}
+
+impl Shared {
+    /// Makes `entry`'s shared fields point at the table's single copies.
+    fn intern(&mut self, entry: &mut LockEntry) {
+        if let LockBody::Held(r) = &mut entry.body {
+            self.strings.intern(&mut r.service);
+            self.strings.intern(&mut r.host);
+            self.strings.intern(&mut r.session);
+            self.backtraces.intern(&mut r.backtrace);
+        }
+    }
+}
+
 /// The lock table of one fleet.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct FleetState {
     locks: BTreeSet<ByName>,
     /// Ordered by lock, then session: the waiters of one lock are a range.
     waiters: BTreeSet<Waiter>,
     revision: i64,
+    /// A cache of the locks' shared values, no part of the state (not compared).
+    shared: Shared,
 }
+
+impl PartialEq for FleetState {
+    fn eq(&self, other: &Self) -> bool {
+        self.locks == other.locks && self.waiters == other.waiters && self.revision == other.revision
+    }
+}
+
+impl Eq for FleetState {}
 
 impl FleetState {
     /// Applies one event and returns what actually changed, in a deterministic
@@ -194,10 +297,11 @@ impl FleetState {
             } => {
                 let mut changes = Vec::new();
                 let mut fresh: BTreeSet<ByName> = BTreeSet::new();
-                for e in locks {
+                for mut e in locks {
                     if self.get(&e.name) != Some(&e) {
                         changes.push(Changed::Lock(e.name.clone()));
                     }
+                    self.shared.intern(&mut e);
                     fresh.replace(ByName(e));
                 }
                 // Absent from the whole truth: removed, whatever the store's revision
@@ -223,11 +327,12 @@ impl FleetState {
                 self.revision = revision;
                 changes
             }
-            FleetEvent::Upsert(entry) => {
+            FleetEvent::Upsert(mut entry) => {
                 self.revision = self.revision.max(entry.revision);
                 match self.get(&entry.name) {
                     Some(old) if old.revision >= entry.revision => Vec::new(),
                     _ => {
+                        self.shared.intern(&mut entry);
                         let name = entry.name.clone();
                         self.locks.replace(ByName(entry));
                         vec![Changed::Lock(name)]
@@ -529,6 +634,91 @@ mod tests {
             ]
         );
         assert_eq!(s.waiters().count(), 2);
+    }
+
+    /// An entry as an observer hands it over: parsed from its JSON, so none of its
+    /// strings is shared with anything yet.
+    fn parsed(name: &str, revision: i64, service: &str, session: &str) -> LockEntry {
+        let mut r = sample(&format!("o{revision}"));
+        r.service = service.into();
+        r.session = session.into();
+        r.backtrace = backtrace(service).into();
+        LockEntry::from_stored(name.into(), revision, revision, &r.to_json())
+    }
+
+    fn backtrace(service: &str) -> Vec<String> {
+        vec![format!("{service}::run"), "main".to_string()]
+    }
+
+    fn record<'a>(s: &'a FleetState, name: &str) -> &'a LockRecord {
+        s.get(name).and_then(LockEntry::record).expect("held")
+    }
+
+    #[test]
+    fn locks_share_their_common_values() {
+        let mut s = FleetState::default();
+        let (a, b) = (parsed("a", 1, "billing", "s-1"), parsed("b", 2, "billing", "s-1"));
+        let (ra, rb) = (a.record().unwrap(), b.record().unwrap());
+        assert!(!Arc::ptr_eq(&ra.service, &rb.service), "parsed apart");
+        s.apply(FleetEvent::Upsert(a));
+        s.apply(reset(
+            3,
+            vec![s.get("a").unwrap().clone(), b, parsed("c", 3, "search", "s-1")],
+        ));
+        let (ra, rb, rc) = (record(&s, "a"), record(&s, "b"), record(&s, "c"));
+        assert!(Arc::ptr_eq(&ra.service, &rb.service), "one service, one allocation");
+        assert!(Arc::ptr_eq(&ra.host, &rc.host));
+        assert!(Arc::ptr_eq(&ra.session, &rc.session));
+        assert!(
+            Arc::ptr_eq(&ra.backtrace, &rb.backtrace),
+            "one call site, one backtrace"
+        );
+        assert!(!Arc::ptr_eq(&ra.backtrace, &rc.backtrace));
+        assert_eq!(&*rc.service, "search");
+        // A heartbeat (a newer record of the same lock) shares them too.
+        s.apply(FleetEvent::Upsert(parsed("b", 4, "billing", "s-1")));
+        assert!(Arc::ptr_eq(&record(&s, "a").service, &record(&s, "b").service));
+        assert_eq!(s, s.clone(), "the interner is no part of the state");
+    }
+
+    #[test]
+    fn values_no_lock_uses_are_dropped_after_churn() {
+        let mut s = FleetState::default();
+        s.apply(FleetEvent::Upsert(parsed("keep", 1, "billing", "s-keep")));
+        for i in 0..10 {
+            s.apply(FleetEvent::Upsert(parsed(
+                &format!("gone-{i}"),
+                2 + i,
+                "retired",
+                "s-gone",
+            )));
+        }
+        for i in 0..10 {
+            s.apply(rm(&format!("gone-{i}"), 100 + i));
+        }
+        assert!(s.shared.strings.holds("retired"), "not yet pruned: nothing new came");
+        // Each interner prunes only when it grows: churn of short-lived locks of
+        // ever new services and sessions (so new backtraces too), released at once.
+        let mut revision = 1_000;
+        for i in 0..1_000 {
+            revision += 2;
+            let (service, session) = (format!("batch-{i}"), format!("s-{i}"));
+            s.apply(FleetEvent::Upsert(parsed("churn", revision, &service, &session)));
+            s.apply(rm("churn", revision + 1));
+        }
+        let strings = &s.shared.strings;
+        assert!(!strings.holds("retired") && !strings.holds("s-gone"), "dropped");
+        let backtraces = &s.shared.backtraces;
+        assert!(!backtraces.holds(&backtrace("retired")), "dropped");
+        assert!(backtraces.holds(&backtrace("billing")), "still in use");
+        assert!(backtraces.set.len() <= 2 * Interner::<[String]>::MIN_PRUNE);
+        assert!(strings.holds("billing") && strings.holds("s-keep"), "still in use");
+        assert!(
+            strings.set.len() <= 2 * Interner::<str>::MIN_PRUNE,
+            "{} values kept",
+            strings.set.len()
+        );
+        assert_eq!(&*record(&s, "keep").service, "billing");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! the host that wrote them (the holder), which the dashboard never assumes agrees
 //! with its own.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 /// The record schema version this build writes and reads.
@@ -14,6 +16,13 @@ pub const MAX_RECORD_BYTES: usize = 256 * 1024;
 /// Metadata of one held lock, as stored under `<prefix>locks/<name>`.
 ///
 /// Unknown fields are ignored so that newer writers stay readable.
+///
+/// `session`, `service`, `host` and `backtrace` are shared (`Arc`): many locks
+/// have the same values (one session holds many locks, many locks are taken at
+/// one call site), and the hub's [`FleetState`](crate::FleetState) interns them
+/// so that each distinct value is stored once. They serialise exactly like
+/// `String` and `Vec<String>` (serde's `rc` feature): the JSON does not change.
+/// `owner` and `purpose` are unique per acquisition and stay owned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockRecord {
     /// Schema version ([`RECORD_VERSION`]).
@@ -21,16 +30,16 @@ pub struct LockRecord {
     /// A fresh id per acquisition; release and heartbeat compare on it.
     pub owner: String,
     /// The holder's session id.
-    pub session: String,
-    pub service: String,
-    pub host: String,
+    pub session: Arc<str>,
+    pub service: Arc<str>,
+    pub host: Arc<str>,
     pub pid: u32,
     /// Why the lock was taken, in the holder's words.
     #[serde(default)]
     pub purpose: String,
     /// Frames of the backtrace captured at the lock call, innermost first.
     #[serde(default)]
-    pub backtrace: Vec<String>,
+    pub backtrace: Arc<[String]>,
     /// When the lock was taken (holder's clock, unix ms).
     pub acquired_at: i64,
     /// How long the holder expects to hold it.
@@ -96,7 +105,7 @@ pub(crate) fn sample(owner: &str) -> LockRecord {
         host: "host-a".into(),
         pid: 42,
         purpose: "nightly invoice run".into(),
-        backtrace: vec!["billing::run".into()],
+        backtrace: vec!["billing::run".into()].into(),
         acquired_at: 1_000,
         expected_runtime_ms: 60_000,
         alert_at: 61_000,
@@ -113,6 +122,22 @@ mod tests {
     fn round_trips() {
         let r = sample("o-1");
         assert_eq!(LockRecord::parse(&r.to_json()).unwrap(), r);
+    }
+
+    #[test]
+    fn shared_fields_are_plain_json() {
+        // The shared (Arc) fields are written exactly as String and Vec<String> were.
+        let v = serde_json::to_value(sample("o-1")).unwrap();
+        assert_eq!(v["session"], "s-1");
+        assert_eq!(v["service"], "billing");
+        assert_eq!(v["host"], "host-a");
+        assert_eq!(v["backtrace"], serde_json::json!(["billing::run"]));
+        let r = LockRecord::parse(
+            br#"{"v":1,"owner":"o","session":"s","service":"x","host":"h","pid":1,
+            "acquired_at":1,"expected_runtime_ms":1,"alert_at":1,"auto_unlock_at":1,"heartbeat_at":1}"#,
+        )
+        .unwrap();
+        assert!(r.backtrace.is_empty() && r.purpose.is_empty(), "defaults");
     }
 
     #[test]

@@ -234,7 +234,7 @@ impl Filter {
         }
         // Malformed entries have no service or host to match.
         let Some(r) = entry.record() else { return false };
-        self.service.as_deref().is_none_or(|s| r.service == s) && self.host.as_deref().is_none_or(|h| r.host == h)
+        self.service.as_deref().is_none_or(|s| *r.service == *s) && self.host.as_deref().is_none_or(|h| *r.host == *h)
     }
 
     /// Empty strings mean "any"; over-long text is refused with a reason.

@@ -448,7 +448,7 @@ pub async fn run<S: LockStore>(
     for key in &shared.keyspace.keys {
         if let Some(entry) = shared.store.get(&key.name).await? {
             if let LockBody::Held(record) = &entry.body {
-                if closed.contains(&record.session) && shared.store.release(&key.name, entry.fence).await? {
+                if closed.contains(&*record.session) && shared.store.release(&key.name, entry.fence).await? {
                     swept += 1;
                 }
             }

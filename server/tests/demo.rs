@@ -54,7 +54,7 @@ async fn demo_fleet_contends_dies_and_cleans_up_after_its_live_workers() {
         let LockBody::Held(record) = &entry.body else {
             panic!("{} is malformed", a.name)
         };
-        assert_eq!(record.session, a.session);
+        assert_eq!(*record.session, *a.session);
     }
     // And nothing else: live workers released (or swept) theirs.
     let keyspace = Keyspace::new(cfg.keys, cfg.hot_keys);
@@ -65,7 +65,7 @@ async fn demo_fleet_contends_dies_and_cleans_up_after_its_live_workers() {
                 panic!("{} is malformed", key.name)
             };
             assert!(
-                dead.contains(record.session.as_str()),
+                dead.contains(&*record.session),
                 "{} left held by live session {}",
                 key.name,
                 record.session

@@ -254,10 +254,10 @@ async fn follows_shedlock(db: &Db) -> (mpsc::Receiver<ObserverEvent>, View) {
     let e = view.hub.get("report").unwrap();
     let r = e.record().unwrap();
     assert_eq!(
-        (r.session.as_str(), r.host.as_str(), r.owner.as_str()),
+        (&*r.session, &*r.host, r.owner.as_str()),
         ("host-a", "host-a", "host-a")
     );
-    assert_eq!(r.service, "shedlock");
+    assert_eq!(&*r.service, "shedlock");
     assert_eq!(r.purpose, "ShedLock report");
     assert_eq!(e.fence, 0);
     assert!(

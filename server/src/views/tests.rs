@@ -40,12 +40,12 @@ impl Sim {
         LockRecord {
             v: RECORD_VERSION,
             owner: format!("o{}", self.rev),
-            session: format!("s{}", self.rng.u8(0..5)),
+            session: format!("s{}", self.rng.u8(0..5)).into(),
             service: service.into(),
-            host: format!("host-{}", self.rng.u8(0..3)),
+            host: format!("host-{}", self.rng.u8(0..3)).into(),
             pid: 7,
             purpose: String::new(),
-            backtrace: vec![],
+            backtrace: [].into(),
             acquired_at,
             expected_runtime_ms: 60_000,
             alert_at: acquired_at + self.rng.i64(1_000..60_000),
@@ -201,7 +201,7 @@ impl Sim {
         let mut services: HashMap<String, u64> = HashMap::new();
         for e in self.state.locks() {
             if let Some(r) = e.record() {
-                *services.entry(r.service.clone()).or_default() += 1;
+                *services.entry(r.service.to_string()).or_default() += 1;
             }
         }
         let mut services: Vec<(String, u64)> = services.into_iter().collect();

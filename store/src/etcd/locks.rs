@@ -153,7 +153,7 @@ impl LockStore for EtcdLocks {
         }
         if !read(&resp, 1).is_empty() {
             return Err(StoreError::Blacklisted {
-                session: record.session.clone(),
+                session: record.session.to_string(),
             });
         }
         let holder = read(&resp, 0).first().map(|kv| self.entry(name, kv));

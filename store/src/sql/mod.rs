@@ -404,7 +404,7 @@ impl LockStore for SqlLocks {
                 sqlx::query(&q)
                     .bind(name)
                     .bind(&record.owner)
-                    .bind(&record.session)
+                    .bind(&*record.session)
                     .bind(json),
             )
             .await?;
@@ -415,7 +415,7 @@ impl LockStore for SqlLocks {
         }
         if self.blacklisted(&record.session).await? {
             return Err(StoreError::Blacklisted {
-                session: record.session.clone(),
+                session: record.session.to_string(),
             });
         }
         let holder = self.get(name).await?;
@@ -433,7 +433,7 @@ impl LockStore for SqlLocks {
         );
         let json = String::from_utf8(record.to_json()).expect("JSON is UTF-8");
         let r = self
-            .exec(sqlx::query(&q).bind(json).bind(name).bind(fence).bind(&record.session))
+            .exec(sqlx::query(&q).bind(json).bind(name).bind(fence).bind(&*record.session))
             .await?;
         Ok(if r.rows_affected() == 1 {
             Extend::Extended
