@@ -205,7 +205,8 @@ impl Views {
             fields: SortFields::of(entry),
             state: row_state,
             waiters,
-            service: entry.record().map(|r| self.intern_service(&r.service)),
+            // Shared with the table: the reducer interns every record's service.
+            service: entry.record().map(|r| r.service.clone()),
             version: self.next_version,
             deadline: RowState::next_change(entry, now),
         };
@@ -255,13 +256,6 @@ impl Views {
             }
         }
         self.aggregates_touched = true;
-    }
-
-    /// The service name shared by every lock of that service.
-    fn intern_service(&self, service: &str) -> Arc<str> {
-        self.services
-            .get_key_value(service)
-            .map_or_else(|| Arc::from(service), |(k, _)| k.clone())
     }
 
     /// Counts per state (cheap: no services).

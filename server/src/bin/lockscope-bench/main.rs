@@ -129,15 +129,16 @@ fn record(i: usize, services: usize, now: i64) -> (String, LockRecord) {
         // Fixed per lock, so `load` rewrites as the holder `fill` made (on SQL the
         // row's owner column must match).
         owner: format!("{:016x}", (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-        session: format!("{:016x}", (i / 16) as u64 * 0x9e37_79b9),
-        service: format!("service-{k}"),
-        host: format!("host-{:03}", i % 200),
+        session: format!("{:016x}", (i / 16) as u64 * 0x9e37_79b9).into(),
+        service: format!("service-{k}").into(),
+        host: format!("host-{:03}", i % 200).into(),
         pid: 1000 + (i % 30_000) as u32,
         purpose: format!("bench fill: batch {} of tenant {}", i / 1000, i % 97),
         backtrace: vec![
             format!("service_{k}::jobs::run (src/jobs.rs:{})", 100 + i % 50),
             "service::worker::handle (src/worker.rs:88)".into(),
-        ],
+        ]
+        .into(),
         acquired_at,
         expected_runtime_ms: 3_600_000,
         alert_at: acquired_at + 3_600_000,
