@@ -105,7 +105,10 @@ pids+=($load)
 probe="skipped (BROWSER=0)"
 if [ "$BROWSER" != 0 ]; then
   view="http://127.0.0.1:$listen/?fleet=bench&prefix=svc-0/&sort=name"
-  probe=$(node end2end/bench/dom-latency.js "$view" "$dir/writes.log" "$SECS")
+  # A probe that fails (say, the page does not load in its 30 s) is reported with the
+  # rest, not the end of the run.
+  probe=$(node end2end/bench/dom-latency.js "$view" "$dir/writes.log" "$SECS" 2>"$dir/probe.err") ||
+    probe="failed: $(grep -m1 -E 'Error|error' "$dir/probe.err" || tail -n1 "$dir/probe.err")"
 fi
 wait $load
 cpu1=$(cpu); w1=$(date +%s%N)
