@@ -7,12 +7,14 @@
 //! - [`record`]: the JSON lock record as the lock protocol stores it (`docs/protocol.md`).
 //! - [`fleet`]: lock entries, fleet events and the reducer ([`fleet::FleetState::apply`])
 //!   the server's hub runs.
+//! - `intern`: one shared copy of each record field many locks have in common.
 //! - [`view`]: what one browser looks at (filter, sort, window of rows), the
 //!   severity order, and the window reducer the browser runs.
 //! - [`wire`]: the versioned websocket messages.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 
 pub mod fleet;
+mod intern;
 pub mod record;
 pub mod time;
 pub mod view;

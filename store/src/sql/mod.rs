@@ -10,6 +10,7 @@
 //! Waiting: PostgreSQL notifies releases (`LISTEN lockscope_locks`, from a
 //! trigger); SQLite has no notifications, so waiters back off with jitter.
 
+mod listen;
 mod observer;
 mod schema;
 mod shedlock;
@@ -27,25 +28,15 @@ use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow};
 use sqlx::AnyPool;
 use sqlx::Row;
 use tokio::sync::broadcast;
-use tracing::{info, warn};
 
 pub use schema::SCHEMA_VERSION;
+
+use listen::{listen, Change};
 
 type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{now_ms, validate_name, StoreError};
-
-/// A change PostgreSQL notified.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Change {
-    /// A lock row changed (`NOTIFY lockscope_locks, '<name>'`).
-    Lock(String),
-    /// A session started or stopped waiting (`NOTIFY lockscope_waiters`).
-    Waiters,
-    /// The listening connection was lost: notifications may have been missed.
-    Lost,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -257,48 +248,6 @@ fn schema_error(e: sqlx::migrate::MigrateError, url: &str) -> StoreError {
         )),
         other => StoreError::Backend(format!("migrating the lockscope schema in {where_}: {other}")),
     }
-}
-
-/// Listens for the triggers' notifications and re-broadcasts them. One
-/// connection per store; when it is lost, sqlx reconnects on the next call and
-/// the loss is broadcast as [`Change::Lost`] (notifications sent meanwhile are
-/// gone, so observers re-read the table).
-async fn listen(url: &str) -> Result<broadcast::Sender<Change>, StoreError> {
-    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener.listen_all(["lockscope_locks", "lockscope_waiters"]).await?;
-    // Room for bursts: a receiver that falls further behind gets `Lagged` and
-    // re-reads the table instead.
-    let (tx, _) = broadcast::channel(16384);
-    // The task holds only a weak sender: once every clone of the store is gone,
-    // it stops at the next notification.
-    let weak = tx.downgrade();
-    tokio::spawn(async move {
-        loop {
-            let change = match listener.try_recv().await {
-                Ok(Some(n)) => match n.channel() {
-                    "lockscope_locks" => Change::Lock(n.payload().to_string()),
-                    _ => Change::Waiters,
-                },
-                Ok(None) => {
-                    warn!("postgres listener connection lost; reconnecting");
-                    Change::Lost
-                }
-                Err(e) => {
-                    warn!(error = %e, "postgres listener failed; retrying");
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                    Change::Lost
-                }
-            };
-            match weak.upgrade() {
-                Some(tx) => {
-                    let _ = tx.send(change);
-                }
-                None => return,
-            }
-        }
-    });
-    info!("listening for lock changes");
-    Ok(tx)
 }
 
 fn entry_of(row: &AnyRow) -> Result<LockEntry, StoreError> {
