@@ -216,25 +216,26 @@ pub const MAX_FILTER_TEXT: usize = 512;
 
 impl Filter {
     pub fn matches(&self, entry: &LockEntry, state: RowState) -> bool {
+        let rec = entry.record();
+        self.matches_parts(&entry.name, state, rec.map(|r| &*r.service), rec.map(|r| &*r.host))
+    }
+
+    /// [`Filter::matches`] on the parts it reads (`service` and `host` are `None`
+    /// for a malformed entry, which has neither), for callers that keep those
+    /// parts apart from the entry.
+    pub fn matches_parts(&self, name: &str, state: RowState, service: Option<&str>, host: Option<&str>) -> bool {
         if self.state.is_some_and(|s| s != state) {
             return false;
         }
-        if let Some(p) = &self.prefix {
-            if !entry.name.starts_with(p.as_str()) {
-                return false;
-            }
+        if self.prefix.as_deref().is_some_and(|p| !name.starts_with(p)) {
+            return false;
         }
-        if let Some(c) = &self.contains {
-            if !entry.name.contains(c.as_str()) {
-                return false;
-            }
-        }
-        if self.service.is_none() && self.host.is_none() {
-            return true;
+        if self.contains.as_deref().is_some_and(|c| !name.contains(c)) {
+            return false;
         }
         // Malformed entries have no service or host to match.
-        let Some(r) = entry.record() else { return false };
-        self.service.as_deref().is_none_or(|s| *r.service == *s) && self.host.as_deref().is_none_or(|h| *r.host == *h)
+        self.service.as_deref().is_none_or(|s| service == Some(s))
+            && self.host.as_deref().is_none_or(|h| host == Some(h))
     }
 
     /// Empty strings mean "any"; over-long text is refused with a reason.

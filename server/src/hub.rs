@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::views::{Now, SubId, Views};
+use crate::views::{Build, Built, Now, SubId, Views};
 
 /// One serialised [`ServerMsg`].
 pub type Frame = Arc<str>;
@@ -157,6 +157,7 @@ impl HubHandle {
             status: status.clone(),
             counts: Default::default(),
         });
+        let (built_tx, built) = mpsc::channel(1);
         let hub = Hub {
             state: FleetState::default(),
             views: Views::new(),
@@ -164,8 +165,12 @@ impl HubHandle {
             subscribers: Default::default(),
             summary: summary_tx,
             started: Instant::now(),
+            renders: Vec::new(),
+            builds: Default::default(),
+            building: false,
+            built_tx,
         };
-        tokio::spawn(hub.run(events, command_rx));
+        tokio::spawn(hub.run(events, command_rx, built));
         HubHandle {
             commands,
             fleet: fleet.into(),
@@ -222,14 +227,28 @@ struct Hub {
     subscribers: std::collections::HashMap<SubId, mpsc::Sender<Frame>>,
     summary: watch::Sender<FleetSummary>,
     started: Instant,
+    /// Page renders waiting for their view's index to be built.
+    renders: Vec<(SubId, oneshot::Sender<(WindowFrame, StoreStatus)>)>,
+    /// Index builds to run, one at a time on a blocking thread, so that a burst of
+    /// new views over a large fleet leaves a core to this task and the rest of
+    /// the server; results come back on `built_tx`'s channel.
+    builds: std::collections::VecDeque<Build>,
+    building: bool,
+    built_tx: mpsc::Sender<Built>,
 }
 
 impl Hub {
-    async fn run(mut self, mut events: mpsc::Receiver<ObserverEvent>, mut commands: mpsc::Receiver<Command>) {
+    async fn run(
+        mut self,
+        mut events: mpsc::Receiver<ObserverEvent>,
+        mut commands: mpsc::Receiver<Command>,
+        mut built: mpsc::Receiver<Built>,
+    ) {
         let mut events_open = true;
         loop {
             let wake = self.next_wake();
             tokio::select! {
+                Some(b) = built.recv() => self.on_built(b),
                 ev = events.recv(), if events_open => match ev {
                     Some(ev) => self.on_events(ev, &mut events),
                     // The observer stopped (only at shutdown): keep serving what we have.
@@ -243,6 +262,7 @@ impl Hub {
                 _ = tokio::time::sleep_until(wake) => {}
             }
             self.turn();
+            self.start_build();
         }
         debug!(fleet = %self.summary.borrow().name, "hub stopped");
     }
@@ -328,7 +348,7 @@ impl Hub {
                 out,
                 reply,
             } => {
-                let id = self.views.subscribe(&self.state, view_id, view, now);
+                let id = self.views.subscribe(view_id, view, now);
                 let status = ServerMsg::Status {
                     server_time: now.wall,
                     status: self.status.clone(),
@@ -339,13 +359,50 @@ impl Hub {
                 }
                 self.deliver(id, &status);
             }
-            Command::SetView { id, view_id, view } => self.views.set_view(&self.state, id, view_id, view, now),
+            Command::SetView { id, view_id, view } => self.views.set_view(id, view_id, view, now),
             Command::Ack { id, seq } => self.views.ack(id, seq),
             Command::Unsubscribe(id) => self.drop_subscriber(id),
-            Command::Render { view, reply } => {
-                let frame = self.views.render(&self.state, &view, now);
-                let _ = reply.send((frame, self.status.clone()));
+            Command::Render { view, reply } => match self.views.render(&self.state, &view, now) {
+                Ok(frame) => {
+                    let _ = reply.send((frame, self.status.clone()));
+                }
+                Err(waiting) => self.renders.push((waiting, reply)),
+            },
+        }
+    }
+
+    /// Runs the next wanted index build, if none is running.
+    fn start_build(&mut self) {
+        self.builds.extend(self.views.take_builds());
+        if self.building {
+            return;
+        }
+        while let Some(build) = self.builds.pop_front() {
+            if !self.views.wants(&build) {
+                continue;
             }
+            self.building = true;
+            let done = self.built_tx.clone();
+            tokio::task::spawn_blocking(move || {
+                // The hub outlives its builds unless the server is shutting down.
+                let _ = done.blocking_send(build.run());
+            });
+            return;
+        }
+    }
+
+    /// Puts a built index in service and answers the page renders it held up.
+    fn on_built(&mut self, built: Built) {
+        self.building = false;
+        self.views.install(built);
+        let now = self.now();
+        let (ready, waiting) = std::mem::take(&mut self.renders)
+            .into_iter()
+            .partition(|(id, _)| self.views.is_ready(*id));
+        self.renders = waiting;
+        for (id, reply) in ready {
+            let frame = self.views.render_sub(&self.state, id, now);
+            let _ = reply.send((frame, self.status.clone()));
         }
     }
 

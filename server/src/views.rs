@@ -55,7 +55,10 @@ struct Meta {
     fields: SortFields,
     state: RowState,
     waiters: u32,
+    /// The record's service and host (`None` when malformed), shared with the
+    /// table: what filters read besides the name and state.
     service: Option<Arc<str>>,
+    host: Option<Arc<str>>,
     version: u64,
     /// When `state` next changes by itself (also a key of `Views::deadlines`).
     deadline: Option<Millis>,
@@ -65,6 +68,15 @@ impl Meta {
     fn key(&self, name: &Arc<str>, sort: SortKey) -> Key {
         let (a, b) = sort_key(sort, &self.fields, self.state, self.waiters);
         (a, b, name.clone())
+    }
+
+    /// `name`'s key in `index`, if `index`'s filter takes it.
+    fn key_in(&self, name: &Arc<str>, index: &IndexSpec) -> Option<Key> {
+        let (service, host) = (self.service.as_deref(), self.host.as_deref());
+        index
+            .filter
+            .matches_parts(name, self.state, service, host)
+            .then(|| self.key(name, index.key))
     }
 }
 
@@ -79,7 +91,68 @@ struct Index {
     /// Bumped whenever membership, order, or a member's content changes.
     generation: u64,
     subscribers: usize,
+    /// While the set is built off the hub task ([`Build`]): which build, and the
+    /// locks changed since its keys were collected, each with the key it had in
+    /// this index then (`None`: not in it). Nobody is sent this index meanwhile.
+    pending: Option<(u64, HashMap<Arc<str>, Option<Key>>)>,
 }
+
+impl Index {
+    fn new(set: OrderedSet<Key>, pending: Option<u64>) -> Index {
+        Index {
+            set,
+            generation: 1,
+            subscribers: 1,
+            pending: pending.map(|id| (id, HashMap::new())),
+        }
+    }
+
+    /// Moves `name` from `old` to `new` (either may be absent).
+    fn move_key(&mut self, name: &Arc<str>, old: Option<Key>, new: Option<Key>) {
+        if let Some((_, changed)) = &mut self.pending {
+            // The set being built holds the key `name` had at the first change.
+            changed.entry(name.clone()).or_insert(old);
+            return;
+        }
+        let was = old.is_some_and(|k| self.set.remove(&k));
+        let is = new.is_some_and(|k| self.set.insert(k));
+        if was || is {
+            self.generation += 1;
+        }
+    }
+}
+
+/// An index too large to sort on the hub task: its keys, collected in one pass,
+/// to be sorted into a set elsewhere ([`Build::run`]) and handed back to
+/// [`Views::install`].
+pub struct Build {
+    index: IndexSpec,
+    id: u64,
+    keys: Vec<Key>,
+}
+
+/// A [`Build`]'s result.
+pub struct Built {
+    index: IndexSpec,
+    id: u64,
+    set: OrderedSet<Key>,
+}
+
+impl Build {
+    pub fn run(mut self) -> Built {
+        self.keys.sort_unstable();
+        Built {
+            index: self.index,
+            id: self.id,
+            set: self.keys.into_iter().collect(),
+        }
+    }
+}
+
+/// Indexes of this many locks or more are sorted by a [`Build`] off the hub
+/// task, so that a new view over a large fleet never holds up the frames of the
+/// others; smaller ones on the hub task (a few milliseconds).
+pub const OFF_TASK_BUILD_FROM: usize = 50_000;
 
 struct Sub {
     view_id: u32,
@@ -124,6 +197,10 @@ pub struct Views {
     /// when they actually differ (a rewrite leaves every count as it was).
     published: Aggregates,
     aggregates_gen: u64,
+    /// Index builds waiting to be run ([`Views::take_builds`]); their ids count up.
+    builds: Vec<Build>,
+    next_build: u64,
+    off_task_build_from: usize,
 }
 
 impl Default for Views {
@@ -147,17 +224,23 @@ impl Views {
             aggregates_touched: false,
             published: Aggregates::default(),
             aggregates_gen: 1,
+            builds: Vec::new(),
+            next_build: 1,
+            off_task_build_from: OFF_TASK_BUILD_FROM,
         };
         // The default view (the bare page) is always ready.
-        v.indexes.insert(
-            IndexSpec::default_view(),
-            Index {
-                set: OrderedSet::new(),
-                generation: 1,
-                subscribers: 1,
-            },
-        );
+        v.indexes
+            .insert(IndexSpec::default_view(), Index::new(OrderedSet::new(), None));
         v
+    }
+
+    /// Leaves indexes of `from` locks or more to [`Build`]s (tests use 0 to drive
+    /// every build by hand).
+    pub fn with_off_task_build_from(from: usize) -> Views {
+        Views {
+            off_task_build_from: from,
+            ..Views::new()
+        }
     }
 
     /// Follows one effective change of `state` (as returned by
@@ -207,6 +290,7 @@ impl Views {
             waiters,
             // Shared with the table: the reducer interns every record's service.
             service: entry.record().map(|r| r.service.clone()),
+            host: entry.record().map(|r| r.host.clone()),
             version: self.next_version,
             deadline: RowState::next_change(entry, now),
         };
@@ -216,11 +300,8 @@ impl Views {
             self.deadlines.insert((at, name.clone()));
         }
         for (spec, index) in self.indexes.iter_mut() {
-            let was = old.as_ref().is_some_and(|o| index.set.remove(&o.key(&name, spec.key)));
-            let is = spec.filter.matches(entry, row_state) && index.set.insert(meta.key(&name, spec.key));
-            if was || is {
-                index.generation += 1;
-            }
+            let old = old.as_ref().and_then(|o| o.key_in(&name, spec));
+            index.move_key(&name, old, meta.key_in(&name, spec));
         }
         self.meta.insert(name, meta);
     }
@@ -229,9 +310,7 @@ impl Views {
     fn unplace(&mut self, name: &str) {
         let Some((name, old)) = self.take(name) else { return };
         for (spec, index) in self.indexes.iter_mut() {
-            if index.set.remove(&old.key(&name, spec.key)) {
-                index.generation += 1;
-            }
+            index.move_key(&name, old.key_in(&name, spec), None);
         }
     }
 
@@ -284,10 +363,10 @@ impl Views {
     }
 
     /// Adds a subscriber looking at `spec`; its first frame is due at once.
-    pub fn subscribe(&mut self, state: &FleetState, view_id: u32, spec: ViewSpec, now: Now) -> SubId {
+    pub fn subscribe(&mut self, view_id: u32, spec: ViewSpec, now: Now) -> SubId {
         let id = self.next_sub;
         self.next_sub += 1;
-        let index = self.attach(state, &spec);
+        let index = self.attach(&spec);
         self.subs.insert(
             id,
             Sub {
@@ -314,13 +393,13 @@ impl Views {
 
     /// Points a subscriber at another view; what it holds stays, so the next frame
     /// carries only rows it does not have.
-    pub fn set_view(&mut self, state: &FleetState, id: SubId, view_id: u32, spec: ViewSpec, now: Now) {
+    pub fn set_view(&mut self, id: SubId, view_id: u32, spec: ViewSpec, now: Now) {
         let Some(old) = self.subs.get(&id).map(|s| s.index.clone()) else {
             return;
         };
         let index = IndexSpec::of(&spec);
         if index != old {
-            self.attach(state, &spec);
+            self.attach(&spec);
             self.detach(&old);
         }
         let sub = self.subs.get_mut(&id).expect("checked above");
@@ -373,7 +452,11 @@ impl Views {
     /// When (monotonic) the earliest subscriber may next be sent a frame (`None`: nobody has
     /// anything to send, or everybody with something has too many frames unacked).
     pub fn next_send(&self) -> Option<Millis> {
-        self.subs.values().filter_map(Sub::ready_at).min()
+        self.subs
+            .values()
+            .filter(|s| self.index_ready(&s.index))
+            .filter_map(Sub::ready_at)
+            .min()
     }
 
     /// Builds the frames due at `now`: for each subscriber with unsent changes,
@@ -383,7 +466,7 @@ impl Views {
         let due: Vec<SubId> = self
             .subs
             .iter()
-            .filter(|(_, s)| s.ready_at().is_some_and(|at| at <= now.mono))
+            .filter(|(_, s)| s.ready_at().is_some_and(|at| at <= now.mono) && self.index_ready(&s.index))
             .map(|(id, _)| *id)
             .collect();
         due.into_iter()
@@ -415,7 +498,7 @@ impl Views {
         };
         let aggregates = send_aggregates.then(|| self.published.clone());
         let sub = self.subs.get_mut(&id)?;
-        let index = self.indexes.get(&sub.index)?;
+        let index = self.indexes.get(&sub.index).filter(|i| i.pending.is_none())?;
         let window = window_of(index, &sub.spec);
         let dirty_since = sub.dirty_since.take().unwrap_or(now);
         sub.index_gen = index.generation;
@@ -475,42 +558,97 @@ impl Views {
     }
 
     /// A one-off window of `spec` (for a server-rendered page): the first frame a
-    /// new subscriber would get.
-    pub fn render(&mut self, state: &FleetState, spec: &ViewSpec, now: Now) -> WindowFrame {
-        let id = self.subscribe(state, 0, spec.clone(), now);
+    /// new subscriber would get, or, while its index is being built, the
+    /// subscriber to pass to [`Views::render_sub`] once [`Views::is_ready`].
+    pub fn render(&mut self, state: &FleetState, spec: &ViewSpec, now: Now) -> Result<WindowFrame, SubId> {
+        let id = self.subscribe(0, spec.clone(), now);
+        match self.is_ready(id) {
+            true => Ok(self.render_sub(state, id, now)),
+            false => Err(id),
+        }
+    }
+
+    /// The first frame of a subscriber made by [`Views::render`], which it ends.
+    pub fn render_sub(&mut self, state: &FleetState, id: SubId, now: Now) -> WindowFrame {
         let mut frame = self
             .frame(state, id, now)
-            .expect("a fresh subscriber always gets a frame");
+            .expect("a fresh subscriber with its index built always gets a frame");
         self.unsubscribe(id);
         frame.aggregates.get_or_insert_with(|| self.aggregates());
         frame
     }
 
     /// Makes sure the index for `spec` exists and counts one more user of it.
-    fn attach(&mut self, state: &FleetState, spec: &ViewSpec) -> IndexSpec {
+    fn attach(&mut self, spec: &ViewSpec) -> IndexSpec {
         let key = IndexSpec::of(spec);
         if let Some(index) = self.indexes.get_mut(&key) {
             index.subscribers += 1;
             return key;
         }
-        // Built from the metas (already placed): one pass over the fleet, then a
-        // sort. The first viewer of a new filter pays it; later events are O(log n).
-        let mut keys: Vec<Key> = self
-            .meta
-            .iter()
-            .filter(|(n, m)| state.get(n).is_some_and(|e| key.filter.matches(e, m.state)))
-            .map(|(n, m)| m.key(n, key.key))
-            .collect();
-        keys.sort_unstable();
-        self.indexes.insert(
-            key.clone(),
-            Index {
-                set: keys.into_iter().collect(),
-                generation: 1,
-                subscribers: 1,
-            },
-        );
+        // Built from the metas (already placed): one pass over the fleet here,
+        // then a sort, here or off the task. Later events are O(log n).
+        let keys: Vec<Key> = self.meta.iter().filter_map(|(n, m)| m.key_in(n, &key)).collect();
+        let index = if keys.len() < self.off_task_build_from {
+            let built = Build {
+                index: key.clone(),
+                id: 0,
+                keys,
+            };
+            Index::new(built.run().set, None)
+        } else {
+            let id = self.next_build;
+            self.next_build += 1;
+            self.builds.push(Build {
+                index: key.clone(),
+                id,
+                keys,
+            });
+            Index::new(OrderedSet::new(), Some(id))
+        };
+        self.indexes.insert(key.clone(), index);
         key
+    }
+
+    /// Index builds to run off the hub task, each then given to [`Views::install`].
+    pub fn take_builds(&mut self) -> Vec<Build> {
+        std::mem::take(&mut self.builds)
+    }
+
+    /// Whether `build` is still wanted (its index may have lost its last viewer
+    /// while the build waited to run).
+    pub fn wants(&self, build: &Build) -> bool {
+        self.indexes
+            .get(&build.index)
+            .is_some_and(|i| i.pending.as_ref().is_some_and(|(id, _)| *id == build.id))
+    }
+
+    /// Puts a built index in service: the locks changed while it was built are
+    /// moved to where they are now, and its viewers are due a frame.
+    pub fn install(&mut self, built: Built) {
+        let Some(index) = self.indexes.get_mut(&built.index) else {
+            return;
+        };
+        match &index.pending {
+            Some((id, _)) if *id == built.id => {}
+            // A build for an index since dropped (and perhaps made again).
+            _ => return,
+        }
+        let (_, changed) = index.pending.take().expect("checked above");
+        index.set = built.set;
+        for (name, old) in changed {
+            let new = self.meta.get(&name).and_then(|m| m.key_in(&name, &built.index));
+            index.move_key(&name, old, new);
+        }
+        index.generation += 1;
+    }
+
+    /// Whether subscriber `id`'s view can be shown (its index is not being built).
+    pub fn is_ready(&self, id: SubId) -> bool {
+        self.subs.get(&id).is_some_and(|s| self.index_ready(&s.index))
+    }
+
+    fn index_ready(&self, index: &IndexSpec) -> bool {
+        self.indexes.get(index).is_some_and(|i| i.pending.is_none())
     }
 
     fn detach(&mut self, key: &IndexSpec) {
@@ -522,9 +660,10 @@ impl Views {
         }
     }
 
-    /// The names of `spec`'s window, in order (for tests and recounts).
+    /// The names of `spec`'s window, in order (for tests and recounts); `None`
+    /// if nobody looks at it or its index is being built.
     pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
-        let index = self.indexes.get(&IndexSpec::of(spec))?;
+        let index = self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.pending.is_none())?;
         let w = window_of(index, spec);
         Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
     }

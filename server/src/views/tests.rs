@@ -222,13 +222,13 @@ fn windows_match_a_full_resort_under_inserts_removals_and_resorts() {
         // Every index exists from the start (subscribed) or is built midway.
         let half = specs.len() / 2;
         for spec in &specs[..half] {
-            sim.views.subscribe(&sim.state, 1, spec.clone(), sim.t());
+            sim.views.subscribe(1, spec.clone(), sim.t());
         }
         for step in 0..400 {
             sim.step();
             if step == 200 {
                 for spec in &specs[half..] {
-                    sim.views.subscribe(&sim.state, 1, spec.clone(), sim.t());
+                    sim.views.subscribe(1, spec.clone(), sim.t());
                 }
             }
             if step % 25 == 0 || step == 399 {
@@ -241,6 +241,74 @@ fn windows_match_a_full_resort_under_inserts_removals_and_resorts() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn indexes_built_off_the_task_catch_up_with_what_changed_meanwhile() {
+    for seed in 0..20 {
+        let mut sim = Sim::new(seed);
+        sim.views = Views::with_off_task_build_from(0);
+        for _ in 0..150 {
+            sim.step();
+        }
+        let specs: Vec<ViewSpec> = Sim::specs()
+            .into_iter()
+            .filter(|s| IndexSpec::of(s) != IndexSpec::default_view())
+            .collect();
+        let ids: Vec<SubId> = specs
+            .iter()
+            .map(|s| sim.views.subscribe(1, s.clone(), sim.t()))
+            .collect();
+        // One index is dropped and made again while its first build waits: that
+        // build must not be installed over the second one's changes.
+        let again = IndexSpec::of(&specs[0]);
+        let first = sim.views.take_builds();
+        let mut ids = ids;
+        for (spec, id) in specs.iter().zip(&mut ids) {
+            if IndexSpec::of(spec) == again {
+                sim.views.unsubscribe(*id);
+            }
+        }
+        for _ in 0..50 {
+            sim.step();
+        }
+        for (spec, id) in specs.iter().zip(&mut ids) {
+            if IndexSpec::of(spec) == again {
+                *id = sim.views.subscribe(1, spec.clone(), sim.t());
+            }
+        }
+        for _ in 0..150 {
+            sim.step();
+        }
+        // Nothing of a view is sent before its index is complete.
+        assert!(ids.iter().all(|id| !sim.views.is_ready(*id)));
+        assert!(sim.views.due_frames(&sim.state, sim.t()).is_empty(), "seed {seed}");
+        let stale: Vec<Built> = first.into_iter().map(Build::run).collect();
+        let fresh: Vec<Built> = sim.views.take_builds().into_iter().map(Build::run).collect();
+        assert_eq!(fresh.len(), 1, "only the index made again is built again");
+        for built in stale.into_iter().chain(fresh) {
+            sim.views.install(built);
+        }
+        for spec in &specs {
+            assert_eq!(
+                sim.views.window_names(spec),
+                Some(sim.brute(spec)),
+                "seed {seed}, {spec:?}"
+            );
+        }
+        // And they follow later events as any index does.
+        for _ in 0..100 {
+            sim.step();
+        }
+        for spec in &specs {
+            assert_eq!(
+                sim.views.window_names(spec),
+                Some(sim.brute(spec)),
+                "seed {seed}, {spec:?}"
+            );
+        }
+        assert_eq!(sim.views.due_frames(&sim.state, sim.t()).len(), ids.len());
     }
 }
 
@@ -298,7 +366,7 @@ fn coalescing_never_loses_the_final_state_of_a_row() {
             },
             ..ViewSpec::default()
         };
-        let id = sim.views.subscribe(&sim.state, 1, spec.clone(), sim.t());
+        let id = sim.views.subscribe(1, spec.clone(), sim.t());
         let mut b = Browser {
             id,
             window: Window::default(),
@@ -343,7 +411,7 @@ fn coalescing_never_loses_the_final_state_of_a_row() {
 #[test]
 fn a_subscriber_that_stops_acknowledging_gets_nothing_more_then_only_the_present() {
     let mut sim = Sim::new(7);
-    let id = sim.views.subscribe(&sim.state, 1, ViewSpec::default(), sim.t());
+    let id = sim.views.subscribe(1, ViewSpec::default(), sim.t());
     let mut b = Browser {
         id,
         window: Window::default(),
@@ -374,7 +442,7 @@ fn a_subscriber_that_stops_acknowledging_gets_nothing_more_then_only_the_present
 #[test]
 fn frames_are_paced_and_quiet_fleets_send_nothing() {
     let mut sim = Sim::new(3);
-    let id = sim.views.subscribe(&sim.state, 1, ViewSpec::default(), sim.t());
+    let id = sim.views.subscribe(1, ViewSpec::default(), sim.t());
     let first = sim.views.due_frames(&sim.state, sim.t());
     assert_eq!(first.len(), 1);
     assert!(first[0].1.full, "the first frame replaces whatever the browser had");
@@ -413,7 +481,7 @@ fn short_holds_at_the_bottom_do_not_move_the_top_of_the_default_view() {
         limit: 10,
         ..ViewSpec::default()
     };
-    let id = sim.views.subscribe(&sim.state, 1, top.clone(), sim.t());
+    let id = sim.views.subscribe(1, top.clone(), sim.t());
     let mut b = Browser {
         id,
         window: Window::default(),
@@ -461,13 +529,13 @@ fn a_view_change_sends_only_rows_the_browser_lacks() {
         ..ViewSpec::default()
     };
     assert!(sim.state.len() >= 9, "enough locks to scroll");
-    let id = sim.views.subscribe(&sim.state, 1, spec(0), sim.t());
+    let id = sim.views.subscribe(1, spec(0), sim.t());
     let mut b = Browser {
         id,
         window: Window::default(),
     };
     b.take(&mut sim, true);
-    sim.views.set_view(&sim.state, id, 2, spec(3), sim.t());
+    sim.views.set_view(id, 2, spec(3), sim.t());
     sim.now += 100;
     let frames = sim.views.due_frames(&sim.state, sim.t());
     let f = &frames[0].1;
@@ -487,9 +555,8 @@ fn indexes_are_shared_and_dropped_with_their_last_viewer() {
         },
         ..ViewSpec::default()
     };
-    let a = sim.views.subscribe(&sim.state, 1, billing.clone(), sim.t());
+    let a = sim.views.subscribe(1, billing.clone(), sim.t());
     let b = sim.views.subscribe(
-        &sim.state,
         1,
         ViewSpec {
             offset: 50,
@@ -506,7 +573,7 @@ fn indexes_are_shared_and_dropped_with_their_last_viewer() {
         sim.views.window_names(&ViewSpec::default()).is_some(),
         "the default view stays"
     );
-    let page = sim.views.render(&sim.state, &billing, sim.t());
+    let page = sim.views.render(&sim.state, &billing, sim.t()).unwrap();
     assert!(page.full && page.aggregates.is_some());
     assert_eq!(sim.views.indexes.len(), 1, "rendering a page leaves nothing behind");
 }
@@ -533,7 +600,7 @@ fn row_changes_are_not_held_back_by_the_aggregates_rate_limit() {
         },
         ..ViewSpec::default()
     };
-    let id = sim.views.subscribe(&sim.state, 1, spec, sim.t());
+    let id = sim.views.subscribe(1, spec, sim.t());
     let first = sim.views.frame(&sim.state, id, sim.t()).expect("first frame");
     assert!(first.aggregates.is_some());
     sim.views.ack(id, first.seq);
