@@ -14,7 +14,7 @@ const PREFIX: &str = "/lockscope-test/";
 
 fn config(endpoint: String) -> EtcdConfig {
     let mut cfg = EtcdConfig::new(vec![endpoint], PREFIX);
-    cfg.page_size = 64; // many pages for a thousand locks
+    cfg.span_read_max = 64; // many spans for a thousand locks
     cfg.backoff_min = Duration::from_millis(50);
     cfg.backoff_max = Duration::from_millis(200);
     cfg.request_timeout = Duration::from_secs(2);
@@ -211,10 +211,25 @@ async fn waiters_are_observed_while_they_wait() {
 /// UTF-8, a name that is a prefix of others), while a writer keeps changing keys.
 #[tokio::test]
 async fn a_cut_snapshot_is_exactly_the_table_at_its_revision() {
-    use etcd_client::{Client, GetOptions, Txn, TxnOp};
     let etcd = EtcdServer::start().await;
     let mut cfg = config(etcd.endpoint());
-    cfg.page_size = 40; // cut deep: thousands of spans
+    cfg.span_read_max = 40; // cut deep: thousands of spans
+    snapshot_is_exactly_the_table(&etcd, cfg).await;
+}
+
+/// Spans whose response would exceed the size accepted are read in pages instead.
+#[tokio::test]
+async fn spans_too_large_for_one_response_are_paged() {
+    let etcd = EtcdServer::start().await;
+    let mut cfg = config(etcd.endpoint());
+    cfg.span_read_max = 5_000;
+    cfg.response_max_bytes = 16 << 10; // a few hundred keys
+    cfg.page_size = 40;
+    snapshot_is_exactly_the_table(&etcd, cfg).await;
+}
+
+async fn snapshot_is_exactly_the_table(etcd: &EtcdServer, cfg: EtcdConfig) {
+    use etcd_client::{Client, GetOptions, Txn, TxnOp};
     let mut names: Vec<String> = Vec::new();
     for i in 0..12_000 {
         names.push(match i % 5 {
@@ -256,6 +271,7 @@ async fn a_cut_snapshot_is_exactly_the_table_at_its_revision() {
                 Some(FleetEvent::Reset { revision, locks, .. }) => break (revision, locks),
                 _ => continue,
             },
+            ObserverEvent::Status(StoreStatus::Unreachable { error, .. }) => panic!("the snapshot failed: {error}"),
             ObserverEvent::Status(_) => {}
         }
     };

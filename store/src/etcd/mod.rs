@@ -31,7 +31,12 @@ pub struct EtcdConfig {
     pub prefix: String,
     /// Limit for connecting and for each unary request.
     pub request_timeout: Duration,
-    /// Keys per snapshot page (the gRPC message limit is 4 MiB; records are small).
+    /// A snapshot reads a span of keys of at most this many keys in one request,
+    /// and cuts larger ones (see the observer).
+    pub span_read_max: i64,
+    /// The largest snapshot response accepted (tonic's default is 4 MiB).
+    pub response_max_bytes: usize,
+    /// Keys per page when a span's response would be larger than that.
     pub page_size: i64,
     pub backoff_min: Duration,
     pub backoff_max: Duration,
@@ -47,6 +52,10 @@ impl EtcdConfig {
             endpoints,
             prefix,
             request_timeout: Duration::from_secs(3),
+            // About 25 MB of typical records per read, under a limit that allows
+            // records of 5 KB.
+            span_read_max: 50_000,
+            response_max_bytes: 256 << 20,
             page_size: 500,
             backoff_min: Duration::from_millis(250),
             backoff_max: Duration::from_secs(10),
