@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::views::{Build, Built, Now, SubId, Views};
+use crate::views::{Built, Now, SubId, Views};
 
 /// One serialised [`ServerMsg`].
 pub type Frame = Arc<str>;
@@ -149,6 +149,10 @@ impl HubHandle {
 
     /// Starts a hub fed by a channel of observer events.
     pub fn with_events(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>) -> HubHandle {
+        HubHandle::start(fleet, source, events, Views::new())
+    }
+
+    fn start(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>, views: Views) -> HubHandle {
         let (commands, command_rx) = mpsc::channel(1024);
         let status = StoreStatus::Connecting { since: now_ms() };
         let (summary_tx, summary) = watch::channel(FleetSummary {
@@ -160,13 +164,12 @@ impl HubHandle {
         let (built_tx, built) = mpsc::channel(1);
         let hub = Hub {
             state: FleetState::default(),
-            views: Views::new(),
+            views,
             status,
             subscribers: Default::default(),
             summary: summary_tx,
             started: Instant::now(),
             renders: Vec::new(),
-            builds: Default::default(),
             building: false,
             built_tx,
         };
@@ -229,10 +232,9 @@ struct Hub {
     started: Instant,
     /// Page renders waiting for their view's index to be built.
     renders: Vec<(SubId, oneshot::Sender<(WindowFrame, StoreStatus)>)>,
-    /// Index builds to run, one at a time on a blocking thread, so that a burst of
-    /// new views over a large fleet leaves a core to this task and the rest of
-    /// the server; results come back on `built_tx`'s channel.
-    builds: std::collections::VecDeque<Build>,
+    /// An index build is running on a blocking thread. One at a time, so that a
+    /// burst of new views over a large fleet leaves a core to this task and the
+    /// rest of the server; results come back on `built_tx`'s channel.
     building: bool,
     built_tx: mpsc::Sender<Built>,
 }
@@ -263,6 +265,7 @@ impl Hub {
             }
             self.turn();
             self.start_build();
+            self.answer_renders();
         }
         debug!(fleet = %self.summary.borrow().name, "hub stopped");
     }
@@ -371,30 +374,31 @@ impl Hub {
         }
     }
 
-    /// Runs the next wanted index build, if none is running.
+    /// Starts the next index build, if none is running.
     fn start_build(&mut self) {
-        self.builds.extend(self.views.take_builds());
         if self.building {
             return;
         }
-        while let Some(build) = self.builds.pop_front() {
-            if !self.views.wants(&build) {
-                continue;
-            }
+        if let Some(build) = self.views.next_build() {
             self.building = true;
             let done = self.built_tx.clone();
             tokio::task::spawn_blocking(move || {
                 // The hub outlives its builds unless the server is shutting down.
                 let _ = done.blocking_send(build.run());
             });
-            return;
         }
     }
 
-    /// Puts a built index in service and answers the page renders it held up.
     fn on_built(&mut self, built: Built) {
         self.building = false;
         self.views.install(built);
+    }
+
+    /// Answers the page renders whose view's index is now built.
+    fn answer_renders(&mut self) {
+        if self.renders.is_empty() {
+            return;
+        }
         let now = self.now();
         let (ready, waiting) = std::mem::take(&mut self.renders)
             .into_iter()
@@ -509,5 +513,36 @@ mod tests {
         assert_eq!(frame.offset, 4_950, "clamped so the window is full");
         assert_eq!(frame.rows.len(), 50);
         assert!(frame.full);
+    }
+
+    #[tokio::test]
+    async fn views_whose_index_is_built_off_the_task_are_served_once_it_is() {
+        let (tx, rx) = mpsc::channel(16);
+        let hub = HubHandle::start("f", "test", rx, Views::with_off_task_build_from(0));
+        let many: Vec<FleetEvent> = (0..3_000).map(|i| up(&format!("l{i:05}"), i + 1)).collect();
+        tx.send(ObserverEvent::Events(many)).await.unwrap();
+        let mut summary = hub.summary.clone();
+        summary.wait_for(|s| s.counts.held == 3_000).await.unwrap();
+        let by_name = |prefix: &str| ViewSpec {
+            filter: lockscope_model::view::Filter {
+                prefix: Some(prefix.into()),
+                ..Default::default()
+            },
+            sort: lockscope_model::view::Sort {
+                key: lockscope_model::view::SortKey::Name,
+                reverse: true,
+            },
+            limit: 10,
+            offset: 0,
+        };
+        // Two page renders and a subscriber at once, each on an index of its own.
+        let (a, b) = tokio::join!(hub.render(by_name("l01")), hub.render(by_name("l02")));
+        let (a, b) = (a.unwrap().0, b.unwrap().0);
+        assert_eq!((a.total, a.order.unwrap()[0].as_str()), (1_000, "l01999"));
+        assert_eq!((b.total, b.order.unwrap()[0].as_str()), (1_000, "l02999"));
+        let mut sub = hub.subscribe(1, by_name("l00")).await.unwrap();
+        tx.send(ObserverEvent::Events(vec![up("l00999", 5_000)])).await.unwrap();
+        let f = next_window(&mut sub).await;
+        assert_eq!((f.total, f.order.unwrap()[0].as_str()), (1_000, "l00999"));
     }
 }

@@ -91,28 +91,43 @@ struct Index {
     /// Bumped whenever membership, order, or a member's content changes.
     generation: u64,
     subscribers: usize,
-    /// While the set is built off the hub task ([`Build`]): which build, and the
-    /// locks changed since its keys were collected, each with the key it had in
-    /// this index then (`None`: not in it). Nobody is sent this index meanwhile.
-    pending: Option<(u64, HashMap<Arc<str>, Option<Key>>)>,
+    /// `Some` while the set is not in service; nobody is sent this index meanwhile.
+    unbuilt: Option<Unbuilt>,
+}
+
+/// An index on its way to service off the hub task (see [`Views::next_build`]).
+enum Unbuilt {
+    /// Waiting for its turn; its keys are not collected yet.
+    Queued,
+    /// Its keys were collected for build `id`; the locks changed since, each with
+    /// the key it had in this index then (`None`: not in it).
+    Building {
+        id: u64,
+        changed: HashMap<Arc<str>, Option<Key>>,
+    },
 }
 
 impl Index {
-    fn new(set: OrderedSet<Key>, pending: Option<u64>) -> Index {
+    fn new(set: OrderedSet<Key>, unbuilt: Option<Unbuilt>) -> Index {
         Index {
             set,
             generation: 1,
             subscribers: 1,
-            pending: pending.map(|id| (id, HashMap::new())),
+            unbuilt,
         }
     }
 
     /// Moves `name` from `old` to `new` (either may be absent).
     fn move_key(&mut self, name: &Arc<str>, old: Option<Key>, new: Option<Key>) {
-        if let Some((_, changed)) = &mut self.pending {
-            // The set being built holds the key `name` had at the first change.
-            changed.entry(name.clone()).or_insert(old);
-            return;
+        match &mut self.unbuilt {
+            None => {}
+            // Its keys will be collected as they are then.
+            Some(Unbuilt::Queued) => return,
+            // The set being built holds the key `name` had at its first change.
+            Some(Unbuilt::Building { changed, .. }) => {
+                changed.entry(name.clone()).or_insert(old);
+                return;
+            }
         }
         let was = old.is_some_and(|k| self.set.remove(&k));
         let is = new.is_some_and(|k| self.set.insert(k));
@@ -122,9 +137,9 @@ impl Index {
     }
 }
 
-/// An index too large to sort on the hub task: its keys, collected in one pass,
-/// to be sorted into a set elsewhere ([`Build::run`]) and handed back to
-/// [`Views::install`].
+/// An index's keys, collected in one pass, to be sorted into a set
+/// ([`Build::run`]): on the hub task for a small fleet, elsewhere for a large one
+/// (handed back to [`Views::install`]).
 pub struct Build {
     index: IndexSpec,
     id: u64,
@@ -150,8 +165,8 @@ impl Build {
 }
 
 /// Indexes of this many locks or more are sorted by a [`Build`] off the hub
-/// task, so that a new view over a large fleet never holds up the frames of the
-/// others; smaller ones on the hub task (a few milliseconds).
+/// task, one at a time, so that new views over a large fleet never hold up the
+/// frames of the others; smaller ones on the hub task (a few milliseconds).
 pub const OFF_TASK_BUILD_FROM: usize = 50_000;
 
 struct Sub {
@@ -178,6 +193,9 @@ struct Sub {
     offset: u64,
     /// Nothing sent yet on this connection.
     fresh: bool,
+    /// A page render's ([`Views::render`]): its one frame is taken by
+    /// [`Views::render_sub`], never sent by [`Views::due_frames`].
+    one_off: bool,
 }
 
 /// Every view of one fleet. See the module docs.
@@ -197,8 +215,9 @@ pub struct Views {
     /// when they actually differ (a rewrite leaves every count as it was).
     published: Aggregates,
     aggregates_gen: u64,
-    /// Index builds waiting to be run ([`Views::take_builds`]); their ids count up.
-    builds: Vec<Build>,
+    /// Indexes waiting for their build ([`Views::next_build`]), first come first
+    /// served; build ids count up.
+    queued: std::collections::VecDeque<IndexSpec>,
     next_build: u64,
     off_task_build_from: usize,
 }
@@ -224,7 +243,7 @@ impl Views {
             aggregates_touched: false,
             published: Aggregates::default(),
             aggregates_gen: 1,
-            builds: Vec::new(),
+            queued: Default::default(),
             next_build: 1,
             off_task_build_from: OFF_TASK_BUILD_FROM,
         };
@@ -386,6 +405,7 @@ impl Views {
                 total: 0,
                 offset: 0,
                 fresh: true,
+                one_off: false,
             },
         );
         id
@@ -498,7 +518,7 @@ impl Views {
         };
         let aggregates = send_aggregates.then(|| self.published.clone());
         let sub = self.subs.get_mut(&id)?;
-        let index = self.indexes.get(&sub.index).filter(|i| i.pending.is_none())?;
+        let index = self.indexes.get(&sub.index).filter(|i| i.unbuilt.is_none())?;
         let window = window_of(index, &sub.spec);
         let dirty_since = sub.dirty_since.take().unwrap_or(now);
         sub.index_gen = index.generation;
@@ -562,6 +582,7 @@ impl Views {
     /// subscriber to pass to [`Views::render_sub`] once [`Views::is_ready`].
     pub fn render(&mut self, state: &FleetState, spec: &ViewSpec, now: Now) -> Result<WindowFrame, SubId> {
         let id = self.subscribe(0, spec.clone(), now);
+        self.subs.get_mut(&id).expect("just made").one_off = true;
         match self.is_ready(id) {
             true => Ok(self.render_sub(state, id, now)),
             false => Err(id),
@@ -585,41 +606,53 @@ impl Views {
             index.subscribers += 1;
             return key;
         }
-        // Built from the metas (already placed): one pass over the fleet here,
-        // then a sort, here or off the task. Later events are O(log n).
-        let keys: Vec<Key> = self.meta.iter().filter_map(|(n, m)| m.key_in(n, &key)).collect();
-        let index = if keys.len() < self.off_task_build_from {
-            let built = Build {
-                index: key.clone(),
-                id: 0,
-                keys,
-            };
-            Index::new(built.run().set, None)
+        // A small fleet's index is built here and now; a large one's waits for
+        // its turn, so that a burst of new views does not stall this task.
+        let index = if self.meta.len() < self.off_task_build_from {
+            Index::new(self.collect(&key).run().set, None)
         } else {
-            let id = self.next_build;
-            self.next_build += 1;
-            self.builds.push(Build {
-                index: key.clone(),
-                id,
-                keys,
-            });
-            Index::new(OrderedSet::new(), Some(id))
+            self.queued.push_back(key.clone());
+            Index::new(OrderedSet::new(), Some(Unbuilt::Queued))
         };
         self.indexes.insert(key.clone(), index);
         key
     }
 
-    /// Index builds to run off the hub task, each then given to [`Views::install`].
-    pub fn take_builds(&mut self) -> Vec<Build> {
-        std::mem::take(&mut self.builds)
+    /// The keys of every lock `index` takes: one pass over the metas (already
+    /// placed), unsorted.
+    fn collect(&mut self, index: &IndexSpec) -> Build {
+        let id = self.next_build;
+        self.next_build += 1;
+        Build {
+            index: index.clone(),
+            id,
+            keys: self.meta.iter().filter_map(|(n, m)| m.key_in(n, index)).collect(),
+        }
     }
 
-    /// Whether `build` is still wanted (its index may have lost its last viewer
-    /// while the build waited to run).
-    pub fn wants(&self, build: &Build) -> bool {
-        self.indexes
-            .get(&build.index)
-            .is_some_and(|i| i.pending.as_ref().is_some_and(|(id, _)| *id == build.id))
+    /// The next queued index's keys, to be sorted off the hub task and handed to
+    /// [`Views::install`]. Those few enough to sort here are installed at once.
+    pub fn next_build(&mut self) -> Option<Build> {
+        while let Some(spec) = self.queued.pop_front() {
+            if !self
+                .indexes
+                .get(&spec)
+                .is_some_and(|i| matches!(i.unbuilt, Some(Unbuilt::Queued)))
+            {
+                continue; // dropped (perhaps made again, and queued again)
+            }
+            let build = self.collect(&spec);
+            let index = self.indexes.get_mut(&spec).expect("checked above");
+            index.unbuilt = Some(Unbuilt::Building {
+                id: build.id,
+                changed: HashMap::new(),
+            });
+            if build.keys.len() >= self.off_task_build_from {
+                return Some(build);
+            }
+            self.install(build.run());
+        }
+        None
     }
 
     /// Puts a built index in service: the locks changed while it was built are
@@ -628,12 +661,14 @@ impl Views {
         let Some(index) = self.indexes.get_mut(&built.index) else {
             return;
         };
-        match &index.pending {
-            Some((id, _)) if *id == built.id => {}
+        let changed = match index.unbuilt.take() {
+            Some(Unbuilt::Building { id, changed }) if id == built.id => changed,
             // A build for an index since dropped (and perhaps made again).
-            _ => return,
-        }
-        let (_, changed) = index.pending.take().expect("checked above");
+            other => {
+                index.unbuilt = other;
+                return;
+            }
+        };
         index.set = built.set;
         for (name, old) in changed {
             let new = self.meta.get(&name).and_then(|m| m.key_in(&name, &built.index));
@@ -648,7 +683,7 @@ impl Views {
     }
 
     fn index_ready(&self, index: &IndexSpec) -> bool {
-        self.indexes.get(index).is_some_and(|i| i.pending.is_none())
+        self.indexes.get(index).is_some_and(|i| i.unbuilt.is_none())
     }
 
     fn detach(&mut self, key: &IndexSpec) {
@@ -663,7 +698,7 @@ impl Views {
     /// The names of `spec`'s window, in order (for tests and recounts); `None`
     /// if nobody looks at it or its index is being built.
     pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
-        let index = self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.pending.is_none())?;
+        let index = self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none())?;
         let w = window_of(index, spec);
         Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
     }
@@ -686,6 +721,9 @@ impl Sub {
     /// When this subscriber may be sent its next frame, if it has anything unsent
     /// and room for another frame in flight.
     fn ready_at(&self) -> Option<Millis> {
+        if self.one_off {
+            return None;
+        }
         let since = self.dirty_since?;
         if self.seq - self.acked >= MAX_IN_FLIGHT {
             return None;

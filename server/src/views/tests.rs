@@ -263,7 +263,11 @@ fn indexes_built_off_the_task_catch_up_with_what_changed_meanwhile() {
         // One index is dropped and made again while its first build waits: that
         // build must not be installed over the second one's changes.
         let again = IndexSpec::of(&specs[0]);
-        let first = sim.views.take_builds();
+        // Their keys are collected only when each build's turn comes.
+        for _ in 0..20 {
+            sim.step();
+        }
+        let first: Vec<Build> = std::iter::from_fn(|| sim.views.next_build()).collect();
         let mut ids = ids;
         for (spec, id) in specs.iter().zip(&mut ids) {
             if IndexSpec::of(spec) == again {
@@ -285,7 +289,7 @@ fn indexes_built_off_the_task_catch_up_with_what_changed_meanwhile() {
         assert!(ids.iter().all(|id| !sim.views.is_ready(*id)));
         assert!(sim.views.due_frames(&sim.state, sim.t()).is_empty(), "seed {seed}");
         let stale: Vec<Built> = first.into_iter().map(Build::run).collect();
-        let fresh: Vec<Built> = sim.views.take_builds().into_iter().map(Build::run).collect();
+        let fresh: Vec<Built> = std::iter::from_fn(|| sim.views.next_build()).map(Build::run).collect();
         assert_eq!(fresh.len(), 1, "only the index made again is built again");
         for built in stale.into_iter().chain(fresh) {
             sim.views.install(built);
