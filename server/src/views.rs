@@ -5,7 +5,8 @@
 //!   found in O(log n) and an event moves one key, never re-sorting the fleet. A
 //!   reversed view reads the same index from the end. Indexes are shared by every
 //!   subscriber of that (filter, key) and dropped with the last one; the default
-//!   view's index always exists.
+//!   view's index always exists. A new index over a large fleet is sorted off the
+//!   hub task ([`index`]).
 //! - Per lock a small [`Meta`]: what its old position was computed from, its
 //!   state, and a version bumped on every change (record or waiters).
 //! - States change with time (healthy → overdue → expired): each lock's next
@@ -26,17 +27,19 @@ use std::sync::Arc;
 use indexset::BTreeSet as OrderedSet;
 use lockscope_model::time::Millis;
 use lockscope_model::view::{
-    sort_key, Aggregates, Filter, RowState, SortFields, SortKey, ViewSpec, WindowFrame, WindowRow, TOP_SERVICES,
+    sort_key, Aggregates, RowState, SortFields, SortKey, ViewSpec, WindowFrame, WindowRow, TOP_SERVICES,
 };
 use lockscope_model::wire::{MAX_IN_FLIGHT, MIN_FRAME_INTERVAL_MS};
 use lockscope_model::{Changed, Counts, FleetState};
 
+mod index;
+
+use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
+pub use index::{Build, Built};
+
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.
 pub const AGGREGATES_EVERY_MS: i64 = 250;
-
-/// An index key: the lock's position, then its name.
-type Key = (i64, i64, Arc<str>);
 
 /// Identifies a subscriber within one hub.
 pub type SubId = u64;
@@ -79,95 +82,6 @@ impl Meta {
             .then(|| self.key(name, index.key))
     }
 }
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct IndexSpec {
-    filter: Filter,
-    key: SortKey,
-}
-
-struct Index {
-    set: OrderedSet<Key>,
-    /// Bumped whenever membership, order, or a member's content changes.
-    generation: u64,
-    subscribers: usize,
-    /// `Some` while the set is not in service; nobody is sent this index meanwhile.
-    unbuilt: Option<Unbuilt>,
-}
-
-/// An index on its way to service off the hub task (see [`Views::next_build`]).
-enum Unbuilt {
-    /// Waiting for its turn; its keys are not collected yet.
-    Queued,
-    /// Its keys were collected for build `id`; the locks changed since, each with
-    /// the key it had in this index then (`None`: not in it).
-    Building {
-        id: u64,
-        changed: HashMap<Arc<str>, Option<Key>>,
-    },
-}
-
-impl Index {
-    fn new(set: OrderedSet<Key>, unbuilt: Option<Unbuilt>) -> Index {
-        Index {
-            set,
-            generation: 1,
-            subscribers: 1,
-            unbuilt,
-        }
-    }
-
-    /// Moves `name` from `old` to `new` (either may be absent).
-    fn move_key(&mut self, name: &Arc<str>, old: Option<Key>, new: Option<Key>) {
-        match &mut self.unbuilt {
-            None => {}
-            // Its keys will be collected as they are then.
-            Some(Unbuilt::Queued) => return,
-            // The set being built holds the key `name` had at its first change.
-            Some(Unbuilt::Building { changed, .. }) => {
-                changed.entry(name.clone()).or_insert(old);
-                return;
-            }
-        }
-        let was = old.is_some_and(|k| self.set.remove(&k));
-        let is = new.is_some_and(|k| self.set.insert(k));
-        if was || is {
-            self.generation += 1;
-        }
-    }
-}
-
-/// An index's keys, collected in one pass, to be sorted into a set
-/// ([`Build::run`]): on the hub task for a small fleet, elsewhere for a large one
-/// (handed back to [`Views::install`]).
-pub struct Build {
-    index: IndexSpec,
-    id: u64,
-    keys: Vec<Key>,
-}
-
-/// A [`Build`]'s result.
-pub struct Built {
-    index: IndexSpec,
-    id: u64,
-    set: OrderedSet<Key>,
-}
-
-impl Build {
-    pub fn run(mut self) -> Built {
-        self.keys.sort_unstable();
-        Built {
-            index: self.index,
-            id: self.id,
-            set: self.keys.into_iter().collect(),
-        }
-    }
-}
-
-/// Indexes of this many locks or more are sorted by a [`Build`] off the hub
-/// task, one at a time, so that new views over a large fleet never hold up the
-/// frames of the others; smaller ones on the hub task (a few milliseconds).
-pub const OFF_TASK_BUILD_FROM: usize = 50_000;
 
 struct Sub {
     view_id: u32,
@@ -599,121 +513,12 @@ impl Views {
         frame
     }
 
-    /// Makes sure the index for `spec` exists and counts one more user of it.
-    fn attach(&mut self, spec: &ViewSpec) -> IndexSpec {
-        let key = IndexSpec::of(spec);
-        if let Some(index) = self.indexes.get_mut(&key) {
-            index.subscribers += 1;
-            return key;
-        }
-        // A small fleet's index is built here and now; a large one's waits for
-        // its turn, so that a burst of new views does not stall this task.
-        let index = if self.meta.len() < self.off_task_build_from {
-            Index::new(self.collect(&key).run().set, None)
-        } else {
-            self.queued.push_back(key.clone());
-            Index::new(OrderedSet::new(), Some(Unbuilt::Queued))
-        };
-        self.indexes.insert(key.clone(), index);
-        key
-    }
-
-    /// The keys of every lock `index` takes: one pass over the metas (already
-    /// placed), unsorted.
-    fn collect(&mut self, index: &IndexSpec) -> Build {
-        let id = self.next_build;
-        self.next_build += 1;
-        Build {
-            index: index.clone(),
-            id,
-            keys: self.meta.iter().filter_map(|(n, m)| m.key_in(n, index)).collect(),
-        }
-    }
-
-    /// The next queued index's keys, to be sorted off the hub task and handed to
-    /// [`Views::install`]. Those few enough to sort here are installed at once.
-    pub fn next_build(&mut self) -> Option<Build> {
-        while let Some(spec) = self.queued.pop_front() {
-            if !self
-                .indexes
-                .get(&spec)
-                .is_some_and(|i| matches!(i.unbuilt, Some(Unbuilt::Queued)))
-            {
-                continue; // dropped (perhaps made again, and queued again)
-            }
-            let build = self.collect(&spec);
-            let index = self.indexes.get_mut(&spec).expect("checked above");
-            index.unbuilt = Some(Unbuilt::Building {
-                id: build.id,
-                changed: HashMap::new(),
-            });
-            if build.keys.len() >= self.off_task_build_from {
-                return Some(build);
-            }
-            self.install(build.run());
-        }
-        None
-    }
-
-    /// Puts a built index in service: the locks changed while it was built are
-    /// moved to where they are now, and its viewers are due a frame.
-    pub fn install(&mut self, built: Built) {
-        let Some(index) = self.indexes.get_mut(&built.index) else {
-            return;
-        };
-        let changed = match index.unbuilt.take() {
-            Some(Unbuilt::Building { id, changed }) if id == built.id => changed,
-            // A build for an index since dropped (and perhaps made again).
-            other => {
-                index.unbuilt = other;
-                return;
-            }
-        };
-        index.set = built.set;
-        for (name, old) in changed {
-            let new = self.meta.get(&name).and_then(|m| m.key_in(&name, &built.index));
-            index.move_key(&name, old, new);
-        }
-        index.generation += 1;
-    }
-
-    /// Whether subscriber `id`'s view can be shown (its index is not being built).
-    pub fn is_ready(&self, id: SubId) -> bool {
-        self.subs.get(&id).is_some_and(|s| self.index_ready(&s.index))
-    }
-
-    fn index_ready(&self, index: &IndexSpec) -> bool {
-        self.indexes.get(index).is_some_and(|i| i.unbuilt.is_none())
-    }
-
-    fn detach(&mut self, key: &IndexSpec) {
-        if let Some(index) = self.indexes.get_mut(key) {
-            index.subscribers -= 1;
-            if index.subscribers == 0 {
-                self.indexes.remove(key);
-            }
-        }
-    }
-
     /// The names of `spec`'s window, in order (for tests and recounts); `None`
     /// if nobody looks at it or its index is being built.
     pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
         let index = self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none())?;
         let w = window_of(index, spec);
         Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
-    }
-}
-
-impl IndexSpec {
-    fn of(spec: &ViewSpec) -> IndexSpec {
-        IndexSpec {
-            filter: spec.filter.clone(),
-            key: spec.sort.key,
-        }
-    }
-
-    fn default_view() -> IndexSpec {
-        IndexSpec::of(&ViewSpec::default())
     }
 }
 
@@ -730,39 +535,6 @@ impl Sub {
         }
         let earliest = self.last_sent.map_or(since, |t| t + MIN_FRAME_INTERVAL_MS as i64);
         Some(since.max(earliest).max(self.not_before))
-    }
-}
-
-struct WindowNow {
-    total: u64,
-    offset: u64,
-    names: Vec<Arc<str>>,
-}
-
-/// The rows of `spec`'s window in `index` now. An offset past the end shows the
-/// last rows, so a window never empties because the view shrank under it.
-fn window_of(index: &Index, spec: &ViewSpec) -> WindowNow {
-    let total = index.set.len();
-    let limit = spec.limit as usize;
-    let offset = (spec.offset.min(usize::MAX as u64) as usize).min(total.saturating_sub(limit));
-    let end = (offset + limit).min(total);
-    let names: Vec<Arc<str>> = if offset >= end {
-        Vec::new()
-    } else if spec.sort.reverse {
-        let mut v: Vec<Arc<str>> = index
-            .set
-            .range_idx(total - end..total - offset)
-            .map(|k| k.2.clone())
-            .collect();
-        v.reverse();
-        v
-    } else {
-        index.set.range_idx(offset..end).map(|k| k.2.clone()).collect()
-    };
-    WindowNow {
-        total: total as u64,
-        offset: offset as u64,
-        names,
     }
 }
 

@@ -1,5 +1,5 @@
 use lockscope_model::record::RECORD_VERSION;
-use lockscope_model::view::{Sort, Window};
+use lockscope_model::view::{Filter, Sort, Window};
 use lockscope_model::{FleetEvent, LockBody, LockEntry, LockRecord, Waiter};
 
 use super::*;
