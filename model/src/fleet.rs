@@ -284,6 +284,14 @@ impl FleetState {
         self.locks.iter().map(|e| &e.0)
     }
 
+    /// Locks whose name starts with `prefix`, in name order (a range, not a scan).
+    pub fn locks_under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
+        self.locks
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .map(|e| &e.0)
+            .take_while(move |e| e.name.starts_with(prefix))
+    }
+
     /// Sessions waiting for `lock`, in order.
     pub fn waiters_of<'a>(&'a self, lock: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         let from = Waiter {

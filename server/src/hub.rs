@@ -379,7 +379,7 @@ impl Hub {
         if self.building {
             return;
         }
-        if let Some(build) = self.views.next_build() {
+        if let Some(build) = self.views.next_build(&self.state) {
             self.building = true;
             let done = self.built_tx.clone();
             tokio::task::spawn_blocking(move || {

@@ -309,3 +309,16 @@ fn liveness_follows_the_deadlines() {
     assert_eq!(RowState::of_record(&r, r.alert_at), RowState::Overdue);
     assert_eq!(RowState::of_record(&r, r.auto_unlock_at), RowState::Expired);
 }
+
+#[test]
+fn locks_under_a_prefix_are_a_range_in_name_order() {
+    let mut s = FleetState::default();
+    for (i, n) in ["b", "ab/c", "a", "ac", "ab", "é", "ab\u{10FFFF}"].iter().enumerate() {
+        s.apply(up(n, 1, i as i64 + 1));
+    }
+    let under = |p: &str| s.locks_under(p).map(|e| e.name.clone()).collect::<Vec<_>>();
+    assert_eq!(under("ab"), ["ab", "ab/c", "ab\u{10FFFF}"]);
+    assert_eq!(under("a"), ["a", "ab", "ab/c", "ab\u{10FFFF}", "ac"]);
+    assert_eq!(under(""), ["a", "ab", "ab/c", "ab\u{10FFFF}", "ac", "b", "é"]);
+    assert!(under("z").is_empty());
+}

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use indexset::BTreeSet as OrderedSet;
 use lockscope_model::view::{Filter, SortKey, ViewSpec};
+use lockscope_model::FleetState;
 
 use super::{SubId, Views};
 
@@ -90,6 +91,8 @@ pub struct Build {
     pub(super) index: IndexSpec,
     pub(super) id: u64,
     pub(super) keys: Vec<Key>,
+    /// Collected in key order already.
+    pub(super) sorted: bool,
 }
 
 /// A [`Build`]'s result.
@@ -101,7 +104,11 @@ pub struct Built {
 
 impl Build {
     pub fn run(mut self) -> Built {
-        self.keys.sort_unstable();
+        if self.sorted {
+            debug_assert!(self.keys.is_sorted(), "collected in key order");
+        } else {
+            self.keys.sort_unstable();
+        }
         Built {
             index: self.index,
             id: self.id,
@@ -126,7 +133,7 @@ impl Views {
         // A small fleet's index is built here and now; a large one's waits for
         // its turn, so that a burst of new views does not stall this task.
         let index = if self.meta.len() < self.off_task_build_from {
-            Index::new(self.collect(&key).run().set, None)
+            Index::new(self.collect(None, &key).run().set, None)
         } else {
             self.queued.push_back(key.clone());
             Index::new(OrderedSet::new(), Some(Unbuilt::Queued))
@@ -135,21 +142,40 @@ impl Views {
         key
     }
 
-    /// The keys of every lock `index` takes: one pass over the metas (already
-    /// placed), unsorted.
-    pub(super) fn collect(&mut self, index: &IndexSpec) -> Build {
+    /// The keys of every lock `index` takes, from the metas (already placed). With
+    /// the table, a name prefix reads only the locks under it, and a by-name index
+    /// is collected in the table's (name) order, so it needs no sort.
+    pub(super) fn collect(&mut self, state: Option<&FleetState>, index: &IndexSpec) -> Build {
         let id = self.next_build;
         self.next_build += 1;
+        let prefix = index.filter.prefix.as_deref();
+        let (keys, sorted) = match state {
+            Some(state) if index.key == SortKey::Name || prefix.is_some() => {
+                let keys = state
+                    .locks_under(prefix.unwrap_or_default())
+                    .filter_map(|e| {
+                        let (name, meta) = self.meta.get_key_value(e.name.as_str())?;
+                        meta.key_in(name, index)
+                    })
+                    .collect();
+                (keys, index.key == SortKey::Name)
+            }
+            _ => {
+                let keys = self.meta.iter().filter_map(|(n, m)| m.key_in(n, index)).collect();
+                (keys, false)
+            }
+        };
         Build {
             index: index.clone(),
             id,
-            keys: self.meta.iter().filter_map(|(n, m)| m.key_in(n, index)).collect(),
+            keys,
+            sorted,
         }
     }
 
     /// The next queued index's keys, to be sorted off the hub task and handed to
     /// [`Views::install`]. Those few enough to sort here are installed at once.
-    pub fn next_build(&mut self) -> Option<Build> {
+    pub fn next_build(&mut self, state: &FleetState) -> Option<Build> {
         while let Some(spec) = self.queued.pop_front() {
             if !self
                 .indexes
@@ -158,7 +184,7 @@ impl Views {
             {
                 continue; // dropped (perhaps made again, and queued again)
             }
-            let build = self.collect(&spec);
+            let build = self.collect(Some(state), &spec);
             let index = self.indexes.get_mut(&spec).expect("checked above");
             index.unbuilt = Some(Unbuilt::Building {
                 id: build.id,

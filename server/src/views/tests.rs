@@ -267,7 +267,7 @@ fn indexes_built_off_the_task_catch_up_with_what_changed_meanwhile() {
         for _ in 0..20 {
             sim.step();
         }
-        let first: Vec<Build> = std::iter::from_fn(|| sim.views.next_build()).collect();
+        let first: Vec<Build> = std::iter::from_fn(|| sim.views.next_build(&sim.state)).collect();
         let mut ids = ids;
         for (spec, id) in specs.iter().zip(&mut ids) {
             if IndexSpec::of(spec) == again {
@@ -289,7 +289,9 @@ fn indexes_built_off_the_task_catch_up_with_what_changed_meanwhile() {
         assert!(ids.iter().all(|id| !sim.views.is_ready(*id)));
         assert!(sim.views.due_frames(&sim.state, sim.t()).is_empty(), "seed {seed}");
         let stale: Vec<Built> = first.into_iter().map(Build::run).collect();
-        let fresh: Vec<Built> = std::iter::from_fn(|| sim.views.next_build()).map(Build::run).collect();
+        let fresh: Vec<Built> = std::iter::from_fn(|| sim.views.next_build(&sim.state))
+            .map(Build::run)
+            .collect();
         assert_eq!(fresh.len(), 1, "only the index made again is built again");
         for built in stale.into_iter().chain(fresh) {
             sim.views.install(built);
