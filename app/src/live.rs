@@ -214,13 +214,16 @@ impl LiveView {
         self.now.set(local_now + self.clock_offset.get_untracked());
     }
 
-    /// Coarse offset from a one-way message, used until a ping refines it.
+    /// Coarse offset from a one-way message, used until a ping refines it. The
+    /// clock itself moves only by [`LiveView::tick`] (once a second) and pongs:
+    /// every visible row's countdowns read it, so moving it per message would
+    /// re-render every row per frame.
     fn sync_clock(&self, server_time: Millis, local_now: Millis) {
         if !self.clock_known.get_value() {
             self.clock_offset.set(server_time - local_now);
             self.clock_known.set_value(true);
+            self.tick(local_now);
         }
-        self.tick(local_now);
     }
 
     fn apply_frame(&self, frame: lockscope_model::WindowFrame) -> Result<(), String> {

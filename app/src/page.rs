@@ -593,26 +593,28 @@ fn LockRow(name: String) -> impl IntoView {
     };
     // An arena handle owned by this row's view: dropped when the row unmounts.
     let row = RwSignal::from(row);
-    let text = move || row.with(row_text);
-    let state = move || row.with(|r| RowState::of(&r.entry, live.now.get()));
-    let timed = move || row.with(|r| crate::rows::countdowns(r, live.now.get()));
+    // Memos: each is computed once per change of the row (or tick of the clock)
+    // however many cells read it, and the cells re-render only if it differs.
+    let text = Memo::new(move |_| row.with(row_text));
+    let state = Memo::new(move |_| row.with(|r| RowState::of(&r.entry, live.now.get())));
+    let timed = Memo::new(move |_| row.with(|r| crate::rows::countdowns(r, live.now.get())));
     let malformed = move || row.with(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
     view! {
-        <tr data-testid="lock-row" data-lock=name.clone() class=move || state().as_str() data-state=move || state().as_str()>
-            <td class="st" data-testid="state" title=move || state().reason()>
-                <span class="icon" aria-hidden="true">{move || state_icon(state())}</span>
-                {move || state().as_str()}
+        <tr data-testid="lock-row" data-lock=name.clone() class=move || state.get().as_str() data-state=move || state.get().as_str()>
+            <td class="st" data-testid="state" title=move || state.get().reason()>
+                <span class="icon" aria-hidden="true">{move || state_icon(state.get())}</span>
+                {move || state.get().as_str()}
             </td>
             <td class="name" title=name.clone()>{name.clone()}</td>
-            <td class="holder" title=move || text().holder_title>
-                <span class="where">{move || text().holder}</span>
+            <td class="holder" title=move || text.with(|t| t.holder_title.clone())>
+                <span class="where">{move || text.with(|t| t.holder.clone())}</span>
                 " "
-                <span class="session">{move || text().session}</span>
+                <span class="session">{move || text.with(|t| t.session.clone())}</span>
             </td>
-            <td class="purpose" class:malformed=malformed title=move || text().purpose>{move || text().purpose}</td>
-            <td class="age" data-testid="held-for" title=move || timed().held_title>{move || timed().held_for}</td>
-            <td class="expires" data-testid="expires-in" title=move || timed().expires_title>{move || timed().expires_in}</td>
-            <td class="waiters" data-testid="waiters" title=move || text().waiters_title>{move || text().waiters}</td>
+            <td class="purpose" class:malformed=malformed title=move || text.with(|t| t.purpose.clone())>{move || text.with(|t| t.purpose.clone())}</td>
+            <td class="age" data-testid="held-for" title=move || timed.with(|t| t.held_title.clone())>{move || timed.with(|t| t.held_for.clone())}</td>
+            <td class="expires" data-testid="expires-in" title=move || timed.with(|t| t.expires_title.clone())>{move || timed.with(|t| t.expires_in.clone())}</td>
+            <td class="waiters" data-testid="waiters" title=move || text.with(|t| t.waiters_title.clone())>{move || text.with(|t| t.waiters.clone())}</td>
             <td class="fence" data-testid="fence">{move || row.with(|r| r.entry.fence)}</td>
         </tr>
     }
