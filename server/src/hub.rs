@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-use crate::views::{Built, Now, SubId, Views};
+use crate::views::{BuildId, Built, Now, SubId, Views};
 
 /// One serialised [`ServerMsg`].
 pub type Frame = Arc<str>;
@@ -236,7 +236,7 @@ struct Hub {
     /// burst of new views over a large fleet leaves a core to this task and the
     /// rest of the server; results come back on `built_tx`'s channel.
     building: bool,
-    built_tx: mpsc::Sender<Built>,
+    built_tx: mpsc::Sender<Result<Built, BuildId>>,
 }
 
 impl Hub {
@@ -244,7 +244,7 @@ impl Hub {
         mut self,
         mut events: mpsc::Receiver<ObserverEvent>,
         mut commands: mpsc::Receiver<Command>,
-        mut built: mpsc::Receiver<Built>,
+        mut built: mpsc::Receiver<Result<Built, BuildId>>,
     ) {
         let mut events_open = true;
         loop {
@@ -282,6 +282,10 @@ impl Hub {
     fn next_wake(&self) -> Instant {
         let now = self.now();
         let mut wake = Instant::now() + MAX_SLEEP;
+        if !self.building && self.views.has_queued() {
+            // One index's keys are collected per turn (see `start_build`).
+            return Instant::now();
+        }
         if let Some(at) = self.views.next_send() {
             wake = wake.min(self.started + Duration::from_millis(at.max(0) as u64));
         }
@@ -382,16 +386,26 @@ impl Hub {
         if let Some(build) = self.views.next_build(&self.state) {
             self.building = true;
             let done = self.built_tx.clone();
-            tokio::task::spawn_blocking(move || {
-                // The hub outlives its builds unless the server is shutting down.
-                let _ = done.blocking_send(build.run());
+            let id = build.id();
+            let sorting = tokio::task::spawn_blocking(move || build.run());
+            tokio::spawn(async move {
+                // A build that panicked is reported, so its index is queued again
+                // rather than waited for forever. The hub outlives its builds
+                // unless the server is shutting down.
+                let _ = done.send(sorting.await.map_err(|_| id)).await;
             });
         }
     }
 
-    fn on_built(&mut self, built: Built) {
+    fn on_built(&mut self, built: Result<Built, BuildId>) {
         self.building = false;
-        self.views.install(built);
+        match built {
+            Ok(built) => self.views.install(built),
+            Err(failed) => {
+                warn!("an index build failed; queued again");
+                self.views.requeue(failed);
+            }
+        }
     }
 
     /// Answers the page renders whose view's index is now built.
@@ -400,10 +414,17 @@ impl Hub {
             return;
         }
         let now = self.now();
-        let (ready, waiting) = std::mem::take(&mut self.renders)
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.renders)
             .into_iter()
             .partition(|(id, _)| self.views.is_ready(*id));
-        self.renders = waiting;
+        self.renders = Vec::with_capacity(waiting.len());
+        for (id, reply) in waiting {
+            match reply.is_closed() {
+                // The request is gone: its view need not be kept (or built) for it.
+                true => self.views.unsubscribe(id),
+                false => self.renders.push((id, reply)),
+            }
+        }
         for (id, reply) in ready {
             let frame = self.views.render_sub(&self.state, id, now);
             let _ = reply.send((frame, self.status.clone()));

@@ -8,7 +8,8 @@
 //!   view's index always exists. A new index over a large fleet is sorted off the
 //!   hub task ([`index`]).
 //! - Per lock a small [`Meta`]: what its old position was computed from, its
-//!   state, and a version bumped on every change (record or waiters).
+//!   state, what filters read (service, host: shared strings), and a version
+//!   bumped on every change (record or waiters).
 //! - States change with time (healthy → overdue → expired): each lock's next
 //!   change sits in a deadline queue, and [`Views::advance`] re-keys what is due.
 //! - Per subscriber a record of what it holds (names in order, row versions); a
@@ -35,7 +36,7 @@ use lockscope_model::{Changed, Counts, FleetState};
 mod index;
 
 use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
-pub use index::{Build, Built};
+pub use index::{Build, BuildId, Built};
 
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.
@@ -169,7 +170,8 @@ impl Views {
 
     /// Leaves indexes of `from` locks or more to [`Build`]s (tests use 0 to drive
     /// every build by hand).
-    pub fn with_off_task_build_from(from: usize) -> Views {
+    #[cfg(test)]
+    pub(crate) fn with_off_task_build_from(from: usize) -> Views {
         Views {
             off_task_build_from: from,
             ..Views::new()

@@ -91,8 +91,12 @@ pub struct Build {
     pub(super) index: IndexSpec,
     pub(super) id: u64,
     pub(super) keys: Vec<Key>,
-    /// Collected in key order already.
-    pub(super) sorted: bool,
+}
+
+/// Which build a [`Build`] is (to requeue it if it fails).
+pub struct BuildId {
+    index: IndexSpec,
+    id: u64,
 }
 
 /// A [`Build`]'s result.
@@ -103,12 +107,16 @@ pub struct Built {
 }
 
 impl Build {
-    pub fn run(mut self) -> Built {
-        if self.sorted {
-            debug_assert!(self.keys.is_sorted(), "collected in key order");
-        } else {
-            self.keys.sort_unstable();
+    pub fn id(&self) -> BuildId {
+        BuildId {
+            index: self.index.clone(),
+            id: self.id,
         }
+    }
+
+    pub fn run(mut self) -> Built {
+        // Linear when the keys were collected in order (a by-name index).
+        self.keys.sort_unstable();
         Built {
             index: self.index,
             id: self.id,
@@ -144,58 +152,73 @@ impl Views {
 
     /// The keys of every lock `index` takes, from the metas (already placed). With
     /// the table, a name prefix reads only the locks under it, and a by-name index
-    /// is collected in the table's (name) order, so it needs no sort.
+    /// is collected in the table's (name) order, which the sort only confirms.
     pub(super) fn collect(&mut self, state: Option<&FleetState>, index: &IndexSpec) -> Build {
         let id = self.next_build;
         self.next_build += 1;
         let prefix = index.filter.prefix.as_deref();
-        let (keys, sorted) = match state {
-            Some(state) if index.key == SortKey::Name || prefix.is_some() => {
-                let keys = state
-                    .locks_under(prefix.unwrap_or_default())
-                    .filter_map(|e| {
-                        let (name, meta) = self.meta.get_key_value(e.name.as_str())?;
-                        meta.key_in(name, index)
-                    })
-                    .collect();
-                (keys, index.key == SortKey::Name)
-            }
-            _ => {
-                let keys = self.meta.iter().filter_map(|(n, m)| m.key_in(n, index)).collect();
-                (keys, false)
-            }
+        let keys = match state {
+            Some(state) if index.key == SortKey::Name || prefix.is_some() => state
+                .locks_under(prefix.unwrap_or_default())
+                .filter_map(|e| {
+                    let (name, meta) = self.meta.get_key_value(e.name.as_str())?;
+                    meta.key_in(name, index)
+                })
+                .collect(),
+            _ => self.meta.iter().filter_map(|(n, m)| m.key_in(n, index)).collect(),
         };
         Build {
             index: index.clone(),
             id,
             keys,
-            sorted,
         }
     }
 
-    /// The next queued index's keys, to be sorted off the hub task and handed to
-    /// [`Views::install`]. Those few enough to sort here are installed at once.
+    /// Collects the next queued index's keys: to be sorted off the hub task and
+    /// handed to [`Views::install`], or, if few enough to sort here, installed at
+    /// once (then `None`). One collection per call, so that many queued views
+    /// cost the hub one pass over the fleet per turn, not all at once; call again
+    /// while [`Views::has_queued`].
     pub fn next_build(&mut self, state: &FleetState) -> Option<Build> {
-        while let Some(spec) = self.queued.pop_front() {
-            if !self
+        let spec = loop {
+            let spec = self.queued.pop_front()?;
+            if self
                 .indexes
                 .get(&spec)
                 .is_some_and(|i| matches!(i.unbuilt, Some(Unbuilt::Queued)))
             {
-                continue; // dropped (perhaps made again, and queued again)
+                break spec;
             }
-            let build = self.collect(Some(state), &spec);
-            let index = self.indexes.get_mut(&spec).expect("checked above");
-            index.unbuilt = Some(Unbuilt::Building {
-                id: build.id,
-                changed: HashMap::new(),
-            });
-            if build.keys.len() >= self.off_task_build_from {
-                return Some(build);
-            }
-            self.install(build.run());
+            // Dropped since (perhaps made again, and queued again).
+        };
+        let build = self.collect(Some(state), &spec);
+        let index = self.indexes.get_mut(&spec).expect("checked above");
+        index.unbuilt = Some(Unbuilt::Building {
+            id: build.id,
+            changed: HashMap::new(),
+        });
+        if build.keys.len() >= self.off_task_build_from {
+            return Some(build);
         }
+        self.install(build.run());
         None
+    }
+
+    /// Whether an index waits for [`Views::next_build`].
+    pub fn has_queued(&self) -> bool {
+        !self.queued.is_empty()
+    }
+
+    /// Queues again the index a build was for, if it still waits for that build
+    /// (which failed).
+    pub fn requeue(&mut self, build: BuildId) {
+        let Some(i) = self.indexes.get_mut(&build.index) else {
+            return;
+        };
+        if matches!(i.unbuilt, Some(Unbuilt::Building { id, .. }) if id == build.id) {
+            i.unbuilt = Some(Unbuilt::Queued);
+            self.queued.push_back(build.index);
+        }
     }
 
     /// Puts a built index in service: the locks changed while it was built are

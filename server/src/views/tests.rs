@@ -319,6 +319,41 @@ fn indexes_built_off_the_task_catch_up_with_what_changed_meanwhile() {
 }
 
 #[test]
+fn queued_indexes_are_collected_one_per_call() {
+    let mut sim = Sim::new(7);
+    sim.views = Views::with_off_task_build_from(5);
+    for _ in 0..150 {
+        sim.step();
+    }
+    assert!(sim.state.len() >= 5, "a fleet large enough to queue builds");
+    // Three views of one lock each: queued (the fleet is "large"), then small
+    // enough to sort on the hub task when their turn comes.
+    let names: Vec<String> = sim.state.locks().take(3).map(|e| e.name.clone()).collect();
+    let ids: Vec<SubId> = names
+        .iter()
+        .map(|n| {
+            let filter = Filter {
+                prefix: Some(n.clone()),
+                ..Filter::default()
+            };
+            let spec = ViewSpec {
+                filter,
+                ..ViewSpec::default()
+            };
+            sim.views.subscribe(1, spec, sim.t())
+        })
+        .collect();
+    let ready = |v: &Views| ids.iter().filter(|id| v.is_ready(**id)).count();
+    assert_eq!(ready(&sim.views), 0);
+    for turn in 1..=3 {
+        assert!(sim.views.has_queued());
+        assert!(sim.views.next_build(&sim.state).is_none(), "sorted in place");
+        assert_eq!(ready(&sim.views), turn, "one index per call");
+    }
+    assert!(!sim.views.has_queued());
+}
+
+#[test]
 fn aggregates_equal_a_full_recount() {
     for seed in 0..20 {
         let mut sim = Sim::new(seed);
