@@ -14,6 +14,14 @@ use super::{SubId, Views};
 /// An index key: the lock's position, then its name.
 pub(super) type Key = (i64, i64, Arc<str>);
 
+/// What an index orders: the locks a filter takes, by a sort key (a reversed view
+/// reads the same index from the end).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) struct IndexSpec {
+    pub(super) filter: Filter,
+    pub(super) key: SortKey,
+}
+
 impl IndexSpec {
     pub(super) fn of(spec: &ViewSpec) -> IndexSpec {
         IndexSpec {
@@ -25,12 +33,6 @@ impl IndexSpec {
     pub(super) fn default_view() -> IndexSpec {
         IndexSpec::of(&ViewSpec::default())
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(super) struct IndexSpec {
-    pub(super) filter: Filter,
-    pub(super) key: SortKey,
 }
 
 pub(super) struct Index {
