@@ -228,8 +228,8 @@ impl EtcdObserver {
         take: &mut impl FnMut(&KeyValue),
     ) -> Result<(), StoreError> {
         let end = prefix_end(span);
-        let opts = GetOptions::new().with_range(end.clone()).with_revision(revision);
-        let whole = tokio::time::timeout(SPAN_READ_TIMEOUT, kv.get(span.to_vec(), Some(opts))).await;
+        let span_at = || GetOptions::new().with_range(end.clone()).with_revision(revision);
+        let whole = tokio::time::timeout(SPAN_READ_TIMEOUT, kv.get(span.to_vec(), Some(span_at()))).await;
         match whole {
             Ok(Ok(resp)) => {
                 resp.kvs().iter().for_each(take);
@@ -251,10 +251,7 @@ impl EtcdObserver {
         }
         let mut from = span.to_vec();
         loop {
-            let opts = GetOptions::new()
-                .with_range(end.clone())
-                .with_limit(self.cfg.page_size)
-                .with_revision(revision);
+            let opts = span_at().with_limit(self.cfg.page_size);
             let resp = timed(self.cfg.request_timeout, kv.get(from.clone(), Some(opts))).await?;
             resp.kvs().iter().for_each(&mut *take);
             match resp.kvs().last() {

@@ -1,0 +1,214 @@
+//! The views tests' simulated fleet: random events, and windows and aggregates
+//! recomputed from scratch to compare with.
+
+use super::*;
+
+/// A fleet driven by random events, with the views following it.
+pub(super) struct Sim {
+    pub(super) rng: fastrand::Rng,
+    pub(super) state: FleetState,
+    pub(super) views: Views,
+    pub(super) now: Millis,
+    pub(super) rev: i64,
+}
+
+pub(super) const SERVICES: [&str; 3] = ["billing", "search", "media"];
+
+impl Sim {
+    pub(super) fn new(seed: u64) -> Sim {
+        Sim {
+            rng: fastrand::Rng::with_seed(seed),
+            state: FleetState::default(),
+            views: Views::new(),
+            now: 1_000_000,
+            rev: 0,
+        }
+    }
+
+    pub(super) fn name(&mut self) -> String {
+        let i = self.rng.usize(0..40);
+        match i % 4 {
+            0 => format!("billing/inv-{i:02}"),
+            1 => format!("search/shard-{i:02}"),
+            _ => format!("l{i:02}"),
+        }
+    }
+
+    pub(super) fn record(&mut self, acquired_at: Millis) -> LockRecord {
+        let service = SERVICES[self.rng.usize(0..SERVICES.len())];
+        LockRecord {
+            v: RECORD_VERSION,
+            owner: format!("o{}", self.rev),
+            session: format!("s{}", self.rng.u8(0..5)).into(),
+            service: service.into(),
+            host: format!("host-{}", self.rng.u8(0..3)).into(),
+            pid: 7,
+            purpose: String::new(),
+            backtrace: [].into(),
+            acquired_at,
+            expected_runtime_ms: 60_000,
+            alert_at: acquired_at + self.rng.i64(1_000..60_000),
+            auto_unlock_at: acquired_at + self.rng.i64(60_000..120_000),
+            heartbeat_at: acquired_at,
+        }
+    }
+
+    pub(super) fn t(&self) -> Now {
+        Now {
+            wall: self.now,
+            mono: self.now,
+        }
+    }
+
+    pub(super) fn apply(&mut self, event: FleetEvent) {
+        for ch in self.state.apply(event) {
+            self.views.on_change(&self.state, &ch, self.now);
+        }
+    }
+
+    /// One random thing happening to the fleet.
+    pub(super) fn step(&mut self) {
+        self.rev += 1;
+        let name = self.name();
+        match self.rng.u8(0..20) {
+            0..=6 => {
+                // acquire (or re-acquire with a new fence)
+                let at = self.now - self.rng.i64(0..150_000);
+                let rec = self.record(at);
+                self.apply(FleetEvent::Upsert(LockEntry {
+                    name,
+                    fence: self.rev,
+                    revision: self.rev,
+                    body: LockBody::Held(rec),
+                }));
+            }
+            7..=9 => {
+                // heartbeat: same acquisition, later deadlines
+                if let Some(mut e) = self.state.get(&name).cloned() {
+                    if let LockBody::Held(r) = &mut e.body {
+                        r.auto_unlock_at = self.now + 90_000;
+                        r.heartbeat_at = self.now;
+                    }
+                    e.revision = self.rev;
+                    self.apply(FleetEvent::Upsert(e));
+                }
+            }
+            10..=13 => self.apply(FleetEvent::Remove {
+                name,
+                revision: self.rev,
+            }),
+            14 | 15 => {
+                let w = Waiter {
+                    lock: name,
+                    session: format!("w{}", self.rng.u8(0..4)),
+                };
+                let start = self.rng.bool();
+                self.apply(if start {
+                    FleetEvent::Waiting(w)
+                } else {
+                    FleetEvent::StoppedWaiting(w)
+                });
+            }
+            16 => self.apply(FleetEvent::Upsert(LockEntry::from_stored(
+                name, self.rev, self.rev, b"{oops",
+            ))),
+            17 => {
+                // a reset keeping a random half
+                let all: Vec<LockEntry> = self.state.locks().cloned().collect();
+                let keep: Vec<LockEntry> = all.into_iter().filter(|_| self.rng.bool()).collect();
+                let waiters: Vec<Waiter> = self.state.waiters().cloned().collect();
+                let revision = self.rev;
+                self.apply(FleetEvent::Reset {
+                    revision,
+                    locks: keep,
+                    waiters,
+                });
+            }
+            _ => {
+                self.now += self.rng.i64(0..20_000);
+                self.views.advance(&self.state, self.now);
+            }
+        }
+    }
+
+    /// What `spec`'s window must be, computed from scratch.
+    pub(super) fn brute(&self, spec: &ViewSpec) -> (u64, u64, Vec<String>) {
+        let mut keys: Vec<(i64, i64, String)> = self
+            .state
+            .locks()
+            .filter_map(|e| {
+                let st = RowState::of(e, self.now);
+                spec.filter.matches(e, st).then(|| {
+                    let w = self.state.waiters_of(&e.name).count() as u32;
+                    let (a, b) = sort_key(spec.sort.key, &SortFields::of(e), st, w);
+                    (a, b, e.name.clone())
+                })
+            })
+            .collect();
+        keys.sort();
+        if spec.sort.reverse {
+            keys.reverse();
+        }
+        let total = keys.len();
+        let limit = spec.limit as usize;
+        let offset = (spec.offset as usize).min(total.saturating_sub(limit));
+        let end = (offset + limit).min(total);
+        let names = keys[offset..end].iter().map(|k| k.2.clone()).collect();
+        (total as u64, offset as u64, names)
+    }
+
+    pub(super) fn specs() -> Vec<ViewSpec> {
+        let mut out = Vec::new();
+        let filters = [
+            Filter::default(),
+            Filter {
+                service: Some("billing".into()),
+                ..Filter::default()
+            },
+            Filter {
+                state: Some(RowState::Overdue),
+                ..Filter::default()
+            },
+            Filter {
+                prefix: Some("billing/".into()),
+                host: Some("host-1".into()),
+                ..Filter::default()
+            },
+            Filter {
+                contains: Some("shard".into()),
+                ..Filter::default()
+            },
+        ];
+        for filter in filters {
+            for key in SortKey::ALL {
+                for reverse in [false, true] {
+                    for (offset, limit) in [(0, 5), (3, 4), (1000, 5)] {
+                        out.push(ViewSpec {
+                            filter: filter.clone(),
+                            sort: Sort { key, reverse },
+                            offset,
+                            limit,
+                        });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn recount(&self) -> Aggregates {
+        let mut services: HashMap<String, u64> = HashMap::new();
+        for e in self.state.locks() {
+            if let Some(r) = e.record() {
+                *services.entry(r.service.to_string()).or_default() += 1;
+            }
+        }
+        let mut services: Vec<(String, u64)> = services.into_iter().collect();
+        services.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        Aggregates {
+            counts: self.state.counts(self.now),
+            service_count: services.len() as u64,
+            services,
+        }
+    }
+}
