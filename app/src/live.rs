@@ -272,6 +272,8 @@ mod tests {
     fn row(name: &str, revision: i64) -> WindowRow {
         WindowRow {
             entry: LockEntry::from_stored(name.into(), revision, revision, b"garbage"),
+            holder: Default::default(),
+            deadlock: false,
             waiters: vec![],
         }
     }

@@ -596,7 +596,7 @@ fn LockRow(name: String) -> impl IntoView {
     // Memos: each is computed once per change of the row (or tick of the clock)
     // however many cells read it, and the cells re-render only if it differs.
     let text = Memo::new(move |_| row.with(row_text));
-    let state = Memo::new(move |_| row.with(|r| RowState::of(&r.entry, live.now.get())));
+    let state = Memo::new(move |_| row.with(|r| r.state(live.now.get())));
     let timed = Memo::new(move |_| row.with(|r| crate::rows::countdowns(r, live.now.get())));
     let malformed = move || row.with(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
     view! {

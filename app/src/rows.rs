@@ -9,6 +9,8 @@ use lockscope_model::LockBody;
 pub fn state_icon(s: RowState) -> &'static str {
     match s {
         RowState::Expired => "‼",
+        RowState::Orphaned => "☠",
+        RowState::Blacklisted => "⛔",
         RowState::Overdue => "⚠",
         RowState::Malformed => "✖",
         RowState::Healthy => "✓",
@@ -131,6 +133,8 @@ mod tests {
                 revision: 1,
                 body: LockBody::Held(rec),
             },
+            holder: Default::default(),
+            deadlock: false,
             waiters: vec!["s1".into(), "s2".into()],
         }
     }
@@ -157,6 +161,8 @@ mod tests {
     fn a_malformed_row_says_so() {
         let r = WindowRow {
             entry: LockEntry::from_stored("x".into(), 1, 1, b"not json"),
+            holder: Default::default(),
+            deadlock: false,
             waiters: vec![],
         };
         let t = row_text(&r);

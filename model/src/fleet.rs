@@ -6,12 +6,14 @@
 //! the history we needed) becomes the names of just the locks that came, went or
 //! changed, and the hub's views move exactly those.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::intern::Shared;
-use crate::record::LockRecord;
+use crate::record::{LockRecord, Record, MALFORMED_KEEP_BYTES};
+use crate::session::{BlacklistEntry, Deadlocks, Holder, SessionEntry, Sessions};
 use crate::time::Millis;
 use crate::view::RowState;
 
@@ -22,8 +24,9 @@ pub struct LockEntry {
     pub name: String,
     /// Fencing token: grows with every acquisition of this lock (etcd: `create_revision`).
     pub fence: i64,
-    /// Store revision of the value shown (etcd: `mod_revision`); a guarded release
-    /// compares on it.
+    /// Store revision of the value shown (etcd: `mod_revision`; SQL: the row's
+    /// own counter). Events compare on it to drop stale ones; a guarded release
+    /// compares on `fence`.
     pub revision: i64,
     pub body: LockBody,
 }
@@ -41,14 +44,11 @@ pub enum LockBody {
     },
 }
 
-/// How much of a malformed value is kept for display.
-pub const MALFORMED_KEEP_BYTES: usize = 4096;
-
 impl LockEntry {
     /// Builds an entry from a stored value; a value that does not parse becomes
     /// [`LockBody::Malformed`] carrying its bytes.
     pub fn from_stored(name: String, fence: i64, revision: i64, raw: &[u8]) -> LockEntry {
-        let body = match LockRecord::parse(raw) {
+        let body = match <LockRecord as Record>::parse(raw) {
             Ok(rec) => LockBody::Held(rec),
             Err(e) => LockBody::Malformed {
                 raw: raw[..raw.len().min(MALFORMED_KEEP_BYTES)].to_vec(),
@@ -76,13 +76,8 @@ impl LockEntry {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum FleetEvent {
-    /// The complete table at `revision`, waiters included.
-    Reset {
-        revision: i64,
-        locks: Vec<LockEntry>,
-        #[serde(default)]
-        waiters: Vec<Waiter>,
-    },
+    /// The complete table: locks, waiters, sessions, blacklist.
+    Reset(Snapshot),
     /// A lock was taken, or its record changed.
     Upsert(LockEntry),
     /// A lock was released (deleted at `revision`).
@@ -91,6 +86,29 @@ pub enum FleetEvent {
     Waiting(Waiter),
     /// A session stopped waiting (it got the lock, gave up, or died).
     StoppedWaiting(Waiter),
+    /// A session registered or heartbeat.
+    Session(SessionEntry),
+    /// A session is gone (closed, or its registration ran out).
+    SessionGone { id: String },
+    /// A session was blacklisted (or its entry rewritten).
+    Blacklisted(BlacklistEntry),
+    /// A session's blacklist entry was removed.
+    BlacklistLifted { session: String },
+}
+
+/// The whole truth of a store at one revision, as an observer reads it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub revision: i64,
+    pub locks: Vec<LockEntry>,
+    #[serde(default)]
+    pub waiters: Vec<Waiter>,
+    /// Every registered session; `None` for a store that keeps no sessions
+    /// (holders are then [`Holder::Unknown`]).
+    #[serde(default)]
+    pub sessions: Option<Vec<SessionEntry>>,
+    #[serde(default)]
+    pub blacklist: Vec<BlacklistEntry>,
 }
 
 /// What an event effectively changed: the hub's views re-read these from the
@@ -101,6 +119,9 @@ pub enum Changed {
     Lock(String),
     /// Somebody started or stopped waiting for this lock.
     Waiters(String),
+    /// A session registered, heartbeat, went, or was blacklisted or lifted (the
+    /// locks whose state that changes are reported as [`Changed::Lock`] too).
+    Session(String),
 }
 
 /// A session blocked on a lock.
@@ -118,8 +139,46 @@ pub struct Counts {
     pub overdue: u64,
     pub expired: u64,
     pub malformed: u64,
+    /// Held by a session that is gone.
+    #[serde(default)]
+    pub orphaned: u64,
+    /// Held by a blacklisted session.
+    #[serde(default)]
+    pub blacklisted: u64,
     /// Sessions waiting for a lock.
     pub waiters: u64,
+}
+
+impl Counts {
+    /// Counts one more (or, with -1, one fewer) lock in `state`.
+    pub fn add(&mut self, state: RowState, delta: i64) {
+        let slot = match state {
+            RowState::Healthy => return,
+            RowState::Expired => &mut self.expired,
+            RowState::Orphaned => &mut self.orphaned,
+            RowState::Blacklisted => &mut self.blacklisted,
+            RowState::Overdue => &mut self.overdue,
+            RowState::Malformed => &mut self.malformed,
+        };
+        *slot = slot.saturating_add_signed(delta);
+    }
+
+    /// Locks in `state` (healthy: the rest of `held`).
+    pub fn of(&self, state: RowState) -> u64 {
+        match state {
+            RowState::Expired => self.expired,
+            RowState::Orphaned => self.orphaned,
+            RowState::Blacklisted => self.blacklisted,
+            RowState::Overdue => self.overdue,
+            RowState::Malformed => self.malformed,
+            RowState::Healthy => self.held.saturating_sub(self.attention()),
+        }
+    }
+
+    /// Locks needing someone's attention: every state but healthy.
+    pub fn attention(&self) -> u64 {
+        self.expired + self.orphaned + self.blacklisted + self.overdue + self.malformed
+    }
 }
 
 /// The connection between the server and one store, on the server's clock.
@@ -173,13 +232,21 @@ pub struct FleetState {
     /// Ordered by lock, then session: the waiters of one lock are a range.
     waiters: BTreeSet<Waiter>,
     revision: i64,
+    sessions: Sessions,
+    /// Which locks each session holds: a session's coming and going changes
+    /// their state.
+    held_by: BTreeMap<Arc<str>, BTreeSet<String>>,
+    deadlocks: Deadlocks,
     /// A cache of the locks' shared values, no part of the state (not compared).
     shared: Shared,
 }
 
 impl PartialEq for FleetState {
     fn eq(&self, other: &Self) -> bool {
-        self.locks == other.locks && self.waiters == other.waiters && self.revision == other.revision
+        self.locks == other.locks
+            && self.waiters == other.waiters
+            && self.revision == other.revision
+            && self.sessions == other.sessions
     }
 }
 
@@ -189,6 +256,19 @@ impl FleetState {
     /// Applies one event and returns what actually changed, in a deterministic
     /// order. Stale and duplicate events return nothing.
     pub fn apply(&mut self, event: FleetEvent) -> Vec<Changed> {
+        let waits_moved = matches!(
+            event,
+            FleetEvent::Waiting(_) | FleetEvent::StoppedWaiting(_) | FleetEvent::Reset(_)
+        ) || matches!(&event, FleetEvent::Upsert(e) if self.has_waiters(&e.name))
+            || matches!(&event, FleetEvent::Remove { name, .. } if self.has_waiters(name));
+        let mut changes = self.apply_event(event);
+        if waits_moved {
+            self.find_deadlocks(&mut changes);
+        }
+        changes
+    }
+
+    fn apply_event(&mut self, event: FleetEvent) -> Vec<Changed> {
         match event {
             FleetEvent::Waiting(w) => match self.waiters.insert(w.clone()) {
                 true => vec![Changed::Waiters(w.lock)],
@@ -198,43 +278,7 @@ impl FleetState {
                 true => vec![Changed::Waiters(w.lock)],
                 false => Vec::new(),
             },
-            FleetEvent::Reset {
-                revision,
-                locks,
-                waiters,
-            } => {
-                let mut changes = Vec::new();
-                let mut fresh: BTreeSet<ByName> = BTreeSet::new();
-                for mut e in locks {
-                    if self.get(&e.name) != Some(&e) {
-                        changes.push(Changed::Lock(e.name.clone()));
-                    }
-                    self.shared.intern(&mut e);
-                    fresh.replace(ByName(e));
-                }
-                // Absent from the whole truth: removed, whatever the store's revision
-                // scheme (a SQL row's own counter can run ahead of the reset's).
-                changes.extend(
-                    self.locks
-                        .iter()
-                        .filter(|e| !fresh.contains(e.0.name.as_str()))
-                        .map(|e| Changed::Lock(e.0.name.clone())),
-                );
-                self.locks = fresh;
-                let waiters: BTreeSet<Waiter> = waiters.into_iter().collect();
-                let mut moved: Vec<String> = self
-                    .waiters
-                    .symmetric_difference(&waiters)
-                    .map(|w| w.lock.clone())
-                    .collect();
-                moved.dedup();
-                changes.extend(moved.into_iter().map(Changed::Waiters));
-                self.waiters = waiters;
-                // A reset is the whole truth, even if the store went back in time
-                // (restored from a backup): its revision replaces ours.
-                self.revision = revision;
-                changes
-            }
+            FleetEvent::Reset(snapshot) => self.reset(snapshot),
             FleetEvent::Upsert(mut entry) => {
                 self.revision = self.revision.max(entry.revision);
                 match self.get(&entry.name) {
@@ -242,6 +286,8 @@ impl FleetState {
                     _ => {
                         self.shared.intern(&mut entry);
                         let name = entry.name.clone();
+                        self.unindex(&name);
+                        self.index(&entry);
                         self.locks.replace(ByName(entry));
                         vec![Changed::Lock(name)]
                     }
@@ -253,13 +299,217 @@ impl FleetState {
                     // Not older than what we show (a store's delete always has a
                     // higher revision than the put).
                     Some(old) if old.revision <= revision => {
+                        self.unindex(&name);
                         self.locks.remove(name.as_str());
                         vec![Changed::Lock(name)]
                     }
                     _ => Vec::new(),
                 }
             }
+            FleetEvent::Session(entry) => {
+                let id = entry.id.clone();
+                let before = self.sessions.holder(&id);
+                if self.sessions.sessions.get(&id) == Some(&entry) {
+                    return Vec::new();
+                }
+                self.sessions.sessions.insert(id.clone(), entry);
+                self.session_changed(&id, before)
+            }
+            FleetEvent::SessionGone { id } => {
+                let before = self.sessions.holder(&id);
+                match self.sessions.sessions.remove(&id) {
+                    Some(_) => self.session_changed(&id, before),
+                    None => Vec::new(),
+                }
+            }
+            FleetEvent::Blacklisted(entry) => {
+                let id = entry.session.clone();
+                let before = self.sessions.holder(&id);
+                if self.sessions.blacklist.get(&id) == Some(&entry) {
+                    return Vec::new();
+                }
+                self.sessions.blacklist.insert(id.clone(), entry);
+                self.session_changed(&id, before)
+            }
+            FleetEvent::BlacklistLifted { session } => {
+                let before = self.sessions.holder(&session);
+                match self.sessions.blacklist.remove(&session) {
+                    Some(_) => self.session_changed(&session, before),
+                    None => Vec::new(),
+                }
+            }
         }
+    }
+
+    fn reset(&mut self, snapshot: Snapshot) -> Vec<Changed> {
+        let Snapshot {
+            revision,
+            locks,
+            waiters,
+            sessions,
+            blacklist,
+        } = snapshot;
+        let mut changes = Vec::new();
+        let mut fresh: BTreeSet<ByName> = BTreeSet::new();
+        for mut e in locks {
+            if self.get(&e.name) != Some(&e) {
+                changes.push(Changed::Lock(e.name.clone()));
+            }
+            self.shared.intern(&mut e);
+            fresh.replace(ByName(e));
+        }
+        // Absent from the whole truth: removed, whatever the store's revision
+        // scheme (a SQL row's own counter can run ahead of the reset's).
+        changes.extend(
+            self.locks
+                .iter()
+                .filter(|e| !fresh.contains(e.0.name.as_str()))
+                .map(|e| Changed::Lock(e.0.name.clone())),
+        );
+        self.locks = fresh;
+        self.held_by.clear();
+        let names: Vec<(Arc<str>, String)> = self
+            .locks()
+            .filter_map(|e| Some((e.record()?.session.clone(), e.name.clone())))
+            .collect();
+        for (session, name) in names {
+            self.held_by.entry(session).or_default().insert(name);
+        }
+        let waiters: BTreeSet<Waiter> = waiters.into_iter().collect();
+        let mut moved: Vec<String> = self
+            .waiters
+            .symmetric_difference(&waiters)
+            .map(|w| w.lock.clone())
+            .collect();
+        moved.dedup();
+        changes.extend(moved.into_iter().map(Changed::Waiters));
+        self.waiters = waiters;
+        // Sessions: every session whose holder state differs re-places its locks.
+        let fresh = Sessions {
+            tracked: sessions.is_some(),
+            sessions: sessions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| (s.id.clone(), s))
+                .collect(),
+            blacklist: blacklist.into_iter().map(|b| (b.session.clone(), b)).collect(),
+        };
+        let old = std::mem::replace(&mut self.sessions, fresh);
+        let ids: BTreeSet<&String> = old
+            .sessions
+            .keys()
+            .chain(old.blacklist.keys())
+            .chain(self.sessions.sessions.keys())
+            .chain(self.sessions.blacklist.keys())
+            .collect();
+        let mut touched: Vec<String> = Vec::new();
+        for id in ids {
+            if old.sessions.get(id) != self.sessions.sessions.get(id)
+                || old.blacklist.get(id) != self.sessions.blacklist.get(id)
+            {
+                touched.push(id.clone());
+            }
+        }
+        let all = old.tracked != self.sessions.tracked;
+        for id in &touched {
+            if !all && old.holder(id) != self.sessions.holder(id) {
+                changes.extend(self.locks_of(id).map(|n| Changed::Lock(n.to_string())));
+            }
+            changes.push(Changed::Session(id.clone()));
+        }
+        if all {
+            changes.extend(self.locks().map(|e| Changed::Lock(e.name.clone())));
+        }
+        // A reset is the whole truth, even if the store went back in time
+        // (restored from a backup): its revision replaces ours.
+        self.revision = revision;
+        changes
+    }
+
+    /// What session `id`'s change did: the session itself, and its locks if
+    /// their holder state moved.
+    fn session_changed(&self, id: &str, before: Holder) -> Vec<Changed> {
+        let mut changes = Vec::new();
+        if self.sessions.holder(id) != before {
+            changes.extend(self.locks_of(id).map(|n| Changed::Lock(n.to_string())));
+        }
+        changes.push(Changed::Session(id.to_string()));
+        changes
+    }
+
+    fn index(&mut self, entry: &LockEntry) {
+        if let Some(r) = entry.record() {
+            self.held_by
+                .entry(r.session.clone())
+                .or_default()
+                .insert(entry.name.clone());
+        }
+    }
+
+    fn unindex(&mut self, name: &str) {
+        let Some(session) = self.get(name).and_then(|e| e.record()).map(|r| r.session.clone()) else {
+            return;
+        };
+        if let Some(names) = self.held_by.get_mut(&session) {
+            names.remove(name);
+            if names.is_empty() {
+                self.held_by.remove(&session);
+            }
+        }
+    }
+
+    fn has_waiters(&self, lock: &str) -> bool {
+        self.waiters_of(lock).next().is_some()
+    }
+
+    /// Recomputes the deadlocks and reports the locks and sessions whose flag moved.
+    fn find_deadlocks(&mut self, changes: &mut Vec<Changed>) {
+        let found = Deadlocks::find(
+            self.waiters.iter().map(|w| (w.session.as_str(), w.lock.as_str())),
+            |lock| self.get(lock).and_then(|e| e.record()).map(|r| &*r.session),
+        );
+        if found == self.deadlocks {
+            return;
+        }
+        let old = std::mem::replace(&mut self.deadlocks, found);
+        let new = &self.deadlocks;
+        changes.extend(
+            old.locks
+                .symmetric_difference(&new.locks)
+                .map(|l| Changed::Lock(l.clone())),
+        );
+        changes.extend(
+            old.sessions
+                .symmetric_difference(&new.sessions)
+                .map(|s| Changed::Session(s.clone())),
+        );
+    }
+
+    /// Locks held by session `id`, in name order.
+    pub fn locks_of<'a>(&'a self, id: &str) -> impl Iterator<Item = &'a str> + 'a {
+        self.held_by.get(id).into_iter().flatten().map(String::as_str)
+    }
+
+    /// What is known of the session holding `entry` (a malformed entry names none).
+    pub fn holder(&self, entry: &LockEntry) -> Holder {
+        match entry.record() {
+            Some(r) => self.sessions.holder(&r.session),
+            None => Holder::Unknown,
+        }
+    }
+
+    /// The lock's state at `now`.
+    pub fn state_of(&self, entry: &LockEntry, now: Millis) -> RowState {
+        RowState::of(entry, self.holder(entry), now)
+    }
+
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    /// Sessions and locks on a wait-for cycle.
+    pub fn deadlocks(&self) -> &Deadlocks {
+        &self.deadlocks
     }
 
     /// Highest store revision seen.
@@ -322,12 +572,7 @@ impl FleetState {
             ..Counts::default()
         };
         for e in self.locks() {
-            match RowState::of(e, now) {
-                RowState::Healthy => {}
-                RowState::Overdue => c.overdue += 1,
-                RowState::Expired => c.expired += 1,
-                RowState::Malformed => c.malformed += 1,
-            }
+            c.add(self.state_of(e, now), 1);
         }
         c
     }
@@ -335,3 +580,6 @@ impl FleetState {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod session_tests;

@@ -7,6 +7,8 @@
 //! - [`record`]: the JSON lock record as the lock protocol stores it (`docs/protocol.md`).
 //! - [`fleet`]: lock entries, fleet events and the reducer ([`fleet::FleetState::apply`])
 //!   the server's hub runs.
+//! - [`session`]: sessions, the blacklist, what a lock's holder looks like
+//!   ([`session::Holder`]), the clock-skew estimate, deadlock detection.
 //! - `intern`: one shared copy of each record field many locks have in common.
 //! - [`view`]: what one browser looks at (filter, sort, window of rows), the
 //!   severity order, and the window reducer the browser runs.
@@ -16,11 +18,13 @@
 pub mod fleet;
 mod intern;
 pub mod record;
+pub mod session;
 pub mod time;
 pub mod view;
 pub mod wire;
 
-pub use fleet::{Changed, Counts, FleetEvent, FleetState, LockBody, LockEntry, StoreStatus, Waiter};
+pub use fleet::{Changed, Counts, FleetEvent, FleetState, LockBody, LockEntry, Snapshot, StoreStatus, Waiter};
 pub use record::LockRecord;
+pub use session::{BlacklistEntry, Holder, SessionEntry};
 pub use view::{Aggregates, RowState, ViewSpec, Window, WindowFrame, WindowRow};
 pub use wire::{ClientMsg, FleetSummary, Page, ServerMsg, PROTOCOL_VERSION};

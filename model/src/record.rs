@@ -77,19 +77,76 @@ impl std::fmt::Display for RecordError {
 
 impl std::error::Error for RecordError {}
 
-impl LockRecord {
-    /// Parses a stored value; never panics, whatever the bytes.
-    pub fn parse(raw: &[u8]) -> Result<LockRecord, RecordError> {
+/// A record type of the protocol: JSON with a schema version `v`.
+pub trait Record: serde::de::DeserializeOwned {
+    fn version(&self) -> u32;
+
+    /// Parses a stored value; never panics, whatever the bytes. The one place a
+    /// stored record of any type is read.
+    fn parse(raw: &[u8]) -> Result<Self, RecordError> {
         if raw.len() > MAX_RECORD_BYTES {
             return Err(RecordError::TooLarge(raw.len()));
         }
-        let rec: LockRecord = serde_json::from_slice(raw).map_err(|e| RecordError::Json(e.to_string()))?;
-        if rec.v > RECORD_VERSION {
-            return Err(RecordError::UnsupportedVersion(rec.v));
+        let rec: Self = serde_json::from_slice(raw).map_err(|e| RecordError::Json(e.to_string()))?;
+        if rec.version() > RECORD_VERSION {
+            return Err(RecordError::UnsupportedVersion(rec.version()));
         }
         Ok(rec)
     }
+}
 
+impl Record for LockRecord {
+    fn version(&self) -> u32 {
+        self.v
+    }
+}
+
+impl Record for SessionRecord {
+    fn version(&self) -> u32 {
+        self.v
+    }
+}
+
+impl Record for BlacklistRecord {
+    fn version(&self) -> u32 {
+        self.v
+    }
+}
+
+/// How much of a malformed value is kept for display.
+pub const MALFORMED_KEEP_BYTES: usize = 4096;
+
+/// A stored value: the record it holds, or, when it is not a record this build
+/// reads, the stored bytes (cut to [`MALFORMED_KEEP_BYTES`]) and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Stored<T> {
+    Record(T),
+    Malformed { raw: Vec<u8>, error: String },
+}
+
+impl<T: Record> Stored<T> {
+    pub fn parse(raw: &[u8]) -> Stored<T> {
+        match T::parse(raw) {
+            Ok(rec) => Stored::Record(rec),
+            Err(e) => Stored::Malformed {
+                raw: raw[..raw.len().min(MALFORMED_KEEP_BYTES)].to_vec(),
+                error: e.to_string(),
+            },
+        }
+    }
+}
+
+impl<T> Stored<T> {
+    pub fn value(&self) -> Option<&T> {
+        match self {
+            Stored::Record(r) => Some(r),
+            Stored::Malformed { .. } => None,
+        }
+    }
+}
+
+impl LockRecord {
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a LockRecord always serialises")
     }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fleet::{Counts, LockBody, LockEntry};
 use crate::record::LockRecord;
+use crate::session::Holder;
 use crate::time::Millis;
 
 /// Most rows a window may hold.
@@ -34,6 +35,10 @@ pub const TOP_SERVICES: usize = 20;
 pub enum RowState {
     /// Past `auto_unlock_at`: nobody extended it; the unlocker may release it.
     Expired,
+    /// Its holder's session is gone: nobody will extend or release it.
+    Orphaned,
+    /// Its holder's session is blacklisted: it will not be extended.
+    Blacklisted,
     /// Past `alert_at`: held longer than its holder said it would be.
     Overdue,
     /// The stored value is not a record this build can read.
@@ -42,23 +47,32 @@ pub enum RowState {
 }
 
 impl RowState {
-    pub const ALL: [RowState; 4] = [
+    pub const ALL: [RowState; 6] = [
         RowState::Expired,
+        RowState::Orphaned,
+        RowState::Blacklisted,
         RowState::Overdue,
         RowState::Malformed,
         RowState::Healthy,
     ];
 
-    pub fn of(entry: &LockEntry, now: Millis) -> RowState {
+    /// The lock's liveness: a pure function of the lock, what is known of its
+    /// holder's session, and `now` (the server's clock; see `docs/protocol.md`
+    /// on skew). When several apply, the most severe wins.
+    pub fn of(entry: &LockEntry, holder: Holder, now: Millis) -> RowState {
         match &entry.body {
             LockBody::Malformed { .. } => RowState::Malformed,
-            LockBody::Held(r) => RowState::of_record(r, now),
+            LockBody::Held(r) => RowState::of_record(r, holder, now),
         }
     }
 
-    pub fn of_record(r: &LockRecord, now: Millis) -> RowState {
+    pub fn of_record(r: &LockRecord, holder: Holder, now: Millis) -> RowState {
         if now >= r.auto_unlock_at {
             RowState::Expired
+        } else if holder == Holder::Gone {
+            RowState::Orphaned
+        } else if holder == Holder::Blacklisted {
+            RowState::Blacklisted
         } else if now >= r.alert_at {
             RowState::Overdue
         } else {
@@ -82,6 +96,8 @@ impl RowState {
     pub fn as_str(self) -> &'static str {
         match self {
             RowState::Expired => "expired",
+            RowState::Orphaned => "orphaned",
+            RowState::Blacklisted => "blacklisted",
             RowState::Overdue => "overdue",
             RowState::Malformed => "malformed",
             RowState::Healthy => "healthy",
@@ -96,6 +112,8 @@ impl RowState {
     pub fn reason(self) -> &'static str {
         match self {
             RowState::Expired => "past auto_unlock_at: not extended by its holder; may be released",
+            RowState::Orphaned => "its holder's session is gone: the process died or closed without releasing",
+            RowState::Blacklisted => "its holder's session is blacklisted: it will not be extended",
             RowState::Overdue => "past alert_at: held longer than its holder expected",
             RowState::Malformed => "the stored value is not a lock record this build can read",
             RowState::Healthy => "within its expected runtime",
@@ -362,13 +380,26 @@ impl ViewSpec {
     }
 }
 
-/// A lock as a window shows it: the entry and who waits for it.
+/// A lock as a window shows it: the entry, what is known of its holder, and
+/// who waits for it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WindowRow {
     pub entry: LockEntry,
+    #[serde(default)]
+    pub holder: Holder,
+    /// On a wait-for cycle: its holder waits, through others, for its waiters.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deadlock: bool,
     /// Sessions waiting for this lock, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub waiters: Vec<String>,
+}
+
+impl WindowRow {
+    /// The row's state at `now`.
+    pub fn state(&self, now: Millis) -> RowState {
+        RowState::of(&self.entry, self.holder, now)
+    }
 }
 
 /// A fleet's headline numbers: per state, per service.
@@ -386,22 +417,16 @@ pub struct Aggregates {
 
 impl Aggregates {
     pub fn healthy(&self) -> u64 {
-        let c = &self.counts;
-        c.held.saturating_sub(c.overdue + c.expired + c.malformed)
+        self.counts.of(RowState::Healthy)
     }
 
     pub fn count(&self, state: RowState) -> u64 {
-        match state {
-            RowState::Expired => self.counts.expired,
-            RowState::Overdue => self.counts.overdue,
-            RowState::Malformed => self.counts.malformed,
-            RowState::Healthy => self.healthy(),
-        }
+        self.counts.of(state)
     }
 
     /// Rows needing someone's attention.
     pub fn attention(&self) -> u64 {
-        self.counts.expired + self.counts.overdue + self.counts.malformed
+        self.counts.attention()
     }
 }
 

@@ -190,6 +190,8 @@ impl Views {
                     self.place(state, lock, now);
                 }
             }
+            // Its locks whose state moved come as `Changed::Lock` too.
+            Changed::Session(_) => {}
         }
     }
 
@@ -218,7 +220,7 @@ impl Views {
         let old = self.take(name);
         let name: Arc<str> = old.as_ref().map_or_else(|| Arc::from(name), |(n, _)| n.clone());
         let old = old.map(|(_, m)| m);
-        let row_state = RowState::of(entry, now);
+        let row_state = state.state_of(entry, now);
         let meta = Meta {
             fields: SortFields::of(entry),
             state: row_state,
@@ -274,14 +276,15 @@ impl Views {
 
     /// Counts per state (cheap: no services).
     pub fn counts(&self) -> Counts {
-        let n = |s: RowState| self.by_state[s as usize];
-        Counts {
+        let mut c = Counts {
             held: self.meta.len() as u64,
-            overdue: n(RowState::Overdue),
-            expired: n(RowState::Expired),
-            malformed: n(RowState::Malformed),
             waiters: self.waiters,
+            ..Counts::default()
+        };
+        for s in RowState::ALL {
+            c.add(s, self.by_state[s as usize] as i64);
         }
+        c
     }
 
     /// The fleet's headline numbers.
@@ -458,6 +461,8 @@ impl Views {
                 };
                 rows.push(WindowRow {
                     entry: entry.clone(),
+                    holder: state.holder(entry),
+                    deadlock: state.deadlocks().locks.contains(&**name),
                     waiters: state.waiters_of(name).map(str::to_string).collect(),
                 });
             }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use lockscope::views::{Now, Views};
 use lockscope_model::record::RECORD_VERSION;
 use lockscope_model::view::ViewSpec;
-use lockscope_model::{FleetEvent, FleetState, LockBody, LockEntry, LockRecord};
+use lockscope_model::{FleetEvent, FleetState, LockBody, LockEntry, LockRecord, Snapshot};
 
 struct Counting;
 
@@ -87,11 +87,11 @@ fn the_hub_memory_per_held_lock_does_not_grow() {
         wall: 1_700_000_000_000,
         mono: 0,
     };
-    for change in state.apply(FleetEvent::Reset {
+    for change in state.apply(FleetEvent::Reset(Snapshot {
         revision: N as i64,
         locks,
-        waiters: vec![],
-    }) {
+        ..Snapshot::default()
+    })) {
         views.on_change(&state, &change, now.wall);
     }
     // A page view, whose memory must be returned.

@@ -4,7 +4,7 @@
 //! retry_at }` with a capped, jittered backoff between attempts, and `Live` again.
 
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, LockEntry, StoreStatus, Waiter};
+use lockscope_model::{FleetEvent, Snapshot, StoreStatus};
 use tokio::sync::mpsc;
 use tracing::warn;
 
@@ -39,13 +39,8 @@ impl Link {
     }
 
     /// Sends the store's whole truth; the hub's reducer turns it into the difference.
-    pub async fn reset(&self, revision: i64, locks: Vec<LockEntry>, waiters: Vec<Waiter>) -> Result<(), HubGone> {
-        self.events(vec![FleetEvent::Reset {
-            revision,
-            locks,
-            waiters,
-        }])
-        .await
+    pub async fn reset(&self, snapshot: Snapshot) -> Result<(), HubGone> {
+        self.events(vec![FleetEvent::Reset(snapshot)]).await
     }
 
     async fn status(&self, status: StoreStatus) -> Result<(), HubGone> {

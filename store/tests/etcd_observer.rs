@@ -268,7 +268,7 @@ async fn snapshot_is_exactly_the_table(etcd: &EtcdServer, cfg: EtcdConfig) {
     let reset = loop {
         match w.rx.recv().await.expect("observer stopped") {
             ObserverEvent::Events(evs) => match evs.into_iter().next() {
-                Some(FleetEvent::Reset { revision, locks, .. }) => break (revision, locks),
+                Some(FleetEvent::Reset(snap)) => break (snap.revision, snap.locks),
                 _ => continue,
             },
             ObserverEvent::Status(StoreStatus::Unreachable { error, .. }) => panic!("the snapshot failed: {error}"),

@@ -21,11 +21,11 @@ fn rm(name: &str, revision: i64) -> FleetEvent {
     }
 }
 fn reset(revision: i64, locks: Vec<LockEntry>) -> FleetEvent {
-    FleetEvent::Reset {
+    FleetEvent::Reset(Snapshot {
         revision,
         locks,
-        waiters: vec![],
-    }
+        ..Snapshot::default()
+    })
 }
 
 fn lock(name: &str) -> Changed {
@@ -175,6 +175,7 @@ fn counts_by_liveness() {
         expired,
         malformed,
         waiters: 1,
+        ..Counts::default()
     };
     assert_eq!(s.counts(r.alert_at - 1), c(2, 0, 0, 1));
     assert_eq!(s.counts(r.alert_at), c(2, 1, 0, 1));
@@ -201,11 +202,11 @@ fn waiters_come_and_go_and_resets_diff_them() {
         "not ab's waiter"
     );
     assert_eq!(s.apply(FleetEvent::StoppedWaiting(waiter("zz", "s9"))), vec![]);
-    let changes = s.apply(FleetEvent::Reset {
+    let changes = s.apply(FleetEvent::Reset(Snapshot {
         revision: 5,
-        locks: vec![],
         waiters: vec![waiter("a", "s2"), waiter("b", "s4")],
-    });
+        ..Snapshot::default()
+    }));
     assert_eq!(
         changes,
         vec![
@@ -305,9 +306,10 @@ fn values_no_lock_uses_are_dropped_after_churn() {
 #[test]
 fn liveness_follows_the_deadlines() {
     let r = sample("o");
-    assert_eq!(RowState::of_record(&r, r.alert_at - 1), RowState::Healthy);
-    assert_eq!(RowState::of_record(&r, r.alert_at), RowState::Overdue);
-    assert_eq!(RowState::of_record(&r, r.auto_unlock_at), RowState::Expired);
+    let alive = Holder::Alive;
+    assert_eq!(RowState::of_record(&r, alive, r.alert_at - 1), RowState::Healthy);
+    assert_eq!(RowState::of_record(&r, alive, r.alert_at), RowState::Overdue);
+    assert_eq!(RowState::of_record(&r, alive, r.auto_unlock_at), RowState::Expired);
 }
 
 #[test]

@@ -17,6 +17,8 @@ fn held(name: &str, acquired_at: i64) -> LockEntry {
 fn row(name: &str, rev: i64) -> WindowRow {
     WindowRow {
         entry: held(name, rev),
+        holder: Holder::Alive,
+        deadlock: false,
         waiters: vec![],
     }
 }
@@ -47,7 +49,12 @@ fn severity_puts_stuck_locks_first_then_the_oldest() {
     let mut all = [&fresh, &overdue, &bad, &older, &expired];
     all.sort_by_key(|e| {
         (
-            sort_key(SortKey::Severity, &SortFields::of(e), RowState::of(e, now), 0),
+            sort_key(
+                SortKey::Severity,
+                &SortFields::of(e),
+                RowState::of(e, Holder::Unknown, now),
+                0,
+            ),
             e.name.clone(),
         )
     });
@@ -59,10 +66,10 @@ fn severity_puts_stuck_locks_first_then_the_oldest() {
 fn state_changes_at_its_deadlines_and_says_when() {
     let e = held("a", 0);
     assert_eq!(RowState::next_change(&e, 0), Some(60_000));
-    assert_eq!(RowState::of(&e, 59_999), RowState::Healthy);
-    assert_eq!(RowState::of(&e, 60_000), RowState::Overdue);
+    assert_eq!(RowState::of(&e, Holder::Unknown, 59_999), RowState::Healthy);
+    assert_eq!(RowState::of(&e, Holder::Unknown, 60_000), RowState::Overdue);
     assert_eq!(RowState::next_change(&e, 60_000), Some(120_000));
-    assert_eq!(RowState::of(&e, 120_000), RowState::Expired);
+    assert_eq!(RowState::of(&e, Holder::Unknown, 120_000), RowState::Expired);
     assert_eq!(RowState::next_change(&e, 120_000), None);
 }
 

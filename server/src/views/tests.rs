@@ -1,6 +1,6 @@
 use lockscope_model::record::RECORD_VERSION;
 use lockscope_model::view::{Filter, Sort, Window};
-use lockscope_model::{FleetEvent, LockBody, LockEntry, LockRecord, Waiter};
+use lockscope_model::{BlacklistEntry, FleetEvent, LockBody, LockEntry, LockRecord, SessionEntry, Snapshot, Waiter};
 
 use super::*;
 

@@ -74,6 +74,14 @@ impl EtcdConfig {
         format!("{}waiters/", self.prefix)
     }
 
+    pub(crate) fn sessions_prefix(&self) -> String {
+        format!("{}sessions/", self.prefix)
+    }
+
+    pub(crate) fn blacklist_prefix(&self) -> String {
+        format!("{}blacklist/", self.prefix)
+    }
+
     pub(crate) fn session_key(&self, session: &str) -> String {
         format!("{}sessions/{session}", self.prefix)
     }

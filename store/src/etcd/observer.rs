@@ -1,5 +1,8 @@
-//! Observes `<prefix>locks/` on etcd: a paged snapshot at one revision, then a watch
-//! from the next revision. On any failure it reports the store unreachable, waits a
+//! Observes the lockscope layout on etcd (locks, waiters, sessions, blacklist): a
+//! snapshot at one revision, then a watch of the whole prefix from the next
+//! revision. A session key lives on its session's lease, so its deletion is the
+//! session going (closed, or not kept alive for its ttl): etcd decides, on its
+//! own clock, and no two hosts' clocks are compared. On any failure it reports the store unreachable, waits a
 //! capped, jittered backoff, reconnects and resumes the watch where it stopped; if
 //! etcd compacted that revision away meanwhile, it takes a fresh snapshot instead,
 //! which the hub's reducer turns into the difference.
@@ -10,14 +13,14 @@ use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, KeyValue, KvClient, WatchOptions};
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, LockEntry, Waiter};
+use lockscope_model::{BlacklistEntry, FleetEvent, LockEntry, SessionEntry, Snapshot, Waiter};
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
 use super::{prefix_end, timed, EtcdConfig};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
-use crate::{Observer, ObserverEvent, StoreError};
+use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct EtcdObserver {
     cfg: EtcdConfig,
@@ -58,8 +61,8 @@ impl EtcdObserver {
                 },
             };
             self.resume = Some(from);
-            // One watch over the whole layout: lock and waiter keys (session and
-            // blacklist keys are ignored here).
+            // One watch over the whole layout: lock, waiter, session and
+            // blacklist keys.
             let opts = WatchOptions::new()
                 .with_prefix()
                 .with_start_revision(from + 1)
@@ -91,6 +94,8 @@ impl EtcdObserver {
                 }
                 let mut events = Vec::with_capacity(resp.events().len());
                 let mut last = None;
+                // The skew estimate's receive time (docs/protocol.md, "Clock skew").
+                let seen_at = now_ms();
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
                     last = Some(kv.mod_revision());
@@ -103,6 +108,19 @@ impl EtcdObserver {
                         }),
                         Key::Waiter(w) if put => Some(FleetEvent::Waiting(w)),
                         Key::Waiter(w) => Some(FleetEvent::StoppedWaiting(w)),
+                        Key::Session(id) if put => Some(FleetEvent::Session(SessionEntry::from_stored(
+                            id,
+                            kv.mod_revision(),
+                            kv.value(),
+                            Some(seen_at),
+                        ))),
+                        Key::Session(id) => Some(FleetEvent::SessionGone { id }),
+                        Key::Blacklist(id) if put => Some(FleetEvent::Blacklisted(BlacklistEntry::from_stored(
+                            id,
+                            kv.mod_revision(),
+                            kv.value(),
+                        ))),
+                        Key::Blacklist(session) => Some(FleetEvent::BlacklistLifted { session }),
                         Key::Other => None,
                     });
                 }
@@ -122,26 +140,48 @@ impl EtcdObserver {
         }
     }
 
-    /// Reads every lock and waiter at one revision, span by span, and sends them as
-    /// one reset. Returns the revision, or `None` if the hub is gone.
+    /// Reads every lock, waiter, session and blacklist entry at one revision, span
+    /// by span, and sends them as one reset. Returns the revision, or `None` if
+    /// the hub is gone.
     async fn snapshot(&mut self, client: &mut Client, link: &Link) -> Result<Option<i64>, StoreError> {
         // Spans are read whole: allow responses far beyond tonic's 4 MiB default.
         let mut kv = client
             .kv_client()
             .max_decoding_message_size(self.cfg.response_max_bytes);
-        let mut locks = Vec::new();
-        let mut waiters = Vec::new();
+        let mut snap = Snapshot {
+            sessions: Some(Vec::new()),
+            ..Snapshot::default()
+        };
         // Each response is parsed as it arrives, so its raw bytes never pile up.
         let mut take = |kv: &KeyValue| match self.key_of(kv) {
-            Key::Lock(name) => locks.push(entry_of(kv, name)),
-            Key::Waiter(w) => waiters.push(w),
+            Key::Lock(name) => snap.locks.push(entry_of(kv, name)),
+            Key::Waiter(w) => snap.waiters.push(w),
+            Key::Session(id) => snap
+                .sessions
+                .get_or_insert_with(Vec::new)
+                .push(SessionEntry::from_stored(id, kv.mod_revision(), kv.value(), None)),
+            Key::Blacklist(id) => snap
+                .blacklist
+                .push(BlacklistEntry::from_stored(id, kv.mod_revision(), kv.value())),
             Key::Other => {}
         };
         let revision = self.range(&mut kv, &self.cfg.locks_prefix(), 0, &mut take).await?;
-        self.range(&mut kv, &self.cfg.waiters_prefix(), revision, &mut take)
-            .await?;
-        debug!(revision, locks = locks.len(), waiters = waiters.len(), "snapshot taken");
-        if link.reset(revision, locks, waiters).await.is_err() {
+        for prefix in [
+            self.cfg.waiters_prefix(),
+            self.cfg.sessions_prefix(),
+            self.cfg.blacklist_prefix(),
+        ] {
+            self.range(&mut kv, &prefix, revision, &mut take).await?;
+        }
+        snap.revision = revision;
+        debug!(
+            revision,
+            locks = snap.locks.len(),
+            waiters = snap.waiters.len(),
+            sessions = snap.sessions.as_ref().map_or(0, Vec::len),
+            "snapshot taken"
+        );
+        if link.reset(snap).await.is_err() {
             return Ok(None);
         }
         Ok(Some(revision))
@@ -271,6 +311,10 @@ impl EtcdObserver {
         };
         if let Some(name) = rest.strip_prefix("locks/") {
             Key::Lock(name.to_string())
+        } else if let Some(id) = rest.strip_prefix("sessions/") {
+            Key::Session(id.to_string())
+        } else if let Some(id) = rest.strip_prefix("blacklist/") {
+            Key::Blacklist(id.to_string())
         } else if let Some((lock, session)) = rest.strip_prefix("waiters/").and_then(|w| w.rsplit_once('/')) {
             // Lock names may contain '/'; session ids may not, so the last segment
             // is the session.
@@ -296,6 +340,8 @@ const SPAN_READ_TIMEOUT: Duration = Duration::from_secs(30);
 enum Key {
     Lock(String),
     Waiter(Waiter),
+    Session(String),
+    Blacklist(String),
     Other,
 }
 

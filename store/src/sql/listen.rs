@@ -1,4 +1,4 @@
-//! PostgreSQL's notifications of lock and waiter changes (from the schema's
+//! PostgreSQL's notifications of lock, session and blacklist changes (from the schema's
 //! triggers), re-broadcast to the store's waiters and to the observer.
 
 use std::time::Duration;
@@ -13,8 +13,8 @@ use crate::StoreError;
 pub(crate) enum Change {
     /// A lock row changed (`NOTIFY lockscope_locks, '<name>'`).
     Lock(String),
-    /// A session started or stopped waiting (`NOTIFY lockscope_waiters`).
-    Waiters,
+    /// A session or blacklist row changed (`NOTIFY lockscope_sessions`).
+    Sessions,
     /// The listening connection was lost: notifications may have been missed.
     Lost,
 }
@@ -25,7 +25,7 @@ pub(crate) enum Change {
 /// gone, so observers re-read the table).
 pub(super) async fn listen(url: &str) -> Result<broadcast::Sender<Change>, StoreError> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener.listen_all(["lockscope_locks", "lockscope_waiters"]).await?;
+    listener.listen_all(["lockscope_locks", "lockscope_sessions"]).await?;
     // Room for bursts: a receiver that falls further behind gets `Lagged` and
     // re-reads the table instead.
     let (tx, _) = broadcast::channel(16384);
@@ -37,7 +37,7 @@ pub(super) async fn listen(url: &str) -> Result<broadcast::Sender<Change>, Store
             let change = match listener.try_recv().await {
                 Ok(Some(n)) => match n.channel() {
                     "lockscope_locks" => Change::Lock(n.payload().to_string()),
-                    _ => Change::Waiters,
+                    _ => Change::Sessions,
                 },
                 Ok(None) => {
                     warn!("postgres listener connection lost; reconnecting");

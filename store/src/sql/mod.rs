@@ -13,6 +13,7 @@
 mod listen;
 mod observer;
 mod schema;
+mod sessions;
 mod shedlock;
 
 pub use observer::SqlObserver;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::record::{BlacklistRecord, SessionRecord};
-use lockscope_model::{FleetEvent, LockEntry, LockRecord, Waiter};
+use lockscope_model::{FleetEvent, LockEntry, LockRecord};
 use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow};
 use sqlx::AnyPool;
 use sqlx::Row;
@@ -158,23 +159,32 @@ impl SqlLocks {
         rows.iter().map(entry_of).collect()
     }
 
-    /// Every session waiting for a lock.
-    pub async fn waiting(&self) -> Result<Vec<Waiter>, StoreError> {
-        let q = self.sql("SELECT waiting_for, session FROM lockscope_sessions WHERE waiting_for IS NOT NULL");
+    /// Every registered session, in id order.
+    pub(crate) async fn session_rows(&self) -> Result<Vec<SessionRow>, StoreError> {
+        let q = self.sql("SELECT session, record, waiting_for, expires_at FROM lockscope_sessions ORDER BY session");
         let rows = sqlx::query(&q).fetch_all(&self.pool).await?;
         rows.iter()
             .map(|r| {
-                Ok(Waiter {
-                    lock: r.try_get(0)?,
-                    session: r.try_get(1)?,
+                Ok(SessionRow {
+                    id: r.try_get(0)?,
+                    record: r.try_get(1)?,
+                    waiting_for: r.try_get(2)?,
+                    expires_at: r.try_get(3)?,
                 })
             })
             .collect()
     }
 
-    /// SQLite: the change counters the triggers keep (schema v3).
+    /// Every blacklist entry, in session order.
+    pub(crate) async fn blacklist_rows(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let q = self.sql("SELECT session, record FROM lockscope_blacklist ORDER BY session");
+        let rows = sqlx::query(&q).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    }
+
+    /// SQLite: the change counters the triggers keep (schema v3, v4).
     pub(crate) async fn changes(&self) -> Result<Changes, StoreError> {
-        let q = self.sql("SELECT counter, removals, waiters FROM lockscope_changes WHERE id = 1");
+        let q = self.sql("SELECT counter, removals, sessions FROM lockscope_changes WHERE id = 1");
         let row = self
             .one(sqlx::query(&q))
             .await?
@@ -182,7 +192,7 @@ impl SqlLocks {
         Ok(Changes {
             counter: row.try_get(0)?,
             removals: row.try_get(1)?,
-            waiters: row.try_get(2)?,
+            sessions: row.try_get(2)?,
         })
     }
 
@@ -234,8 +244,18 @@ pub(crate) struct Changes {
     pub counter: i64,
     /// Bumped by every deleted lock row.
     pub removals: i64,
-    /// Bumped by every session that started or stopped waiting.
-    pub waiters: i64,
+    /// Bumped by every write to a session or blacklist row.
+    pub sessions: i64,
+}
+
+/// A row of `lockscope_sessions` as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SessionRow {
+    pub id: String,
+    pub record: String,
+    pub waiting_for: Option<String>,
+    /// The holder's clock: `heartbeat_at` plus the session's ttl.
+    pub expires_at: i64,
 }
 
 fn schema_error(e: sqlx::migrate::MigrateError, url: &str) -> StoreError {

@@ -11,25 +11,27 @@
 //! per-row events. The whole table is read only when the observer (re)connects,
 //! when a row was deleted by hand (nothing left to read), when PostgreSQL
 //! notifications may have been missed (listener reconnected, or this observer
-//! fell behind them), and every `reconcile` as a safety net. Waiters are read
-//! whole (only the sessions that wait) when they changed, and sent as the
-//! difference from the last read.
+//! fell behind them), and every `reconcile` as a safety net. Sessions (with the
+//! waiters they name) and the blacklist are read whole when they changed, and
+//! sent as the difference from the last read ([`super::sessions`], which also
+//! decides when a silent session is gone).
 //!
 //! One task, one pool: this loop is the only reader, so its state needs no lock.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, Waiter};
+use lockscope_model::{FleetEvent, Snapshot};
 use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
+use super::sessions::SessionTracker;
 use super::{Change, Changes, Dialect, SqlLocks};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, HubGone, Link, Session};
-use crate::{Observer, ObserverEvent, StoreError};
+use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct SqlObserver {
     url: String,
@@ -47,7 +49,7 @@ struct Seen {
     /// SQLite: the counters last read; the last change whose row was read.
     changes: Option<Changes>,
     seq: i64,
-    waiters: BTreeSet<Waiter>,
+    sessions: SessionTracker,
     /// When the whole table was last read.
     full_at: Instant,
     /// PostgreSQL: reads, numbering the resets (its changes carry no sequence).
@@ -77,9 +79,13 @@ impl SqlObserver {
         let store = SqlLocks::connect(&self.url).await?;
         // Subscribe before the first read, so nothing between the two is missed.
         let mut notified = store.notified.as_ref().map(broadcast::Sender::subscribe);
-        let mut seen = self.full_read(&store, link, 0).await?;
+        let mut seen = self.full_read(&store, link, Seen::first()).await?;
         loop {
             link.live().await?;
+            let gone = seen.sessions.expire(Instant::now());
+            if !gone.is_empty() {
+                link.events(gone).await?;
+            }
             match (store.dialect(), notified.as_mut()) {
                 (Dialect::Postgres, Some(rx)) => self.notified_changes(&store, link, rx, &mut seen).await?,
                 _ => {
@@ -91,28 +97,45 @@ impl SqlObserver {
                 return Ok(());
             }
             if seen.full_at.elapsed() >= self.reconcile {
-                seen = self.full_read(&store, link, seen.reads).await?;
+                seen = self.full_read(&store, link, seen).await?;
             }
         }
     }
 
     /// Reads the whole table and sends it as a reset (the hub's reducer turns it
-    /// into the difference).
-    async fn full_read(&self, store: &SqlLocks, link: &Link, reads: i64) -> Result<Seen, Halt> {
+    /// into the difference). What the session tracker learnt (when each session
+    /// was last written) carries over from `before`.
+    async fn full_read(&self, store: &SqlLocks, link: &Link, before: Seen) -> Result<Seen, Halt> {
         // SQLite: the counters first, so a change made during the read is read
         // again next time rather than missed.
         let changes = match store.dialect() {
             Dialect::Sqlite => Some(store.changes().await?),
             Dialect::Postgres => None,
         };
-        let (locks, waiters) = (store.held().await?, store.waiting().await?);
-        let reads = reads + 1;
+        let locks = store.held().await?;
+        let mut sessions = before.sessions;
+        let first = before.reads == 0;
+        sessions.update(
+            store.session_rows().await?,
+            store.blacklist_rows().await?,
+            Instant::now(),
+            (!first).then(now_ms),
+        );
+        let (live, blacklist, waiters) = sessions.snapshot();
+        let reads = before.reads + 1;
         let revision = changes.map_or(reads, |c| c.counter);
-        link.reset(revision, locks, waiters.clone()).await?;
+        link.reset(Snapshot {
+            revision,
+            locks,
+            waiters,
+            sessions: Some(live),
+            blacklist,
+        })
+        .await?;
         Ok(Seen {
             changes,
             seq: changes.map_or(0, |c| c.counter),
-            waiters: waiters.into_iter().collect(),
+            sessions,
             full_at: Instant::now(),
             reads,
         })
@@ -127,7 +150,7 @@ impl SqlObserver {
         }
         if now.removals != before.removals || now.counter < before.counter {
             // A row deleted by hand, or a database replaced under us.
-            *seen = self.full_read(store, link, seen.reads).await?;
+            *seen = self.full_read(store, link, std::mem::take(seen)).await?;
             return Ok(());
         }
         seen.changes = Some(now);
@@ -145,8 +168,8 @@ impl SqlObserver {
                 break;
             }
         }
-        if now.waiters != before.waiters {
-            self.waiters_changed(store, link, seen).await?;
+        if now.sessions != before.sessions {
+            self.sessions_changed(store, link, seen).await?;
         }
         Ok(())
     }
@@ -160,7 +183,11 @@ impl SqlObserver {
         rx: &mut broadcast::Receiver<Change>,
         seen: &mut Seen,
     ) -> Result<(), Halt> {
-        let wait = self.reconcile.saturating_sub(seen.full_at.elapsed());
+        // Wake for the next reconcile, or the next session to run out.
+        let mut wait = self.reconcile.saturating_sub(seen.full_at.elapsed());
+        if let Some(at) = seen.sessions.next_expiry() {
+            wait = wait.min(at.saturating_duration_since(Instant::now()));
+        }
         let first = match tokio::time::timeout(wait, rx.recv()).await {
             Err(_) => return Ok(()),
             Ok(first) => first,
@@ -168,13 +195,13 @@ impl SqlObserver {
         // Coalesce a burst into one read.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let mut names = HashSet::new();
-        let mut waiters = false;
+        let mut sessions = false;
         let mut missed = false;
         let mut note = |c: Result<Change, ()>| match c {
             Ok(Change::Lock(n)) => {
                 names.insert(n);
             }
-            Ok(Change::Waiters) => waiters = true,
+            Ok(Change::Sessions) => sessions = true,
             Ok(Change::Lost) | Err(()) => missed = true,
         };
         note(first.map_err(|_| ()));
@@ -197,28 +224,40 @@ impl SqlObserver {
             }
         }
         if missed {
-            *seen = self.full_read(store, link, seen.reads).await?;
-        } else if waiters {
-            self.waiters_changed(store, link, seen).await?;
+            *seen = self.full_read(store, link, std::mem::take(seen)).await?;
+        } else if sessions {
+            self.sessions_changed(store, link, seen).await?;
         }
         Ok(())
     }
 
-    /// Reads the waiting sessions and sends who started and who stopped waiting.
-    async fn waiters_changed(&self, store: &SqlLocks, link: &Link, seen: &mut Seen) -> Result<(), Halt> {
-        let now: BTreeSet<Waiter> = store.waiting().await?.into_iter().collect();
-        let mut events: Vec<FleetEvent> = seen
-            .waiters
-            .difference(&now)
-            .cloned()
-            .map(FleetEvent::StoppedWaiting)
-            .collect();
-        events.extend(now.difference(&seen.waiters).cloned().map(FleetEvent::Waiting));
-        seen.waiters = now;
+    /// Re-reads the sessions and the blacklist and sends what changed.
+    async fn sessions_changed(&self, store: &SqlLocks, link: &Link, seen: &mut Seen) -> Result<(), Halt> {
+        let (rows, blacklist) = (store.session_rows().await?, store.blacklist_rows().await?);
+        let events = seen.sessions.update(rows, blacklist, Instant::now(), Some(now_ms()));
         if !events.is_empty() {
             link.events(events).await?;
         }
         Ok(())
+    }
+}
+
+impl Seen {
+    /// Before the first read.
+    fn first() -> Seen {
+        Seen {
+            changes: None,
+            seq: 0,
+            sessions: SessionTracker::default(),
+            full_at: Instant::now(),
+            reads: 0,
+        }
+    }
+}
+
+impl Default for Seen {
+    fn default() -> Seen {
+        Seen::first()
     }
 }
 

@@ -129,13 +129,51 @@ BEGIN UPDATE lockscope_changes SET counter = counter + 1, waiters = waiters + 1 
 // is empty there so that both dialects count versions alike.
 const POSTGRES_V3: &str = "SELECT 1;";
 
+// Sessions and the blacklist for the observer: every session write (register,
+// heartbeat, waiting, close) and every blacklist change is signalled, so the
+// observer sees heartbeats (liveness, skew) and blacklisting as they happen.
+// SQLite: one more counter, `sessions`; the observer re-reads the sessions and
+// blacklist tables when it moved. PostgreSQL: `NOTIFY lockscope_sessions`.
+const SQLITE_V4: &str = r#"
+ALTER TABLE lockscope_changes ADD COLUMN sessions INTEGER NOT NULL DEFAULT 0;
+DROP TRIGGER lockscope_sessions_wait;
+DROP TRIGGER lockscope_sessions_del;
+CREATE TRIGGER lockscope_sessions_ins AFTER INSERT ON lockscope_sessions
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, sessions = sessions + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_sessions_upd AFTER UPDATE ON lockscope_sessions
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, sessions = sessions + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_sessions_del AFTER DELETE ON lockscope_sessions
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, sessions = sessions + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_blacklist_ins AFTER INSERT ON lockscope_blacklist
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, sessions = sessions + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_blacklist_upd AFTER UPDATE ON lockscope_blacklist
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, sessions = sessions + 1 WHERE id = 1; END;
+CREATE TRIGGER lockscope_blacklist_del AFTER DELETE ON lockscope_blacklist
+BEGIN UPDATE lockscope_changes SET counter = counter + 1, sessions = sessions + 1 WHERE id = 1; END;
+"#;
+
+const POSTGRES_V4: &str = r#"
+DROP TRIGGER lockscope_sessions_notify ON lockscope_sessions;
+DROP FUNCTION lockscope_notify_waiting();
+CREATE FUNCTION lockscope_notify_sessions() RETURNS trigger AS $$
+BEGIN
+    PERFORM pg_notify('lockscope_sessions', '');
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+CREATE TRIGGER lockscope_sessions_notify AFTER INSERT OR UPDATE OR DELETE ON lockscope_sessions
+FOR EACH STATEMENT EXECUTE FUNCTION lockscope_notify_sessions();
+CREATE TRIGGER lockscope_blacklist_notify AFTER INSERT OR UPDATE OR DELETE ON lockscope_blacklist
+FOR EACH STATEMENT EXECUTE FUNCTION lockscope_notify_sessions();
+"#;
+
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 pub fn migrator(dialect: Dialect) -> Migrator {
-    let (v1, v2, v3) = match dialect {
-        Dialect::Sqlite => (SQLITE_V1, SQLITE_V2, SQLITE_V3),
-        Dialect::Postgres => (POSTGRES_V1, POSTGRES_V2, POSTGRES_V3),
+    let (v1, v2, v3, v4) = match dialect {
+        Dialect::Sqlite => (SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4),
+        Dialect::Postgres => (POSTGRES_V1, POSTGRES_V2, POSTGRES_V3, POSTGRES_V4),
     };
     let migration = |version, description, sql| {
         Migration::new(
@@ -150,6 +188,7 @@ pub fn migrator(dialect: Dialect) -> Migrator {
         migration(1, "lockscope tables", v1),
         migration(2, "waiter notifications", v2),
         migration(3, "change sequence", v3),
+        migration(4, "session and blacklist signals", v4),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),

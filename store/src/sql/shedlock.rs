@@ -35,9 +35,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use lockscope_model::fleet::MALFORMED_KEEP_BYTES;
-use lockscope_model::record::RECORD_VERSION;
-use lockscope_model::{FleetEvent, LockBody, LockEntry, LockRecord};
+use lockscope_model::record::{MALFORMED_KEEP_BYTES, RECORD_VERSION};
+use lockscope_model::{FleetEvent, LockBody, LockEntry, LockRecord, Snapshot};
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{AnyPool, Row};
 use tokio::sync::mpsc;
@@ -246,12 +245,12 @@ impl ShedLockObserver {
             shown.insert(name, (body, revision));
         }
         self.shown = shown;
-        // ShedLock has no waiters.
-        Some(FleetEvent::Reset {
-            waiters: Vec::new(),
+        // ShedLock has no waiters and no sessions.
+        Some(FleetEvent::Reset(Snapshot {
             revision: self.revision,
             locks,
-        })
+            ..Snapshot::default()
+        }))
     }
 }
 

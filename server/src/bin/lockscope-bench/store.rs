@@ -12,6 +12,7 @@ use anyhow::{bail, Context};
 use etcd_client::{Client, Txn, TxnOp};
 use futures::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
 use lockscope::config::{parse_store, StoreKind};
+use lockscope_model::record::Record;
 use lockscope_model::LockRecord;
 use lockscope_store::now_ms;
 use lockscope_store::protocol::{Attempt, Extend, LockStore};

@@ -559,6 +559,8 @@ mod tests {
                     rec.purpose = format!("bench t={t} n={n}");
                     WindowRow {
                         entry: LockEntry::from_stored(name.to_string(), 1, 1, &rec.to_json()),
+                        holder: Default::default(),
+                        deadlock: false,
                         waiters: vec![],
                     }
                 })

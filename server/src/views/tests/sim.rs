@@ -16,13 +16,28 @@ pub(super) const SERVICES: [&str; 3] = ["billing", "search", "media"];
 
 impl Sim {
     pub(super) fn new(seed: u64) -> Sim {
-        Sim {
+        let mut sim = Sim {
             rng: fastrand::Rng::with_seed(seed),
             state: FleetState::default(),
             views: Views::new(),
             now: 1_000_000,
             rev: 0,
-        }
+        };
+        // A store that keeps sessions; the holders s0..s4 come and go.
+        let sessions = (0..5).map(|i| sim.session(i)).collect();
+        sim.apply(FleetEvent::Reset(Snapshot {
+            sessions: Some(sessions),
+            ..Snapshot::default()
+        }));
+        sim
+    }
+
+    fn session(&self, i: u8) -> SessionEntry {
+        let raw = format!(
+            r#"{{"v":1,"session":"s{i}","service":"x","host":"h","pid":1,"started_at":0,"heartbeat_at":{}}}"#,
+            self.now
+        );
+        SessionEntry::from_stored(format!("s{i}"), self.rev, raw.as_bytes(), Some(self.now))
     }
 
     pub(super) fn name(&mut self) -> String {
@@ -70,7 +85,7 @@ impl Sim {
     pub(super) fn step(&mut self) {
         self.rev += 1;
         let name = self.name();
-        match self.rng.u8(0..20) {
+        match self.rng.u8(0..24) {
             0..=6 => {
                 // acquire (or re-acquire with a new fence)
                 let at = self.now - self.rng.i64(0..150_000);
@@ -112,17 +127,44 @@ impl Sim {
             16 => self.apply(FleetEvent::Upsert(LockEntry::from_stored(
                 name, self.rev, self.rev, b"{oops",
             ))),
+            20 => {
+                let i = self.rng.u8(0..5);
+                let s = self.session(i);
+                self.apply(FleetEvent::Session(s));
+            }
+            21 => {
+                let id = format!("s{}", self.rng.u8(0..5));
+                self.apply(FleetEvent::SessionGone { id });
+            }
+            22 => {
+                let id = format!("s{}", self.rng.u8(0..5));
+                let raw = format!(r#"{{"v":1,"session":"{id}","by":"t","reason":"r","at":1}}"#);
+                self.apply(FleetEvent::Blacklisted(BlacklistEntry::from_stored(
+                    id,
+                    self.rev,
+                    raw.as_bytes(),
+                )));
+            }
+            23 => {
+                let session = format!("s{}", self.rng.u8(0..5));
+                self.apply(FleetEvent::BlacklistLifted { session });
+            }
             17 => {
                 // a reset keeping a random half
                 let all: Vec<LockEntry> = self.state.locks().cloned().collect();
                 let keep: Vec<LockEntry> = all.into_iter().filter(|_| self.rng.bool()).collect();
                 let waiters: Vec<Waiter> = self.state.waiters().cloned().collect();
                 let revision = self.rev;
-                self.apply(FleetEvent::Reset {
+                let known = self.state.sessions();
+                let sessions = Some(known.sessions.values().cloned().collect());
+                let blacklist = known.blacklist.values().cloned().collect();
+                self.apply(FleetEvent::Reset(Snapshot {
                     revision,
                     locks: keep,
                     waiters,
-                });
+                    sessions,
+                    blacklist,
+                }));
             }
             _ => {
                 self.now += self.rng.i64(0..20_000);
@@ -137,7 +179,7 @@ impl Sim {
             .state
             .locks()
             .filter_map(|e| {
-                let st = RowState::of(e, self.now);
+                let st = self.state.state_of(e, self.now);
                 spec.filter.matches(e, st).then(|| {
                     let w = self.state.waiters_of(&e.name).count() as u32;
                     let (a, b) = sort_key(spec.sort.key, &SortFields::of(e), st, w);
@@ -167,6 +209,10 @@ impl Sim {
             },
             Filter {
                 state: Some(RowState::Overdue),
+                ..Filter::default()
+            },
+            Filter {
+                state: Some(RowState::Orphaned),
                 ..Filter::default()
             },
             Filter {
