@@ -6,8 +6,7 @@
 //! the history we needed) becomes the names of just the locks that came, went or
 //! changed, and the hub's views move exactly those.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
@@ -119,9 +118,11 @@ pub enum Changed {
     Lock(String),
     /// Somebody started or stopped waiting for this lock.
     Waiters(String),
-    /// A session registered, heartbeat, went, or was blacklisted or lifted (the
-    /// locks whose state that changes are reported as [`Changed::Lock`] too).
+    /// A session registered, heartbeat, went, or was blacklisted or lifted.
     Session(String),
+    /// What is known of this session as a holder ([`Holder`]) changed: the state
+    /// of every lock it holds may have (the views keep which locks those are).
+    Holder(String),
 }
 
 /// A session blocked on a lock.
@@ -233,9 +234,6 @@ pub struct FleetState {
     waiters: BTreeSet<Waiter>,
     revision: i64,
     sessions: Sessions,
-    /// Which locks each session holds: a session's coming and going changes
-    /// their state.
-    held_by: BTreeMap<Arc<str>, BTreeSet<String>>,
     deadlocks: Deadlocks,
     /// A cache of the locks' shared values, no part of the state (not compared).
     shared: Shared,
@@ -286,8 +284,6 @@ impl FleetState {
                     _ => {
                         self.shared.intern(&mut entry);
                         let name = entry.name.clone();
-                        self.unindex(&name);
-                        self.index(&entry);
                         self.locks.replace(ByName(entry));
                         vec![Changed::Lock(name)]
                     }
@@ -299,7 +295,6 @@ impl FleetState {
                     // Not older than what we show (a store's delete always has a
                     // higher revision than the put).
                     Some(old) if old.revision <= revision => {
-                        self.unindex(&name);
                         self.locks.remove(name.as_str());
                         vec![Changed::Lock(name)]
                     }
@@ -367,14 +362,6 @@ impl FleetState {
                 .map(|e| Changed::Lock(e.0.name.clone())),
         );
         self.locks = fresh;
-        self.held_by.clear();
-        let names: Vec<(Arc<str>, String)> = self
-            .locks()
-            .filter_map(|e| Some((e.record()?.session.clone(), e.name.clone())))
-            .collect();
-        for (session, name) in names {
-            self.held_by.entry(session).or_default().insert(name);
-        }
         let waiters: BTreeSet<Waiter> = waiters.into_iter().collect();
         let mut moved: Vec<String> = self
             .waiters
@@ -412,10 +399,10 @@ impl FleetState {
         }
         let all = old.tracked != self.sessions.tracked;
         for id in &touched {
-            if !all && old.holder(id) != self.sessions.holder(id) {
-                changes.extend(self.locks_of(id).map(|n| Changed::Lock(n.to_string())));
-            }
             changes.push(Changed::Session(id.clone()));
+            if !all && old.holder(id) != self.sessions.holder(id) {
+                changes.push(Changed::Holder(id.clone()));
+            }
         }
         if all {
             changes.extend(self.locks().map(|e| Changed::Lock(e.name.clone())));
@@ -426,36 +413,14 @@ impl FleetState {
         changes
     }
 
-    /// What session `id`'s change did: the session itself, and its locks if
-    /// their holder state moved.
+    /// What session `id`'s change did: the session itself, and its holder
+    /// state if that moved.
     fn session_changed(&self, id: &str, before: Holder) -> Vec<Changed> {
-        let mut changes = Vec::new();
+        let mut changes = vec![Changed::Session(id.to_string())];
         if self.sessions.holder(id) != before {
-            changes.extend(self.locks_of(id).map(|n| Changed::Lock(n.to_string())));
+            changes.push(Changed::Holder(id.to_string()));
         }
-        changes.push(Changed::Session(id.to_string()));
         changes
-    }
-
-    fn index(&mut self, entry: &LockEntry) {
-        if let Some(r) = entry.record() {
-            self.held_by
-                .entry(r.session.clone())
-                .or_default()
-                .insert(entry.name.clone());
-        }
-    }
-
-    fn unindex(&mut self, name: &str) {
-        let Some(session) = self.get(name).and_then(|e| e.record()).map(|r| r.session.clone()) else {
-            return;
-        };
-        if let Some(names) = self.held_by.get_mut(&session) {
-            names.remove(name);
-            if names.is_empty() {
-                self.held_by.remove(&session);
-            }
-        }
     }
 
     fn has_waiters(&self, lock: &str) -> bool {
@@ -483,11 +448,6 @@ impl FleetState {
                 .symmetric_difference(&new.sessions)
                 .map(|s| Changed::Session(s.clone())),
         );
-    }
-
-    /// Locks held by session `id`, in name order.
-    pub fn locks_of<'a>(&'a self, id: &str) -> impl Iterator<Item = &'a str> + 'a {
-        self.held_by.get(id).into_iter().flatten().map(String::as_str)
     }
 
     /// What is known of the session holding `entry` (a malformed entry names none).

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use lockscope_store::spec::{StoreSpec, DEFAULT_ETCD_PREFIX};
 
 use crate::demo::DemoConfig;
 
@@ -41,14 +42,37 @@ pub enum Command {
     Demo(DemoArgs),
 }
 
+/// The store a subcommand acts on.
 #[derive(Debug, Args)]
-pub struct EtcdArgs {
-    /// etcd client endpoints, comma-separated (e.g. `http://etcd-1:2379`).
-    #[arg(long = "etcd", env = "LOCKSCOPE_ETCD", value_delimiter = ',', required = true)]
-    pub endpoints: Vec<String>,
-    /// Key prefix of the lockscope layout; locks live under `<prefix>locks/`.
-    #[arg(long, env = "LOCKSCOPE_PREFIX", default_value = "/lockscope/")]
+pub struct StoreArgs {
+    /// The store: `etcd:ENDPOINT[,ENDPOINT…][#PREFIX]`, `sqlite:PATH` or
+    /// `postgres://…`. The default is the file the dashboard's embedded default
+    /// serves, so `lockscope lock NAME` shows up on a bare `lockscope`.
+    #[arg(long, env = "LOCKSCOPE_STORE", value_parser = parse_spec, default_value = "sqlite:.lockscope/lockscope.db")]
+    pub store: StoreSpec,
+    /// Shorthand for `--store etcd:ENDPOINTS` (comma-separated).
+    #[arg(long = "etcd", env = "LOCKSCOPE_ETCD", value_delimiter = ',')]
+    pub etcd: Vec<String>,
+    /// Key prefix of the lockscope layout in etcd (unless the spec names one).
+    #[arg(long, env = "LOCKSCOPE_PREFIX", default_value = DEFAULT_ETCD_PREFIX)]
     pub prefix: String,
+}
+
+impl StoreArgs {
+    pub fn spec(&self) -> StoreSpec {
+        let spec = match self.etcd.is_empty() {
+            true => self.store.clone(),
+            false => StoreSpec::Etcd {
+                endpoints: self.etcd.clone(),
+                prefix: None,
+            },
+        };
+        spec.with_default_prefix(&self.prefix)
+    }
+}
+
+fn parse_spec(text: &str) -> Result<StoreSpec, String> {
+    StoreSpec::parse(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Args)]
@@ -56,16 +80,18 @@ pub struct ServeArgs {
     /// etcd client endpoints, comma-separated: one etcd fleet, named by `--fleet`.
     #[arg(long = "etcd", env = "LOCKSCOPE_ETCD", value_delimiter = ',')]
     pub etcd: Vec<String>,
-    /// Key prefix of the lockscope layout in etcd.
-    #[arg(long, env = "LOCKSCOPE_PREFIX", default_value = "/lockscope/")]
+    /// Key prefix of the lockscope layout in etcd (for etcd fleets whose spec
+    /// names none).
+    #[arg(long, env = "LOCKSCOPE_PREFIX", default_value = DEFAULT_ETCD_PREFIX)]
     pub prefix: String,
     /// A fleet to watch, as NAME=STORE; repeatable (environment: `;`-separated).
-    /// STORE is `etcd:ENDPOINT[,ENDPOINT…]`, `sqlite:PATH`, `postgres://…`, or a
-    /// read-only ShedLock table: `shedlock+postgres://…[#TABLE]`,
-    /// `shedlock+sqlite:PATH[#TABLE]`. With no `--store` and no `--etcd`, lockscope
-    /// runs on an embedded SQLite file with a demo fleet.
-    #[arg(long = "store", env = "LOCKSCOPE_STORES", value_delimiter = ';', value_parser = parse_store)]
-    pub stores: Vec<StoreSpec>,
+    /// STORE is `etcd:ENDPOINT[,ENDPOINT…][#PREFIX]`, `sqlite:PATH`,
+    /// `postgres://…`, or a read-only ShedLock table:
+    /// `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`. With no
+    /// `--store` and no `--etcd`, lockscope runs on an embedded SQLite file with a
+    /// demo fleet.
+    #[arg(long = "store", env = "LOCKSCOPE_STORES", value_delimiter = ';', value_parser = parse_fleet)]
+    pub stores: Vec<FleetSpec>,
     /// The embedded default's SQLite file (used when no store is configured).
     #[arg(long, env = "LOCKSCOPE_EMBEDDED_DB", default_value = ".lockscope/lockscope.db")]
     pub embedded_db: PathBuf,
@@ -83,53 +109,11 @@ pub struct ServeArgs {
     pub site_root: PathBuf,
 }
 
-/// One configured fleet.
+/// One configured fleet: a name and its store.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreSpec {
+pub struct FleetSpec {
     pub name: String,
-    pub kind: StoreKind,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoreKind {
-    Etcd {
-        endpoints: Vec<String>,
-    },
-    /// lockscope's own tables (`sqlite://…?mode=rwc` or `postgres://…`).
-    Sql {
-        url: String,
-    },
-    /// A ShedLock table, read-only.
-    ShedLock {
-        url: String,
-        table: String,
-    },
-}
-
-impl StoreSpec {
-    /// Where the locks live, for people: no credentials.
-    pub fn source(&self) -> String {
-        match &self.kind {
-            StoreKind::Etcd { endpoints } => format!("etcd {}", endpoints.join(",")),
-            StoreKind::Sql { url } => without_password(url),
-            StoreKind::ShedLock { url, table } => format!("ShedLock table {table} in {}", without_password(url)),
-        }
-    }
-}
-
-/// `scheme://user:secret@host/…` → `scheme://user@host/…`.
-pub fn without_password(url: &str) -> String {
-    let url = url.split('?').next().unwrap_or(url);
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
-    };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}@{host}")
-        }
-        None => url.to_string(),
-    }
+    pub store: StoreSpec,
 }
 
 fn parse_fleet_name(name: &str) -> Result<String, String> {
@@ -140,61 +124,21 @@ fn parse_fleet_name(name: &str) -> Result<String, String> {
     }
 }
 
-fn sqlite_url(path: &str) -> String {
-    format!("sqlite://{path}?mode=rwc")
-}
-
 /// Parses `NAME=STORE` (see `--store`).
-pub fn parse_store(spec: &str) -> Result<StoreSpec, String> {
-    let (name, store) = spec
+pub fn parse_fleet(text: &str) -> Result<FleetSpec, String> {
+    let (name, store) = text
         .split_once('=')
-        .ok_or_else(|| format!("{spec:?}: expected NAME=STORE"))?;
-    let name = parse_fleet_name(name.trim())?;
-    let store = store.trim();
-    let kind = if let Some(endpoints) = store.strip_prefix("etcd:") {
-        let endpoints: Vec<String> = endpoints
-            .split(',')
-            .filter(|e| !e.is_empty())
-            .map(str::to_string)
-            .collect();
-        if endpoints.is_empty() {
-            return Err(format!("{spec:?}: etcd needs at least one endpoint"));
-        }
-        StoreKind::Etcd { endpoints }
-    } else if let Some(rest) = store.strip_prefix("shedlock+") {
-        let (url, table) = match rest.split_once('#') {
-            Some((u, t)) => (u, t.to_string()),
-            None => (rest, "shedlock".to_string()),
-        };
-        let url = match url.strip_prefix("sqlite:") {
-            // Read-only: no `mode=rwc`, a missing file is an error, not a new database.
-            Some(path) => format!("sqlite://{}", path.trim_start_matches("//")),
-            None if url.starts_with("postgres://") || url.starts_with("postgresql://") => url.to_string(),
-            None => {
-                return Err(format!(
-                    "{spec:?}: ShedLock is read from shedlock+postgres://… or shedlock+sqlite:PATH"
-                ))
-            }
-        };
-        StoreKind::ShedLock { url, table }
-    } else if let Some(path) = store.strip_prefix("sqlite:") {
-        StoreKind::Sql {
-            url: sqlite_url(path.trim_start_matches("//")),
-        }
-    } else if store.starts_with("postgres://") || store.starts_with("postgresql://") {
-        StoreKind::Sql { url: store.to_string() }
-    } else {
-        return Err(format!(
-            "{spec:?}: STORE must start with etcd:, sqlite:, postgres:// or shedlock+"
-        ));
-    };
-    Ok(StoreSpec { name, kind })
+        .ok_or_else(|| format!("{:?}: expected NAME=STORE", lockscope_store::spec::redact(text)))?;
+    Ok(FleetSpec {
+        name: parse_fleet_name(name.trim())?,
+        store: parse_spec(store)?,
+    })
 }
 
 #[derive(Debug, Args)]
 pub struct LockArgs {
     #[command(flatten)]
-    pub store: EtcdArgs,
+    pub store: StoreArgs,
     /// Lock name.
     pub name: String,
     /// Why the lock is taken.
@@ -211,7 +155,7 @@ pub struct LockArgs {
 #[derive(Debug, Args)]
 pub struct UnlockArgs {
     #[command(flatten)]
-    pub store: EtcdArgs,
+    pub store: StoreArgs,
     /// Lock name.
     pub name: String,
     /// Fencing token printed by `lock`.
@@ -222,7 +166,7 @@ pub struct UnlockArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     #[command(flatten)]
-    pub store: EtcdArgs,
+    pub store: StoreArgs,
     /// Simulated workers, each with its own session.
     #[arg(long, env = "LOCKSCOPE_DEMO_WORKERS", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
@@ -297,56 +241,45 @@ mod tests {
     }
 
     #[test]
-    fn stores_parse_with_clear_errors() {
-        let ok = [
-            (
-                "prod=etcd:http://a:1,http://b:2",
-                StoreKind::Etcd {
-                    endpoints: vec!["http://a:1".into(), "http://b:2".into()],
-                },
-            ),
-            (
-                "local=sqlite:/tmp/x.db",
-                StoreKind::Sql {
-                    url: "sqlite:///tmp/x.db?mode=rwc".into(),
-                },
-            ),
-            (
-                "pg=postgres://u:p@h/db",
-                StoreKind::Sql {
-                    url: "postgres://u:p@h/db".into(),
-                },
-            ),
-            (
-                "jobs=shedlock+postgres://u@h/db#sched.shedlock",
-                StoreKind::ShedLock {
-                    url: "postgres://u@h/db".into(),
-                    table: "sched.shedlock".into(),
-                },
-            ),
-            (
-                "old=shedlock+sqlite:/tmp/s.db",
-                StoreKind::ShedLock {
-                    url: "sqlite:///tmp/s.db".into(),
-                    table: "shedlock".into(),
-                },
-            ),
-        ];
-        for (spec, kind) in ok {
-            assert_eq!(parse_store(spec).unwrap().kind, kind, "{spec}");
-        }
+    fn fleets_parse_with_clear_errors() {
+        let f = parse_fleet("prod=etcd:http://a:1,http://b:2").unwrap();
+        assert_eq!(f.name, "prod");
+        assert!(matches!(f.store, StoreSpec::Etcd { ref endpoints, .. } if endpoints.len() == 2));
         for (spec, why) in [
             ("no-equals", "NAME=STORE"),
             ("bad name=sqlite:x", "fleet name"),
             ("x=etcd:", "at least one endpoint"),
-            ("x=mysql://h", "must start with"),
-            ("x=shedlock+mysql://h", "ShedLock"),
+            ("x=mysql://root:hunter2@h", "expected etcd:"),
         ] {
-            let err = parse_store(spec).unwrap_err();
-            assert!(err.contains(why), "{spec}: {err}");
+            let err = parse_fleet(spec).unwrap_err();
+            assert!(err.contains(why) && !err.contains("hunter2"), "{spec}: {err}");
         }
-        let pg = parse_store("pg=postgres://admin:hunter2@db:5432/locks?sslmode=require").unwrap();
-        assert_eq!(pg.source(), "postgres://admin@db:5432/locks");
+    }
+
+    #[test]
+    fn subcommands_default_to_the_embedded_file_and_take_any_store() {
+        let store = |argv: &[&str]| {
+            let cli = Cli::try_parse_from(argv).unwrap();
+            match cli.command {
+                Some(Command::Lock(l)) => l.store.spec(),
+                other => panic!("not lock: {other:?}"),
+            }
+        };
+        assert_eq!(
+            store(&["lockscope", "lock", "x"]),
+            StoreSpec::sqlite_file(std::path::Path::new(".lockscope/lockscope.db"))
+        );
+        assert_eq!(
+            store(&["lockscope", "lock", "x", "--etcd", "http://a:1", "--prefix", "/p/"]),
+            StoreSpec::Etcd {
+                endpoints: vec!["http://a:1".into()],
+                prefix: Some("/p/".into())
+            }
+        );
+        assert!(matches!(
+            store(&["lockscope", "lock", "x", "--store", "postgres://h/db"]),
+            StoreSpec::Sql { .. }
+        ));
     }
 
     #[test]

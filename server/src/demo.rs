@@ -383,13 +383,13 @@ pub async fn run<S: LockStore>(
             "demo locks already held (by dead workers of an earlier run?); they stay busy until released"
         );
     }
+    let mut seeds = cfg.seed.map_or_else(Rng::new, Rng::with_seed);
     let mut sessions = Vec::with_capacity(cfg.workers);
     for i in 0..cfg.workers {
         let service = SERVICES[i % SERVICES.len()];
-        sessions.push(Session::open(store.clone(), SessionConfig::new(service)).await?);
+        sessions.push(Session::open(store.clone(), worker_process(service, i, &mut seeds)).await?);
     }
 
-    let mut seeds = cfg.seed.map_or_else(Rng::new, Rng::with_seed);
     let (report_every, duration) = (cfg.report_every, cfg.duration);
     let shared = Arc::new(Shared {
         store,
@@ -405,6 +405,7 @@ pub async fn run<S: LockStore>(
             let worker = Worker {
                 shared: shared.clone(),
                 service: SERVICES[i % SERVICES.len()],
+                slot: i,
                 rng: Rng::with_seed(seeds.u64(..)),
                 stop: stop_rx.clone(),
             };
@@ -473,10 +474,23 @@ fn log_summary(s: &DemoStats, msg: &str) {
     );
 }
 
+/// Who a simulated worker process is: its own host (one per worker slot) and a
+/// fresh pid per start, so that a dead worker's locks name a process that is
+/// gone rather than the dashboard's own, which is alive.
+pub fn worker_process(service: &str, slot: usize, rng: &mut Rng) -> SessionConfig {
+    SessionConfig {
+        host: format!("{service}-{slot:02}.demo"),
+        pid: rng.u32(1_000..65_000),
+        ..SessionConfig::new(service)
+    }
+}
+
 /// One simulated worker process (restarted with a fresh session when it dies).
 struct Worker<S: LockStore> {
     shared: Arc<Shared<S>>,
     service: &'static str,
+    /// Which of the fleet's workers this is: it names the worker's host.
+    slot: usize,
     rng: Rng,
     stop: watch::Receiver<bool>,
 }
@@ -635,7 +649,7 @@ impl<S: LockStore> Worker<S> {
     /// A new session for a restarted worker, retried until it opens or the demo stops.
     async fn open(&mut self) -> Option<Session<S>> {
         loop {
-            let cfg = SessionConfig::new(self.service);
+            let cfg = worker_process(self.service, self.slot, &mut self.rng);
             let opened = tokio::select! {
                 r = Session::open(self.shared.store.clone(), cfg) => r,
                 _ = stopped(&mut self.stop) => return None,
@@ -772,6 +786,19 @@ mod tests {
                 Fate::Release | Fate::Die => assert!(p.hold < cfg.expected_runtime),
             }
         }
+    }
+
+    #[test]
+    fn each_worker_is_its_own_process_on_its_own_host() {
+        let mut rng = Rng::with_seed(1);
+        let a = worker_process("billing", 0, &mut rng);
+        let b = worker_process("billing", 1, &mut rng);
+        let a_again = worker_process("billing", 0, &mut rng);
+        assert_eq!(a.host, "billing-00.demo");
+        assert_ne!(a.host, b.host);
+        assert_eq!(a.host, a_again.host, "a restarted worker keeps its host");
+        assert_ne!(a.pid, a_again.pid, "and gets a new pid");
+        assert_ne!(a.pid, std::process::id());
     }
 
     #[test]

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use lockscope_model::view::{ViewSpec, WindowFrame};
 use lockscope_model::{FleetState, FleetSummary, ServerMsg, StoreStatus};
-use lockscope_store::{now_ms, Observer, ObserverEvent};
+use lockscope_store::fleet::FleetStore;
+use lockscope_store::{now_ms, ObserverEvent};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
@@ -48,6 +49,8 @@ pub struct HubHandle {
     commands: mpsc::Sender<Command>,
     fleet: Arc<str>,
     summary: watch::Receiver<FleetSummary>,
+    /// The fleet's store, for admin actions (`None` for a hub fed by hand).
+    store: Option<Arc<dyn FleetStore>>,
 }
 
 enum Command {
@@ -141,10 +144,20 @@ impl Drop for Subscription {
 
 impl HubHandle {
     /// Starts a hub fed by `observer`; `source` says where the locks live.
-    pub fn spawn(fleet: &str, source: &str, observer: Box<dyn Observer>) -> HubHandle {
+    /// Starts a hub for `store`'s fleet (described to people as `source`), with
+    /// the store's observer feeding it.
+    pub fn spawn(fleet: &str, source: &str, store: Arc<dyn FleetStore>) -> HubHandle {
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(observer.run(tx));
-        HubHandle::with_events(fleet, source, rx)
+        tokio::spawn(store.observer().run(tx));
+        HubHandle {
+            store: Some(store),
+            ..HubHandle::with_events(fleet, source, rx)
+        }
+    }
+
+    /// The fleet's store (its admin side).
+    pub fn store(&self) -> Option<&Arc<dyn FleetStore>> {
+        self.store.as_ref()
     }
 
     /// Starts a hub fed by a channel of observer events.
@@ -178,6 +191,7 @@ impl HubHandle {
             commands,
             fleet: fleet.into(),
             summary,
+            store: None,
         }
     }
 

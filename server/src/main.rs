@@ -5,18 +5,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use lockscope::config::{Cli, Command, DemoArgs, EtcdArgs, LockArgs, ServeArgs, StoreKind, StoreSpec, UnlockArgs};
+use lockscope::config::{Cli, Command, DemoArgs, LockArgs, ServeArgs, UnlockArgs};
 use lockscope::demo::DemoConfig;
 use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
-use lockscope_model::record::RECORD_VERSION;
-use lockscope_model::LockRecord;
-use lockscope_store::client::hostname;
-use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
-use lockscope_store::now_ms;
-use lockscope_store::protocol::{Attempt, LockStore};
-use lockscope_store::sql::{ShedLockObserver, SqlLocks, SqlObserver};
-use lockscope_store::Observer;
+use lockscope_store::client::{LockOptions, Session, SessionConfig};
+use lockscope_store::fleet::Release;
+use lockscope_store::spec::StoreSpec;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
@@ -35,38 +30,30 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-fn etcd_config(args: &EtcdArgs) -> EtcdConfig {
-    EtcdConfig::new(args.endpoints.clone(), args.prefix.clone())
-}
-
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut specs = args.stores.clone();
+    let mut fleets = args.stores.clone();
     if !args.etcd.is_empty() {
-        specs.insert(
+        fleets.insert(
             0,
-            StoreSpec {
+            lockscope::config::FleetSpec {
                 name: args.fleet.clone(),
-                kind: StoreKind::Etcd {
+                store: StoreSpec::Etcd {
                     endpoints: args.etcd.clone(),
+                    prefix: None,
                 },
             },
         );
     }
     let mut hubs = Vec::new();
-    for spec in &specs {
-        if hubs.iter().any(|h: &HubHandle| h.fleet() == spec.name) {
-            bail!("two fleets are named {:?}", spec.name);
+    for fleet in fleets {
+        if hubs.iter().any(|h: &HubHandle| h.fleet() == fleet.name) {
+            bail!("two fleets are named {:?}", fleet.name);
         }
-        let observer: Box<dyn Observer> = match &spec.kind {
-            StoreKind::Etcd { endpoints } => {
-                Box::new(EtcdObserver::new(EtcdConfig::new(endpoints.clone(), &args.prefix)))
-            }
-            StoreKind::Sql { url } => Box::new(SqlObserver::new(url)),
-            StoreKind::ShedLock { url, table } => Box::new(ShedLockObserver::new(url, Some(table.as_str()))?),
-        };
-        tracing::info!(fleet = %spec.name, source = %spec.source(), "watching");
-        hubs.push(HubHandle::spawn(&spec.name, &spec.source(), observer));
+        let store = fleet.store.with_default_prefix(&args.prefix).open();
+        let source = store.source();
+        tracing::info!(fleet = %fleet.name, %source, "watching");
+        hubs.push(HubHandle::spawn(&fleet.name, &source, store));
     }
     if hubs.is_empty() {
         hubs.push(embedded_default(&args, stop_rx.clone()).await?);
@@ -103,8 +90,11 @@ async fn embedded_default(args: &ServeArgs, stop: watch::Receiver<bool>) -> anyh
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     let path = std::fs::canonicalize(path)?;
-    let url = format!("sqlite://{}?mode=rwc", path.display());
-    let store = SqlLocks::connect(&url)
+    let spec = StoreSpec::sqlite_file(&path);
+    // Connected here (not lazily): a broken file is an error at start, and the
+    // demo fleet writes through it.
+    let locks = spec
+        .connect()
         .await
         .with_context(|| format!("opening the embedded store {}", path.display()))?;
     let demo = !args.no_demo;
@@ -120,13 +110,13 @@ async fn embedded_default(args: &ServeArgs, stop: watch::Receiver<bool>) -> anyh
             let until_stop = async move {
                 let _ = stop.wait_for(|s| *s).await.map(|_| ());
             };
-            match lockscope::demo::run(store, DemoConfig::default(), until_stop).await {
+            match lockscope::demo::run(locks, DemoConfig::default(), until_stop).await {
                 Ok(stats) => tracing::info!(%stats, "demo fleet stopped"),
                 Err(e) => tracing::error!(error = %e, "demo fleet failed"),
             }
         });
     }
-    Ok(HubHandle::spawn("embedded", &source, Box::new(SqlObserver::new(url))))
+    Ok(HubHandle::spawn("embedded", &source, spec.open()))
 }
 
 async fn shutdown_signal() {
@@ -144,58 +134,63 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// Takes a lock through the client library and leaves it held, as a worker that
+/// exits without releasing would: its session stops heartbeating, so after the
+/// session's ttl the dashboard shows the lock as orphaned until `unlock` (or the
+/// unlocker) releases it.
 async fn lock(args: LockArgs) -> anyhow::Result<()> {
-    let locks = EtcdLocks::connect(etcd_config(&args.store)).await?;
-    let now = now_ms();
-    let expected = args.expected_runtime.saturating_mul(1000);
-    let record = LockRecord {
-        v: RECORD_VERSION,
-        owner: format!("{:016x}", fastrand::u64(..)),
-        session: format!("cli-{}", std::process::id()).into(),
-        service: args.service.into(),
-        host: hostname().into(),
-        pid: std::process::id(),
-        purpose: args.purpose,
-        backtrace: [].into(),
-        acquired_at: now,
-        expected_runtime_ms: expected,
-        alert_at: now + expected as i64,
-        auto_unlock_at: now + 2 * expected as i64,
-        heartbeat_at: now,
-    };
-    match locks.try_acquire(&args.name, &record).await? {
-        Attempt::Acquired { fence } => {
-            println!("acquired {} fence={fence}", args.name);
+    let spec = args.store.spec();
+    let store = spec.connect().await?;
+    let session = Session::open(store, SessionConfig::new(args.service)).await?;
+    let expected = Duration::from_secs(args.expected_runtime);
+    let opts = LockOptions::new(args.purpose, expected).auto_unlock_after(expected * 2);
+    let mut batch = session.try_lock_batch(&[&args.name], opts).await?;
+    match (batch.taken.pop(), batch.busy.pop()) {
+        (Some(guard), _) => {
+            println!(
+                "acquired {} fence={} session={}",
+                args.name,
+                guard.fence(),
+                session.id()
+            );
+            guard.abandon();
             Ok(())
         }
-        Attempt::Busy { holder, .. } => {
+        (None, Some((_, holder))) => {
             let who = holder.as_ref().map(|h| match h.record() {
-                Some(r) => format!("{} ({}@{}), fence {}", r.session, r.service, r.host, h.fence),
+                Some(r) => format!(
+                    "{}@{}:{} (session {}), fence {}",
+                    r.service, r.host, r.pid, r.session, h.fence
+                ),
                 None => format!("a malformed record, fence {}", h.fence),
             });
             bail!("{} is held by {}", args.name, who.as_deref().unwrap_or("someone"))
         }
+        (None, None) => bail!("{}: the store answered neither acquired nor busy", args.name),
     }
 }
 
 async fn unlock(args: UnlockArgs) -> anyhow::Result<()> {
-    let locks = EtcdLocks::connect(etcd_config(&args.store)).await?;
-    if locks.release(&args.name, args.fence).await? {
-        println!("released {} fence={}", args.name, args.fence);
-        Ok(())
-    } else {
-        bail!(
-            "{} was not released: it is no longer the acquisition with fence {}",
+    let store = args.store.spec().open();
+    match store.release(&args.name, args.fence).await? {
+        Release::Released => {
+            println!("released {} fence={}", args.name, args.fence);
+            Ok(())
+        }
+        Release::NotHeld => bail!("{} was not released: it is not held", args.name),
+        Release::Changed(now) => bail!(
+            "{} was not released: it is no longer the acquisition with fence {} (now fence {})",
             args.name,
-            args.fence
-        )
+            args.fence,
+            now.fence
+        ),
     }
 }
 
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
-    let cfg = etcd_config(&args.store);
-    tracing::info!(endpoints = ?cfg.endpoints, prefix = %cfg.prefix, "demo fleet on etcd");
-    let locks = EtcdLocks::connect(cfg).await?;
+    let spec = args.store.spec();
+    tracing::info!(store = %spec.source(), "demo fleet");
+    let locks = spec.connect().await?;
     let stats = lockscope::demo::run(locks, args.demo_config(), shutdown_signal())
         .await
         .context("demo fleet")?;

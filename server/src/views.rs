@@ -8,8 +8,10 @@
 //!   view's index always exists. A new index over a large fleet is sorted off the
 //!   hub task ([`index`]).
 //! - Per lock a small [`Meta`]: what its old position was computed from, its
-//!   state, what filters read (service, host: shared strings), and a version
-//!   bumped on every change (record or waiters).
+//!   state, what filters read (service, host: shared strings), its holder's
+//!   session, and a version bumped on every change (record, waiters, holder).
+//!   Locks per session are indexed too: a session going or being blacklisted
+//!   re-places exactly its locks.
 //! - States change with time (healthy → overdue → expired): each lock's next
 //!   change sits in a deadline queue, and [`Views::advance`] re-keys what is due.
 //! - Per subscriber a record of what it holds (names in order, row versions); a
@@ -22,7 +24,7 @@
 //! clock (record times are wall-clock instants); frame pacing follows a monotonic
 //! clock, so a wall-clock step never stalls or floods a subscriber.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use indexset::BTreeSet as OrderedSet;
@@ -63,6 +65,9 @@ struct Meta {
     /// table: what filters read besides the name and state.
     service: Option<Arc<str>>,
     host: Option<Arc<str>>,
+    /// The holder's session (shared with the table), whose liveness is part of
+    /// the lock's state.
+    session: Option<Arc<str>>,
     version: u64,
     /// When `state` next changes by itself (also a key of `Views::deadlines`).
     deadline: Option<Millis>,
@@ -116,6 +121,9 @@ struct Sub {
 /// Every view of one fleet. See the module docs.
 pub struct Views {
     meta: HashMap<Arc<str>, Meta>,
+    /// Locks per holding session: when a session goes, or is blacklisted, its
+    /// locks' states change. Names are shared with `meta`.
+    by_session: HashMap<Arc<str>, HashSet<Arc<str>>>,
     deadlines: BTreeSet<(Millis, Arc<str>)>,
     indexes: HashMap<IndexSpec, Index>,
     subs: HashMap<SubId, Sub>,
@@ -147,6 +155,7 @@ impl Views {
     pub fn new() -> Views {
         let mut v = Views {
             meta: HashMap::new(),
+            by_session: HashMap::new(),
             deadlines: BTreeSet::new(),
             indexes: HashMap::new(),
             subs: HashMap::new(),
@@ -190,8 +199,17 @@ impl Views {
                     self.place(state, lock, now);
                 }
             }
-            // Its locks whose state moved come as `Changed::Lock` too.
             Changed::Session(_) => {}
+            Changed::Holder(session) => {
+                let names: Vec<Arc<str>> = self
+                    .by_session
+                    .get(session.as_str())
+                    .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default();
+                for name in names {
+                    self.place(state, &name, now);
+                }
+            }
         }
     }
 
@@ -228,6 +246,7 @@ impl Views {
             // Shared with the table: the reducer interns every record's service.
             service: entry.record().map(|r| r.service.clone()),
             host: entry.record().map(|r| r.host.clone()),
+            session: entry.record().map(|r| r.session.clone()),
             version: self.next_version,
             deadline: RowState::next_change(entry, now),
         };
@@ -235,6 +254,9 @@ impl Views {
         self.count(&meta, 1);
         if let Some(at) = meta.deadline {
             self.deadlines.insert((at, name.clone()));
+        }
+        if let Some(session) = &meta.session {
+            self.by_session.entry(session.clone()).or_default().insert(name.clone());
         }
         for (spec, index) in self.indexes.iter_mut() {
             let old = old.as_ref().and_then(|o| o.key_in(&name, spec));
@@ -256,6 +278,14 @@ impl Views {
         let (name, old) = self.meta.remove_entry(name)?;
         if let Some(at) = old.deadline {
             self.deadlines.remove(&(at, name.clone()));
+        }
+        if let Some(session) = &old.session {
+            if let Some(names) = self.by_session.get_mut(session) {
+                names.remove(&name);
+                if names.is_empty() {
+                    self.by_session.remove(session);
+                }
+            }
         }
         self.count(&old, -1);
         Some((name, old))

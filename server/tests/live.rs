@@ -8,8 +8,9 @@ use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
 use lockscope_model::view::{Sort, SortKey, ViewSpec};
 use lockscope_model::{ClientMsg, FleetSummary, ServerMsg, StoreStatus, Window, WindowFrame};
-use lockscope_store::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
+use lockscope_store::etcd::{EtcdConfig, EtcdLocks};
 use lockscope_store::protocol::LockStore;
+use lockscope_store::spec::StoreSpec;
 use lockscope_store::testing::{take, EtcdServer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -31,7 +32,11 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
     let cfg = EtcdConfig::new(vec![etcd.endpoint()], PREFIX);
     let locks = EtcdLocks::connect(cfg.clone()).await.unwrap();
     prepare(&locks).await;
-    let hub = HubHandle::spawn("it", "etcd under test", Box::new(EtcdObserver::new(cfg)));
+    let spec = StoreSpec::Etcd {
+        endpoints: vec![etcd.endpoint()],
+        prefix: Some(PREFIX.into()),
+    };
+    let hub = HubHandle::spawn("it", "etcd under test", spec.open());
     let (stop, stop_rx) = watch::channel(false);
     let state = AppState::new(Fleets::new(vec![hub.clone()]), "target/site".into(), stop_rx.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -207,8 +212,10 @@ async fn the_page_shows_held_locks_without_javascript() {
     assert!(page.contains("malformed record"));
     assert!(page.contains("test-service@test-host"), "the holder is shown");
     assert_eq!(page.matches("data-testid=\"lock-row\"").count(), 4);
-    // The malformed one sorts before the healthy ones (severity order).
-    assert!(page.find("data-lock=\"broken\"") < page.find("data-lock=\"payments/settle\""));
+    // `take` registers no session, so its locks are orphaned, and orphaned
+    // sorts before malformed (severity order).
+    assert_eq!(page.matches("data-state=\"orphaned\" class=\"orphaned\"").count(), 3);
+    assert!(page.find("data-lock=\"payments/settle\"") < page.find("data-lock=\"broken\""));
 }
 
 #[tokio::test]
@@ -286,7 +293,7 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
     let sql = lockscope_store::sql::SqlLocks::connect(&url).await.unwrap();
     take(&sql, "from-sqlite").await;
-    let sql_hub = HubHandle::spawn("sql", "sqlite", Box::new(lockscope_store::sql::SqlObserver::new(&url)));
+    let sql_hub = HubHandle::spawn("sql", "sqlite", StoreSpec::Sql { url }.open());
     let fleets = Fleets::new(vec![s.hub.clone(), sql_hub.clone()]);
     let (_stop, stop_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

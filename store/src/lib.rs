@@ -3,15 +3,21 @@
 //! Two roles, each behind its own API:
 //! - the **client library** services link to ([`client::Session`] over a
 //!   [`protocol::LockStore`] such as [`etcd::EtcdLocks`]);
-//! - the **observer side** the dashboard runs ([`Observer`]): a snapshot, then a
-//!   stream of [`ObserverEvent`]s, reconnecting by itself.
+//! - the **dashboard's side**, one [`fleet::FleetStore`] per fleet: an
+//!   [`Observer`] (a snapshot, then a stream of [`ObserverEvent`]s, reconnecting
+//!   by itself) and the guarded admin actions.
 //!
 //! Layout:
 //! - [`protocol`]: the per-store operations of the lock protocol ([`protocol::LockStore`]).
 //! - [`client`]: the client library on top of any [`protocol::LockStore`]: sessions,
 //!   `lock` with a deadline, batch try-lock, heartbeats, guards.
 //! - [`etcd`]: the etcd v3 adapter (observer + [`protocol::LockStore`]).
-//! - [`sql`]: SQLite and PostgreSQL ([`protocol::LockStore`]; observer to come).
+//! - [`sql`]: SQLite and PostgreSQL (observer + [`protocol::LockStore`]), and the
+//!   read-only ShedLock observer.
+//! - [`spec`]: a store as configured (`etcd:…`, `sqlite:…`, `postgres://…`,
+//!   `shedlock+…`), parsed once, and what it opens: the per-fleet handle
+//!   ([`fleet::FleetStore`]) and a lock store for the client library
+//!   ([`spec::AnyLocks`]).
 //! - [`backoff`]: capped, jittered reconnect delays.
 //! - `testing` (feature `test-util`): a real etcd on a free port, and a TCP proxy
 //!   that can cut connections, for integration tests.
@@ -19,8 +25,10 @@
 pub mod backoff;
 pub mod client;
 pub mod etcd;
+pub mod fleet;
 mod link;
 pub mod protocol;
+pub mod spec;
 pub mod sql;
 #[cfg(feature = "test-util")]
 pub mod testing;
@@ -29,15 +37,32 @@ use futures::future::BoxFuture;
 use lockscope_model::{FleetEvent, StoreStatus};
 use tokio::sync::mpsc;
 
-/// What went wrong talking to a store. Every adapter maps its client's errors here.
+/// The underlying error a [`StoreError`] keeps as its source.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What went wrong talking to a store. Every adapter maps its client's errors
+/// here, keeping the client's error as the source; [`StoreError::Config`] is a
+/// mistake in what we were told to connect to, never a transport failure.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("store unreachable: {0}")]
-    Unreachable(String),
+    #[error("{0}")]
+    Config(String),
+    #[error("store unreachable: {what}")]
+    Unreachable {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
     #[error("store request timed out after {0:?}")]
     Timeout(std::time::Duration),
-    #[error("store error: {0}")]
-    Backend(String),
+    #[error("store error: {what}")]
+    Backend {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
+    #[error("{store} is read-only: lockscope only observes it")]
+    ReadOnly { store: String },
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
     #[error("session {session} is blacklisted")]
@@ -53,16 +78,63 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// A failure of the store or its client, with the client's error as source.
+    pub fn backend(what: impl Into<String>, source: impl Into<BoxError>) -> StoreError {
+        StoreError::Backend {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A failure described by lockscope alone.
+    pub fn backend_msg(what: impl Into<String>) -> StoreError {
+        StoreError::Backend {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    pub fn unreachable(what: impl Into<String>, source: impl Into<BoxError>) -> StoreError {
+        StoreError::Unreachable {
+            what: what.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    pub fn unreachable_msg(what: impl Into<String>) -> StoreError {
+        StoreError::Unreachable {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// The error and its sources, one line, for people (logs, the status shown
+    /// on the page).
+    pub fn describe(&self) -> String {
+        let mut out = self.to_string();
+        let mut next = std::error::Error::source(self);
+        while let Some(e) = next {
+            out.push_str(": ");
+            out.push_str(&e.to_string());
+            next = e.source();
+        }
+        out
+    }
+}
+
 impl From<etcd_client::Error> for StoreError {
     fn from(e: etcd_client::Error) -> Self {
-        match e {
-            etcd_client::Error::TransportError(t) => StoreError::Unreachable(t.to_string()),
-            etcd_client::Error::IoError(io) => StoreError::Unreachable(io.to_string()),
+        let unreachable = match &e {
+            etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
             // tonic reports a refused or dropped connection as this status.
-            etcd_client::Error::GRpcStatus(s) if s.code() == tonic::Code::Unavailable => {
-                StoreError::Unreachable(s.message().to_string())
-            }
-            other => StoreError::Backend(other.to_string()),
+            etcd_client::Error::GRpcStatus(s) => s.code() == tonic::Code::Unavailable,
+            _ => false,
+        };
+        if unreachable {
+            StoreError::unreachable("etcd", e)
+        } else {
+            StoreError::backend("etcd", e)
         }
     }
 }
@@ -76,7 +148,35 @@ pub enum ObserverEvent {
     Status(StoreStatus),
 }
 
-/// The observer role: watches one fleet's locks and reports them.
+/// The observer role: watches one fleet (locks, waiters, sessions, blacklist)
+/// and reports it to the hub.
+///
+/// The contract every store's observer keeps (the contract suite's observer
+/// cases check it, `testing::contract::observer_*`):
+/// - **Reset**: the first batch after (re)connecting without history is a single
+///   [`FleetEvent::Reset`] carrying the whole truth at one instant: every lock
+///   (a value that is not a record this build reads arrives as malformed, never
+///   dropped), every waiter, every live session (`None` for a store that keeps
+///   no sessions, such as ShedLock) and the blacklist. The hub's reducer turns
+///   it into the difference from what it showed, so an observer may send a
+///   reset whenever it cannot tell what changed (after a compaction, a row
+///   deleted by hand, missed notifications, a periodic reconcile).
+/// - **Events** follow in store order, each lock change carrying a `revision`
+///   that only grows for that lock, so a replayed or reordered event for one
+///   lock changes nothing. What `revision` is: etcd, the key's `mod_revision`
+///   (one counter for the whole store); SQL, the lock row's own counter, bumped
+///   by every write to the row; ShedLock, a counter this observer keeps. A
+///   reset's revision is etcd's read revision, SQLite's change counter, or a
+///   count of full reads (PostgreSQL, ShedLock): it only orders resets.
+/// - **Sessions**: a session appears when registered, is re-sent on every
+///   heartbeat (stamped with this server's receive time, for the skew
+///   estimate), and is reported gone when the store says so (etcd: its lease
+///   ended) or, where the store cannot (SQL), when this observer has seen no
+///   heartbeat for the session's own ttl on its monotonic clock. Clocks of two
+///   hosts are never compared.
+/// - **Status**: `Connecting`, then `Live` once the snapshot is sent and changes
+///   are followed, `Unreachable` (with the error and the next retry) on any
+///   failure; what was shown stays shown, marked as the last known truth.
 pub trait Observer: Send + 'static {
     /// Runs until `events` is closed, reconnecting on its own; it never returns an
     /// error because every failure becomes a [`StoreStatus::Unreachable`] report.

@@ -71,7 +71,7 @@ impl Link {
         let retry_at = now_ms() + delay.as_millis() as i64;
         self.status(StoreStatus::Unreachable {
             since,
-            error: err.to_string(),
+            error: err.describe(),
             retry_at,
         })
         .await?;

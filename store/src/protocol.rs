@@ -1,7 +1,7 @@
 //! The operations of the lock protocol that differ per store. The client library
-//! ([`crate::client`]) is written once on top of this trait; etcd implements it
-//! now, ScyllaDB and SQL implement the same trait and pass the same contract
-//! suite (`store/tests/contract.rs`).
+//! ([`crate::client`]) is written once on top of this trait; etcd and SQL
+//! implement it and pass the same contract suite (`crate::testing::contract`,
+//! run by `store/tests/contract_etcd.rs` and `contract_sql.rs`).
 //!
 //! Every write is a compare-and-set: on the lock's fencing token for the holder's
 //! own operations, and on the session's absence from the blacklist for anything
@@ -99,6 +99,9 @@ pub trait LockStore: Clone + Send + Sync + 'static {
 
     /// Blacklists a session: from now on it cannot acquire or extend.
     fn blacklist(&self, entry: &BlacklistRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Removes a session's blacklist entry; `false`: there was none.
+    fn lift_blacklist(&self, session: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// The lock as stored now, if held.
     fn get(&self, name: &str) -> impl Future<Output = Result<Option<LockEntry>, StoreError>> + Send;

@@ -92,7 +92,7 @@ async fn an_unreachable_store_is_a_clear_error() {
         Ok(_) => panic!("opened a session on a closed port"),
     };
     assert!(
-        matches!(err, StoreError::Unreachable(_) | StoreError::Timeout(_)),
+        matches!(err, StoreError::Unreachable { .. } | StoreError::Timeout(_)),
         "{err}"
     );
 }

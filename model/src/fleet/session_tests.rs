@@ -140,14 +140,14 @@ fn every_liveness_state() {
 }
 
 #[test]
-fn session_events_move_exactly_the_locks_whose_state_they_change() {
+fn session_events_report_holder_changes_only_when_the_holder_state_moves() {
     let mut s = tracked(
         vec![lock_of("a", "s-1", 2), lock_of("b", "s-1", 3), lock_of("c", "s-2", 4)],
         vec![session("s-1"), session("s-2")],
         vec![],
     );
-    let lock = |n: &str| Changed::Lock(n.into());
     let sess = |n: &str| Changed::Session(n.into());
+    let holder = |n: &str| Changed::Holder(n.into());
     // A heartbeat: the session changed, its locks' state did not.
     let mut beat = session("s-1");
     beat.revision = 9;
@@ -159,35 +159,27 @@ fn session_events_move_exactly_the_locks_whose_state_they_change() {
     );
     assert_eq!(
         s.apply(FleetEvent::SessionGone { id: "s-1".into() }),
-        vec![lock("a"), lock("b"), sess("s-1")]
+        vec![sess("s-1"), holder("s-1")]
     );
     assert_eq!(s.holder(s.get("a").unwrap()), Holder::Gone);
     assert_eq!(s.apply(FleetEvent::SessionGone { id: "s-1".into() }), vec![]);
     assert_eq!(
         s.apply(FleetEvent::Blacklisted(blacklisted("s-2"))),
-        vec![lock("c"), sess("s-2")]
+        vec![sess("s-2"), holder("s-2")]
     );
     assert_eq!(s.holder(s.get("c").unwrap()), Holder::Blacklisted);
     assert_eq!(
         s.apply(FleetEvent::BlacklistLifted { session: "s-2".into() }),
-        vec![lock("c"), sess("s-2")]
+        vec![sess("s-2"), holder("s-2")]
     );
-    // A lock changing hands moves between sessions.
-    s.apply(FleetEvent::Remove {
-        name: "c".into(),
-        revision: 10,
-    });
-    s.apply(FleetEvent::Upsert(lock_of("c", "s-1", 11)));
-    assert_eq!(s.locks_of("s-1").collect::<Vec<_>>(), ["a", "b", "c"]);
-    assert_eq!(s.locks_of("s-2").count(), 0);
-    // A reset that brings s-1 back re-places its locks only.
+    // A reset that brings s-1 back: its holder state moved, s-2's did not.
     let changes = s.apply(FleetEvent::Reset(Snapshot {
         revision: 12,
         locks: s.locks().cloned().collect(),
         sessions: Some(vec![session("s-1"), session("s-2")]),
         ..Snapshot::default()
     }));
-    assert_eq!(changes, vec![lock("a"), lock("b"), lock("c"), sess("s-1")]);
+    assert_eq!(changes, vec![sess("s-1"), holder("s-1")]);
     assert_eq!(s.holder(s.get("a").unwrap()), Holder::Alive);
 }
 

@@ -204,7 +204,7 @@ impl<S: LockStore> Session<S> {
     /// Like [`open`](Session::open) with a chosen id (ids must not contain `/`).
     pub async fn open_as(store: S, cfg: SessionConfig, id: String) -> Result<Session<S>, StoreError> {
         if id.is_empty() || id.contains('/') {
-            return Err(StoreError::Backend(format!("invalid session id {id:?}")));
+            return Err(StoreError::Config(format!("invalid session id {id:?}")));
         }
         let started_at = now_ms();
         let mut record = SessionRecord {
@@ -338,7 +338,7 @@ impl<S: LockStore> Session<S> {
         };
         let result = flight.task.as_mut().expect("set above").await;
         flight.task = None;
-        let attempt = result.map_err(|e| StoreError::Backend(format!("acquire task failed: {e}")))??;
+        let attempt = result.map_err(|e| StoreError::backend("acquire task failed", e))??;
         let mut c = self.inner.counters.lock().unwrap();
         c.attempts += 1;
         match attempt {

@@ -242,6 +242,12 @@ impl LockStore for EtcdLocks {
         Ok(())
     }
 
+    async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {
+        let key = self.cfg.blacklist_key(session);
+        let resp = timed(self.cfg.request_timeout, self.client.clone().delete(key, None)).await?;
+        Ok(resp.deleted() > 0)
+    }
+
     async fn get(&self, name: &str) -> Result<Option<LockEntry>, StoreError> {
         let key = self.cfg.lock_key(name);
         let resp = timed(

@@ -74,7 +74,7 @@ impl EtcdObserver {
             .await?;
             loop {
                 let Some(resp) = stream.message().await? else {
-                    return Err(StoreError::Unreachable("watch stream ended".into()));
+                    return Err(StoreError::unreachable_msg("etcd watch stream ended"));
                 };
                 if resp.compact_revision() > 0 {
                     info!(
@@ -86,7 +86,10 @@ impl EtcdObserver {
                     break;
                 }
                 if resp.canceled() {
-                    return Err(StoreError::Backend(format!("watch canceled: {}", resp.cancel_reason())));
+                    return Err(StoreError::backend_msg(format!(
+                        "etcd watch canceled: {}",
+                        resp.cancel_reason()
+                    )));
                 }
                 // The watch is established from where we left off: we are live.
                 if link.live().await.is_err() {

@@ -17,6 +17,7 @@ mod sessions;
 mod shedlock;
 
 pub use observer::SqlObserver;
+pub(crate) use shedlock::validate_table;
 pub use shedlock::ShedLockObserver;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,9 +49,9 @@ pub enum Dialect {
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match e {
-            sqlx::Error::Io(io) => StoreError::Unreachable(io.to_string()),
-            sqlx::Error::PoolTimedOut => StoreError::Unreachable("no database connection available".into()),
-            other => StoreError::Backend(other.to_string()),
+            e @ sqlx::Error::Io(_) => StoreError::unreachable("database", e),
+            e @ sqlx::Error::PoolTimedOut => StoreError::unreachable("no database connection available", e),
+            other => StoreError::backend("database", other),
         }
     }
 }
@@ -75,7 +76,7 @@ impl SqlLocks {
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Dialect::Postgres
         } else {
-            return Err(StoreError::Backend(format!("not a sqlite: or postgres: URL: {url}")));
+            return Err(StoreError::Config(format!("not a sqlite: or postgres: URL: {url}")));
         };
         let opts = AnyPoolOptions::new()
             .max_connections(8)
@@ -93,7 +94,17 @@ impl SqlLocks {
         } else {
             opts
         };
-        let pool = opts.connect(url).await?;
+        let pool = opts.connect(url).await.map_err(|e| match StoreError::from(e) {
+            StoreError::Backend { source, .. } => StoreError::Backend {
+                what: format!("opening {}", crate::spec::redact(url)),
+                source,
+            },
+            StoreError::Unreachable { source, .. } => StoreError::Unreachable {
+                what: crate::spec::redact(url),
+                source,
+            },
+            other => other,
+        })?;
         schema::migrator(dialect)
             .run(&pool)
             .await
@@ -188,7 +199,7 @@ impl SqlLocks {
         let row = self
             .one(sqlx::query(&q))
             .await?
-            .ok_or_else(|| StoreError::Backend("no change counter".into()))?;
+            .ok_or_else(|| StoreError::backend_msg("the lockscope_changes row is missing"))?;
         Ok(Changes {
             counter: row.try_get(0)?,
             removals: row.try_get(1)?,
@@ -262,11 +273,11 @@ fn schema_error(e: sqlx::migrate::MigrateError, url: &str) -> StoreError {
     use sqlx::migrate::MigrateError;
     let where_ = url.split('?').next().unwrap_or(url);
     match e {
-        MigrateError::VersionMissing(v) => StoreError::Backend(format!(
+        MigrateError::VersionMissing(v) => StoreError::Config(format!(
             "the lockscope schema in {where_} is at version {v}, newer than this lockscope understands \
              (version {SCHEMA_VERSION}); upgrade lockscope, or point it at another database"
         )),
-        other => StoreError::Backend(format!("migrating the lockscope schema in {where_}: {other}")),
+        other => StoreError::backend(format!("migrating the lockscope schema in {where_}"), other),
     }
 }
 
@@ -477,6 +488,11 @@ impl LockStore for SqlLocks {
         self.exec(sqlx::query(&q).bind(&entry.session).bind(json_of(entry)))
             .await?;
         Ok(())
+    }
+
+    async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {
+        let q = self.sql("DELETE FROM lockscope_blacklist WHERE session = $1");
+        Ok(self.exec(sqlx::query(&q).bind(session)).await?.rows_affected() > 0)
     }
 
     async fn get(&self, name: &str) -> Result<Option<LockEntry>, StoreError> {

@@ -211,7 +211,7 @@ impl SqlObserver {
                 Err(TryRecvError::Empty) => break,
                 Err(TryRecvError::Lagged(_)) => note(Err(())),
                 Err(TryRecvError::Closed) => {
-                    return Err(StoreError::Backend("notification listener stopped".into()).into())
+                    return Err(StoreError::backend_msg("notification listener stopped").into())
                 }
             }
         }

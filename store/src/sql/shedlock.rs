@@ -80,7 +80,7 @@ impl ShedLockObserver {
         } else {
             // Only the scheme: the rest may hold a password.
             let scheme = url.split(':').next().unwrap_or_default();
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::Config(format!(
                 "ShedLock: {scheme:?} is not a sqlite: or postgres: URL"
             )));
         };
@@ -170,9 +170,10 @@ impl ShedLockObserver {
                 .await
                 .map_err(|_| StoreError::Timeout(self.read_timeout))?
                 .map_err(|e| match StoreError::from(e) {
-                    StoreError::Backend(m) => {
-                        StoreError::Backend(format!("reading the ShedLock table {}: {m}", self.table))
-                    }
+                    StoreError::Backend { source, .. } => StoreError::Backend {
+                        what: format!("reading the ShedLock table {}", self.table),
+                        source,
+                    },
                     other => other,
                 })?;
             let now = now_ms();
@@ -270,7 +271,7 @@ impl Observer for ShedLockObserver {
 /// A plain SQL identifier (ASCII letter or `_`, then letters, digits, `_`; at most
 /// 63 bytes, PostgreSQL's limit), optionally preceded by `schema.`: it is put into
 /// the statement as is, so nothing else may pass.
-fn validate_table(table: &str) -> Result<(), StoreError> {
+pub(crate) fn validate_table(table: &str) -> Result<(), StoreError> {
     let ident = |s: &str| {
         !s.is_empty()
             && s.len() <= 63
@@ -281,7 +282,7 @@ fn validate_table(table: &str) -> Result<(), StoreError> {
     if parts.len() <= 2 && parts.iter().all(|p| ident(p)) {
         Ok(())
     } else {
-        Err(StoreError::Backend(format!(
+        Err(StoreError::Config(format!(
             "ShedLock table name {table:?} is not a plain SQL identifier \
              (letters, digits and _, not starting with a digit, at most 63 bytes), \
              optionally schema-qualified as schema.table"

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use etcd_client::{Client, Txn, TxnOp};
 use futures::stream::{self, FuturesUnordered, StreamExt, TryStreamExt};
-use lockscope::config::{parse_store, StoreKind};
 use lockscope_model::record::Record;
 use lockscope_model::LockRecord;
 use lockscope_store::now_ms;
 use lockscope_store::protocol::{Attempt, Extend, LockStore};
+use lockscope_store::spec::{redact, StoreSpec};
 use lockscope_store::sql::SqlLocks;
 
 use crate::{record, Fleet};
@@ -40,31 +40,33 @@ pub enum Target {
 
 impl Target {
     pub async fn open(f: &Fleet) -> anyhow::Result<Target> {
-        let kind = match (&f.etcd, &f.store) {
-            (Some(endpoint), _) => StoreKind::Etcd {
+        let spec = match (&f.etcd, &f.store) {
+            (Some(endpoint), _) => StoreSpec::Etcd {
                 endpoints: vec![endpoint.clone()],
+                prefix: Some(f.prefix.clone()),
             },
-            (None, Some(spec)) => parse_store(&format!("bench={spec}")).map_err(anyhow::Error::msg)?.kind,
+            (None, Some(spec)) => StoreSpec::parse(spec)?.with_default_prefix(&f.prefix),
             (None, None) => bail!("name the store: --etcd URL or --store STORE"),
         };
-        match kind {
-            StoreKind::Etcd { endpoints } => {
+        // The bench writes in bulk (raw etcd transactions), below the protocol's
+        // per-lock operations, so it needs the store's kind.
+        match spec {
+            StoreSpec::Etcd { endpoints, prefix } => {
                 let client = Client::connect(&endpoints, None)
                     .await
                     .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
                 Ok(Target::Etcd {
                     client,
-                    prefix: f.prefix.clone(),
+                    prefix: prefix.unwrap_or_default(),
                 })
             }
-            StoreKind::Sql { url } => {
-                let where_ = lockscope::config::without_password(&url);
+            StoreSpec::Sql { url } => {
                 let store = SqlLocks::connect(&url)
                     .await
-                    .with_context(|| format!("opening the lockscope tables in {where_}"))?;
+                    .with_context(|| format!("opening the lockscope tables in {}", redact(&url)))?;
                 Ok(Target::Sql { store })
             }
-            StoreKind::ShedLock { .. } => {
+            StoreSpec::ShedLock { .. } => {
                 bail!("a ShedLock table is read-only to lockscope; fill and load write lockscope's own tables")
             }
         }

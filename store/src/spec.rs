@@ -1,0 +1,357 @@
+//! A lock store as configured, parsed once, and what it opens.
+//!
+//! The one place that knows the store kinds: everything else holds a
+//! [`FleetStore`] (the dashboard) or an [`AnyLocks`] (the client library, the
+//! CLI, the demo fleet) and never matches on kinds.
+//!
+//! Forms (`lockscope --help` lists them too):
+//! - `etcd:ENDPOINT[,ENDPOINT…][#PREFIX]` (prefix default `/lockscope/`);
+//! - `sqlite:PATH` (created if missing) and `postgres://…` (`postgresql://…`):
+//!   lockscope's own tables;
+//! - `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`: a
+//!   ShedLock table, read-only (table default `shedlock`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockscope_model::record::{BlacklistRecord, SessionRecord};
+use lockscope_model::{LockEntry, LockRecord};
+
+use crate::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
+use crate::fleet::{FleetStore, ReadOnlyFleet, WritableFleet};
+use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
+use crate::sql::{ShedLockObserver, SqlLocks, SqlObserver};
+use crate::{Observer, StoreError};
+
+/// The etcd key prefix when a spec names none.
+pub const DEFAULT_ETCD_PREFIX: &str = "/lockscope/";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreSpec {
+    Etcd {
+        endpoints: Vec<String>,
+        /// `None`: the caller's default ([`StoreSpec::with_default_prefix`]).
+        prefix: Option<String>,
+    },
+    /// lockscope's own tables (`sqlite://…?mode=rwc` or `postgres://…`).
+    Sql { url: String },
+    /// A ShedLock table, read-only.
+    ShedLock { url: String, table: String },
+}
+
+impl StoreSpec {
+    /// Parses one of the forms in the module docs; a mistake is a
+    /// [`StoreError::Config`] that says which form was meant.
+    pub fn parse(text: &str) -> Result<StoreSpec, StoreError> {
+        let text = text.trim();
+        let bad = |why: &str| Err(StoreError::Config(format!("store {:?}: {why}", redact(text))));
+        if let Some(rest) = text.strip_prefix("etcd:") {
+            let (endpoints, prefix) = match rest.split_once('#') {
+                Some((e, p)) => (e, Some(p.to_string())),
+                None => (rest, None),
+            };
+            let endpoints: Vec<String> = endpoints
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty())
+                .map(str::to_string)
+                .collect();
+            if endpoints.is_empty() {
+                return bad("etcd needs at least one endpoint");
+            }
+            if prefix.as_deref() == Some("") {
+                return bad("an empty etcd prefix after '#'");
+            }
+            Ok(StoreSpec::Etcd { endpoints, prefix })
+        } else if let Some(rest) = text.strip_prefix("shedlock+") {
+            let (url, table) = match rest.split_once('#') {
+                Some((u, t)) => (u, t.to_string()),
+                None => (rest, ShedLockObserver::DEFAULT_TABLE.to_string()),
+            };
+            let url = match url.strip_prefix("sqlite:") {
+                // Read-only: no `mode=rwc`, a missing file is an error, not a new database.
+                Some(path) => format!("sqlite://{}", path.trim_start_matches("//")),
+                None if is_postgres(url) => url.to_string(),
+                None => return bad("ShedLock is read from shedlock+postgres://… or shedlock+sqlite:PATH"),
+            };
+            crate::sql::validate_table(&table)?;
+            Ok(StoreSpec::ShedLock { url, table })
+        } else if let Some(path) = text.strip_prefix("sqlite:") {
+            let path = path.trim_start_matches("//");
+            if path.is_empty() {
+                return bad("sqlite: needs a file path");
+            }
+            Ok(StoreSpec::Sql {
+                url: format!("sqlite://{path}?mode=rwc"),
+            })
+        } else if is_postgres(text) {
+            Ok(StoreSpec::Sql { url: text.to_string() })
+        } else {
+            bad("expected etcd:…, sqlite:PATH, postgres://… or shedlock+…")
+        }
+    }
+
+    /// lockscope's tables in a SQLite file (the embedded default).
+    pub fn sqlite_file(path: &std::path::Path) -> StoreSpec {
+        StoreSpec::Sql {
+            url: format!("sqlite://{}?mode=rwc", path.display()),
+        }
+    }
+
+    /// An etcd spec without a prefix of its own gets `prefix`.
+    pub fn with_default_prefix(self, prefix: &str) -> StoreSpec {
+        match self {
+            StoreSpec::Etcd {
+                endpoints,
+                prefix: None,
+            } => StoreSpec::Etcd {
+                endpoints,
+                prefix: Some(prefix.to_string()),
+            },
+            other => other,
+        }
+    }
+
+    /// Where the locks live, for people: no credentials.
+    pub fn source(&self) -> String {
+        match self {
+            StoreSpec::Etcd { endpoints, prefix } => {
+                let prefix = prefix.as_deref().unwrap_or(DEFAULT_ETCD_PREFIX);
+                format!("etcd {} {prefix}", endpoints.join(","))
+            }
+            StoreSpec::Sql { url } => redact(url),
+            StoreSpec::ShedLock { url, table } => format!("ShedLock table {table} in {}", redact(url)),
+        }
+    }
+
+    /// Whether lockscope may write to this store (ShedLock tables it only reads).
+    pub fn writable(&self) -> bool {
+        !matches!(self, StoreSpec::ShedLock { .. })
+    }
+
+    /// The per-fleet handle: observer and admin side. Connects lazily: an
+    /// unreachable store is reported by its observer, not refused here.
+    pub fn open(&self) -> Arc<dyn FleetStore> {
+        match self.writable() {
+            true => Arc::new(WritableFleet::new(self.clone())),
+            false => Arc::new(ReadOnlyFleet::new(self.clone())),
+        }
+    }
+
+    /// A new observer of this store.
+    pub fn observer(&self) -> Box<dyn Observer> {
+        match self {
+            StoreSpec::Etcd { .. } => Box::new(EtcdObserver::new(self.etcd_config())),
+            StoreSpec::Sql { url } => Box::new(SqlObserver::new(url)),
+            StoreSpec::ShedLock { url, table } => Box::new(
+                ShedLockObserver::new(url, Some(table)).expect("the table name was checked when the spec was parsed"),
+            ),
+        }
+    }
+
+    /// Connects a lock store for the client library (applying SQL migrations).
+    pub async fn connect(&self) -> Result<AnyLocks, StoreError> {
+        match self {
+            StoreSpec::Etcd { .. } => Ok(AnyLocks::Etcd(EtcdLocks::connect(self.etcd_config()).await?)),
+            StoreSpec::Sql { url } => {
+                if let Some(path) = url.strip_prefix("sqlite://").and_then(|p| p.split('?').next()) {
+                    // `mode=rwc` creates the file, not its directory.
+                    let dir = std::path::Path::new(path)
+                        .parent()
+                        .filter(|d| !d.as_os_str().is_empty());
+                    if let Some(dir) = dir {
+                        std::fs::create_dir_all(dir)
+                            .map_err(|e| StoreError::backend(format!("creating {}", dir.display()), e))?;
+                    }
+                }
+                Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
+            }
+            StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
+        }
+    }
+
+    fn etcd_config(&self) -> EtcdConfig {
+        match self {
+            StoreSpec::Etcd { endpoints, prefix } => {
+                EtcdConfig::new(endpoints.clone(), prefix.as_deref().unwrap_or(DEFAULT_ETCD_PREFIX))
+            }
+            _ => unreachable!("only called on etcd specs"),
+        }
+    }
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// `scheme://user:secret@host/…?opts` → `scheme://user@host/…`: what may be
+/// shown and logged.
+pub fn redact(url: &str) -> String {
+    let url = url.split('?').next().unwrap_or(url);
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}@{host}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// A lock store of any writable kind, for code written once over
+/// [`LockStore`] that is handed a store at run time (the CLI, the demo fleet).
+#[derive(Clone)]
+pub enum AnyLocks {
+    Etcd(EtcdLocks),
+    Sql(SqlLocks),
+}
+
+/// Calls the same method on whichever store this is.
+macro_rules! either {
+    ($self:ident, $s:ident => $call:expr) => {
+        match $self {
+            AnyLocks::Etcd($s) => $call.await,
+            AnyLocks::Sql($s) => $call.await,
+        }
+    };
+}
+
+impl LockStore for AnyLocks {
+    async fn open_session(&self, session: &SessionRecord, ttl: Duration) -> Result<SessionLease, StoreError> {
+        either!(self, s => s.open_session(session, ttl))
+    }
+
+    async fn session_heartbeat(&self, lease: SessionLease, session: &SessionRecord) -> Result<(), StoreError> {
+        either!(self, s => s.session_heartbeat(lease, session))
+    }
+
+    async fn close_session(&self, lease: SessionLease, session: &str) -> Result<(), StoreError> {
+        either!(self, s => s.close_session(lease, session))
+    }
+
+    async fn try_acquire(&self, name: &str, record: &LockRecord) -> Result<Attempt, StoreError> {
+        either!(self, s => s.try_acquire(name, record))
+    }
+
+    async fn extend(&self, name: &str, fence: i64, record: &LockRecord) -> Result<Extend, StoreError> {
+        either!(self, s => s.extend(name, fence, record))
+    }
+
+    async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
+        either!(self, s => s.release(name, fence))
+    }
+
+    async fn set_waiting(
+        &self,
+        lease: SessionLease,
+        session: &str,
+        name: &str,
+        waiting: bool,
+    ) -> Result<(), StoreError> {
+        either!(self, s => s.set_waiting(lease, session, name, waiting))
+    }
+
+    async fn wait_released(&self, name: &str, from: WaitFrom, max: Duration) -> Result<(), StoreError> {
+        either!(self, s => s.wait_released(name, from, max))
+    }
+
+    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
+        either!(self, s => s.blacklist(entry))
+    }
+
+    async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {
+        either!(self, s => s.lift_blacklist(session))
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<LockEntry>, StoreError> {
+        either!(self, s => s.get(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_parses() {
+        let cases = [
+            (
+                "etcd:http://a:1,http://b:2",
+                StoreSpec::Etcd {
+                    endpoints: vec!["http://a:1".into(), "http://b:2".into()],
+                    prefix: None,
+                },
+            ),
+            (
+                "etcd:http://a:1#/team/",
+                StoreSpec::Etcd {
+                    endpoints: vec!["http://a:1".into()],
+                    prefix: Some("/team/".into()),
+                },
+            ),
+            (
+                "sqlite:/tmp/x.db",
+                StoreSpec::Sql {
+                    url: "sqlite:///tmp/x.db?mode=rwc".into(),
+                },
+            ),
+            (
+                "sqlite:///tmp/x.db",
+                StoreSpec::Sql {
+                    url: "sqlite:///tmp/x.db?mode=rwc".into(),
+                },
+            ),
+            (
+                "postgres://u:p@h/db",
+                StoreSpec::Sql {
+                    url: "postgres://u:p@h/db".into(),
+                },
+            ),
+            (
+                "shedlock+postgres://u@h/db#sched.shedlock",
+                StoreSpec::ShedLock {
+                    url: "postgres://u@h/db".into(),
+                    table: "sched.shedlock".into(),
+                },
+            ),
+            (
+                "shedlock+sqlite:/tmp/s.db",
+                StoreSpec::ShedLock {
+                    url: "sqlite:///tmp/s.db".into(),
+                    table: "shedlock".into(),
+                },
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(StoreSpec::parse(text).unwrap(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn mistakes_are_configuration_errors_that_hide_passwords() {
+        for (text, want) in [
+            ("etcd:", "at least one endpoint"),
+            ("etcd:http://a:1#", "empty etcd prefix"),
+            ("mysql://root:hunter2@h/db", "expected etcd:"),
+            ("shedlock+mysql://h", "ShedLock"),
+            ("shedlock+sqlite:/x#drop table", "not a plain SQL identifier"),
+            ("sqlite:", "file path"),
+        ] {
+            let err = StoreSpec::parse(text).unwrap_err();
+            assert!(matches!(err, StoreError::Config(_)), "{text}: {err:?}");
+            assert!(err.to_string().contains(want), "{text}: {err}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+
+    #[test]
+    fn sources_carry_no_credentials() {
+        let pg = StoreSpec::parse("postgres://admin:hunter2@db:5432/locks?sslmode=require").unwrap();
+        assert_eq!(pg.source(), "postgres://admin@db:5432/locks");
+        let etcd = StoreSpec::parse("etcd:http://a:1").unwrap().with_default_prefix("/x/");
+        assert_eq!(etcd.source(), "etcd http://a:1 /x/");
+        assert!(!StoreSpec::parse("shedlock+sqlite:/s.db").unwrap().writable());
+    }
+}
