@@ -208,6 +208,17 @@ pub enum AnyLocks {
     Sql(SqlLocks),
 }
 
+impl AnyLocks {
+    /// Writes raw bytes as lock `name`'s value, bypassing the protocol (tests and
+    /// demos of malformed records; SQL stores the bytes as text).
+    pub async fn put_raw(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
+        match self {
+            AnyLocks::Etcd(s) => s.put_raw(name, value).await.map(|_| ()),
+            AnyLocks::Sql(s) => s.put_raw(name, value).await,
+        }
+    }
+}
+
 /// Calls the same method on whichever store this is.
 macro_rules! either {
     ($self:ident, $s:ident => $call:expr) => {

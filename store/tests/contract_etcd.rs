@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use lockscope_store::client::Session;
 use lockscope_store::etcd::{EtcdConfig, EtcdLocks};
+use lockscope_store::spec::StoreSpec;
 use lockscope_store::testing::contract::{self, opts, quiet};
+use lockscope_store::testing::observer_contract;
 use lockscope_store::testing::{EtcdServer, TcpProxy};
 use lockscope_store::StoreError;
 use tokio::time::Instant;
@@ -102,3 +104,29 @@ async fn force_release_races_reacquire_1000_rounds() {
     let etcd = EtcdServer::start().await;
     contract::force_release_races_reacquire(connect(etcd.endpoint()).await, 1000).await;
 }
+
+fn spec(etcd: &EtcdServer) -> StoreSpec {
+    StoreSpec::Etcd {
+        endpoints: vec![etcd.endpoint()],
+        prefix: Some("/contract/".into()),
+    }
+}
+
+macro_rules! observer_cases {
+    ($($case:ident),*) => {$(
+        #[tokio::test]
+        async fn $case() {
+            let etcd = EtcdServer::start().await;
+            observer_contract::$case(spec(&etcd)).await;
+        }
+    )*};
+}
+
+observer_cases!(
+    observer_snapshot,
+    observer_update,
+    observer_waiter,
+    observer_session,
+    observer_blacklist,
+    observer_malformed
+);

@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
-use lockscope_model::{FleetEvent, FleetState, LockBody, StoreStatus};
+use lockscope_model::{FleetEvent, FleetState, StoreStatus};
 use lockscope_store::protocol::LockStore;
+use lockscope_store::spec::StoreSpec;
 use lockscope_store::sql::{SqlLocks, SqlObserver};
-use lockscope_store::testing::contract;
 use lockscope_store::testing::take;
 use lockscope_store::testing::PgServer;
+use lockscope_store::testing::{contract, observer_contract};
 use lockscope_store::{Observer, ObserverEvent};
 use tokio::sync::mpsc;
 
@@ -22,6 +23,10 @@ fn sqlite() -> Sqlite {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("locks.db").display());
     Sqlite { _dir: dir, url }
+}
+
+fn spec(url: &str) -> StoreSpec {
+    StoreSpec::Sql { url: url.to_string() }
 }
 
 async fn connect(url: &str) -> SqlLocks {
@@ -70,21 +75,45 @@ macro_rules! contract_tests {
             }
 
             #[tokio::test]
-            async fn the_observer_follows_the_table_and_shows_malformed_rows() {
-                let db = $server;
-                observer_follows(&db.url()).await;
-            }
-
-            #[tokio::test]
             async fn the_observer_reads_only_what_changed() {
                 let db = $server;
                 observer_reads_only_what_changed(&db.url()).await;
             }
 
             #[tokio::test]
-            async fn the_observer_shows_waiters() {
+            async fn observer_snapshot() {
                 let db = $server;
-                observer_shows_waiters(&db.url()).await;
+                observer_contract::observer_snapshot(spec(&db.url())).await;
+            }
+
+            #[tokio::test]
+            async fn observer_update() {
+                let db = $server;
+                observer_contract::observer_update(spec(&db.url())).await;
+            }
+
+            #[tokio::test]
+            async fn observer_waiter() {
+                let db = $server;
+                observer_contract::observer_waiter(spec(&db.url())).await;
+            }
+
+            #[tokio::test]
+            async fn observer_session() {
+                let db = $server;
+                observer_contract::observer_session(spec(&db.url())).await;
+            }
+
+            #[tokio::test]
+            async fn observer_blacklist() {
+                let db = $server;
+                observer_contract::observer_blacklist(spec(&db.url())).await;
+            }
+
+            #[tokio::test]
+            async fn observer_malformed() {
+                let db = $server;
+                observer_contract::observer_malformed(spec(&db.url())).await;
             }
 
             #[tokio::test]
@@ -259,65 +288,4 @@ async fn observer_reads_only_what_changed(url: &str) {
         "{events:?}"
     );
     assert_eq!(state.len(), 309);
-}
-
-async fn observer_follows(url: &str) {
-    let store = connect(url).await;
-    let a = take(&store, "obs/a").await;
-    let (tx, mut rx) = mpsc::channel(16);
-    tokio::spawn(Box::new(SqlObserver::new(url)).run(tx));
-    let mut state = FleetState::default();
-    let mut live = false;
-    until(&mut rx, &mut state, &mut live, |s| {
-        s.get("obs/a").is_some_and(|e| e.fence == a)
-    })
-    .await;
-
-    let b = take(&store, "obs/b").await;
-    assert!(store.release("obs/a", a).await.unwrap());
-    until(&mut rx, &mut state, &mut live, |s| {
-        s.len() == 1 && s.get("obs/b").is_some_and(|e| e.fence == b)
-    })
-    .await;
-
-    // A row written by something that is not a lockscope client.
-    let pool = sqlx::AnyPool::connect(url).await.unwrap();
-    sqlx::query("INSERT INTO lockscope_locks (name, fence, owner, session, record, revision) VALUES ('obs/garbage', 1, 'x', 'y', '{oops', 1)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    until(&mut rx, &mut state, &mut live, |s| s.get("obs/garbage").is_some()).await;
-    match &state.get("obs/garbage").unwrap().body {
-        LockBody::Malformed { raw, .. } => assert_eq!(raw, b"{oops"),
-        other => panic!("shown as {other:?}"),
-    }
-}
-
-async fn observer_shows_waiters(url: &str) {
-    use lockscope_store::client::Session;
-    use lockscope_store::testing::contract::{opts, quiet};
-    let store = connect(url).await;
-    let holder = Session::open(store.clone(), quiet("holder")).await.unwrap();
-    let waiter = Session::open(store.clone(), quiet("waiter")).await.unwrap();
-    let held = holder.lock("w/x", opts("hold")).await.unwrap();
-    let (tx, mut rx) = mpsc::channel(16);
-    tokio::spawn(Box::new(SqlObserver::new(url)).run(tx));
-    let mut state = FleetState::default();
-    let mut live = false;
-    until(&mut rx, &mut state, &mut live, |s| s.get("w/x").is_some()).await;
-
-    let id = waiter.id().to_string();
-    // The task returns the guard: dropping it would release the lock.
-    let blocked = tokio::spawn(async move { waiter.lock("w/x", opts("wait")).await });
-    until(&mut rx, &mut state, &mut live, |s| {
-        s.waiters_of("w/x").eq([id.as_str()])
-    })
-    .await;
-    assert!(held.unlock().await.unwrap());
-    let guard = blocked.await.unwrap().unwrap();
-    let fence = guard.fence();
-    until(&mut rx, &mut state, &mut live, |s| {
-        s.waiters_of("w/x").next().is_none() && s.get("w/x").is_some_and(|e| e.fence == fence)
-    })
-    .await;
 }

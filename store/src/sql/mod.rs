@@ -170,6 +170,20 @@ impl SqlLocks {
         rows.iter().map(entry_of).collect()
     }
 
+    /// Writes raw text as lock `name`'s record, held, bypassing the protocol: for
+    /// tests and demos of how malformed records are shown.
+    pub async fn put_raw(&self, name: &str, value: &[u8]) -> Result<(), StoreError> {
+        let q = self.sql(
+            "INSERT INTO lockscope_locks (name, fence, owner, session, record, revision) \
+             VALUES ($1, 1, 'raw', NULL, $2, 1) \
+             ON CONFLICT (name) DO UPDATE SET fence = lockscope_locks.fence + 1, owner = 'raw', \
+             session = NULL, record = excluded.record, revision = lockscope_locks.revision + 1",
+        );
+        let text = String::from_utf8_lossy(value).into_owned();
+        self.exec(sqlx::query(&q).bind(name).bind(text)).await?;
+        Ok(())
+    }
+
     /// Every registered session, in id order.
     pub(crate) async fn session_rows(&self) -> Result<Vec<SessionRow>, StoreError> {
         let q = self.sql("SELECT session, record, waiting_for, expires_at FROM lockscope_sessions ORDER BY session");

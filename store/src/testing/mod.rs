@@ -7,6 +7,7 @@
 //! [`LockStore`](crate::protocol::LockStore): every store runs it.
 
 pub mod contract;
+pub mod observer_contract;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};
