@@ -27,7 +27,8 @@ pub const MAX_RECORD_BYTES: usize = 256 * 1024;
 pub struct LockRecord {
     /// Schema version ([`RECORD_VERSION`]).
     pub v: u32,
-    /// A fresh id per acquisition; release and heartbeat compare on it.
+    /// A fresh id per acquisition attempt, telling records apart (release and
+    /// extend compare on the lock's fencing token, which is store metadata).
     pub owner: String,
     /// The holder's session id.
     pub session: Arc<str>,
@@ -81,16 +82,26 @@ impl std::error::Error for RecordError {}
 pub trait Record: serde::de::DeserializeOwned {
     fn version(&self) -> u32;
 
+    /// What else makes a parsed record unusable (`docs/protocol.md`).
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Parses a stored value; never panics, whatever the bytes. The one place a
     /// stored record of any type is read.
     fn parse(raw: &[u8]) -> Result<Self, RecordError> {
         if raw.len() > MAX_RECORD_BYTES {
             return Err(RecordError::TooLarge(raw.len()));
         }
+        // A JSON object: serde would also take an array of the fields in order.
+        if raw.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(RecordError::Json("not a JSON object".into()));
+        }
         let rec: Self = serde_json::from_slice(raw).map_err(|e| RecordError::Json(e.to_string()))?;
         if rec.version() > RECORD_VERSION {
             return Err(RecordError::UnsupportedVersion(rec.version()));
         }
+        rec.check().map_err(RecordError::Json)?;
         Ok(rec)
     }
 }
@@ -104,6 +115,17 @@ impl Record for LockRecord {
 impl Record for SessionRecord {
     fn version(&self) -> u32 {
         self.v
+    }
+
+    fn check(&self) -> Result<(), String> {
+        match self.contention.wait_buckets.len() {
+            0 => Ok(()),
+            n if n == WAIT_BUCKETS_MS.len() + 1 => Ok(()),
+            n => Err(format!(
+                "wait_buckets has {n} counts, not {}",
+                WAIT_BUCKETS_MS.len() + 1
+            )),
+        }
     }
 }
 
@@ -203,7 +225,7 @@ mod tests {
             (b"", "not a lock record"),
             (b"\xff\xfe", "not a lock record"),
             (b"{\"v\":1}", "missing field"),
-            (b"[1,2,3]", "not a lock record"),
+            (b"[1,2,3]", "not a JSON object"),
         ];
         for (raw, want) in cases {
             let err = LockRecord::parse(raw).unwrap_err().to_string();
@@ -217,6 +239,20 @@ mod tests {
             LockRecord::parse(&vec![b' '; MAX_RECORD_BYTES + 1]),
             Err(RecordError::TooLarge(_))
         ));
+    }
+
+    #[test]
+    fn session_records_need_the_whole_wait_histogram() {
+        let base = r#"{"v":1,"session":"s","service":"x","host":"h","pid":1,"started_at":1,"heartbeat_at":1"#;
+        let ok = format!(r#"{base}}}"#);
+        assert!(SessionRecord::parse(ok.as_bytes()).is_ok(), "no contention: all zero");
+        let short = format!(
+            r#"{base},"contention":{{"attempts":1,"acquired":1,"conflicts":0,"lost":0,"wait_buckets":[1,0],"wait_sum_ms":3}}}}"#
+        );
+        let err = SessionRecord::parse(short.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains("wait_buckets has 2 counts, not 11"), "{err}");
+        let fields_as_array = br#"[1,"s","x","h",1,1,1]"#;
+        assert!(SessionRecord::parse(fields_as_array).is_err());
     }
 
     #[test]

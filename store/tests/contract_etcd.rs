@@ -128,5 +128,6 @@ observer_cases!(
     observer_waiter,
     observer_session,
     observer_blacklist,
+    observer_blacklisted_session_goes,
     observer_malformed
 );

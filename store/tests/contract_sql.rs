@@ -111,6 +111,12 @@ macro_rules! contract_tests {
             }
 
             #[tokio::test]
+            async fn observer_blacklisted_session_goes() {
+                let db = $server;
+                observer_contract::observer_blacklisted_session_goes(spec(&db.url())).await;
+            }
+
+            #[tokio::test]
             async fn observer_malformed() {
                 let db = $server;
                 observer_contract::observer_malformed(spec(&db.url())).await;

@@ -5,25 +5,39 @@ use std::backtrace::Backtrace;
 
 pub const MAX_FRAMES: usize = 16;
 
-/// Frames from these crates say nothing about the caller.
-const SKIP: &[&str] = &[
-    "std::",
-    "core::",
-    "alloc::",
-    "tokio::",
+/// Frames from these crates (and their impls) say nothing about the caller.
+const RUNTIME_CRATES: &[&str] = &[
+    "std",
+    "core",
+    "alloc",
+    "tokio",
     "futures",
-    "<std::",
-    "<core::",
-    "<alloc::",
-    "<tokio::",
-    "<futures",
-    "__rust",
-    "_start",
-    "__libc",
-    "lockscope_store::client",
-    "<lockscope_store::client",
-    "main",
+    "futures_core",
+    "futures_util",
+    "tracing",
+    "tracing_futures",
 ];
+
+/// Frames of the process's start and of this library.
+fn skipped(sym: &str) -> bool {
+    if matches!(sym, "main" | "_start") || sym.starts_with("__rust") || sym.starts_with("__libc") {
+        return true;
+    }
+    // `<X as Trait>::f`: the frame belongs to X's crate; a bare generic
+    // parameter (`<F as Future>::poll`) is the runtime driving a future.
+    let path = match sym.strip_prefix('<') {
+        Some(rest) => {
+            let ty = rest.split(" as ").next().unwrap_or(rest);
+            if !ty.contains("::") {
+                return true;
+            }
+            ty
+        }
+        None => sym,
+    };
+    let krate = path.split("::").next().unwrap_or(path);
+    RUNTIME_CRATES.contains(&krate) || path.starts_with("lockscope_store::client")
+}
 
 /// Captures the current backtrace and keeps the caller's frames, innermost first,
 /// each as `symbol (file:line)` when the location is known.
@@ -48,7 +62,7 @@ pub fn trim(text: &str) -> Vec<String> {
     }
     frames
         .into_iter()
-        .filter(|(sym, _)| !SKIP.iter().any(|p| sym.starts_with(p)))
+        .filter(|(sym, _)| !skipped(sym))
         .map(|(sym, at)| {
             let sym = sym.trim_end_matches("::{{closure}}").to_string();
             match at {
@@ -76,12 +90,19 @@ mod tests {
    4: billing::main::{{closure}}
              at ./src/main.rs:9:5
    5: tokio::runtime::park::CachedParkThread::block_on
+   6: <F as core::future::into_future::IntoFuture>::into_future
+   7: <tokio::runtime::task::Task<S> as Drop>::drop
+   8: maintenance::sweep::run
+             at ./src/sweep.rs:3:1
+   9: main
+  10: futures_util::future::FutureExt::poll_unpin
 ";
         assert_eq!(
             trim(text),
             vec![
                 "billing::invoices::run (./src/invoices.rs:42:18)",
-                "billing::main (./src/main.rs:9:5)"
+                "billing::main (./src/main.rs:9:5)",
+                "maintenance::sweep::run (./src/sweep.rs:3:1)",
             ]
         );
     }

@@ -161,7 +161,11 @@ impl Held {
 struct Inner<S: LockStore> {
     store: S,
     id: String,
-    lease: SessionLease,
+    /// Replaced when the registration ran out and the session registered again.
+    lease: Mutex<SessionLease>,
+    /// The store refused a heartbeat as blacklisted: the session sends no more
+    /// heartbeats, so its registration runs out like a dead worker's.
+    refused: std::sync::atomic::AtomicBool,
     cfg: SessionConfig,
     started_at: i64,
     counters: Mutex<Contention>,
@@ -201,10 +205,13 @@ impl<S: LockStore> Session<S> {
         Self::open_as(store, cfg, fresh_id()).await
     }
 
-    /// Like [`open`](Session::open) with a chosen id (ids must not contain `/`).
+    /// Like [`open`](Session::open) with a chosen id: a valid lock name without
+    /// `/` (`docs/protocol.md`); the caller keeps ids unique.
     pub async fn open_as(store: S, cfg: SessionConfig, id: String) -> Result<Session<S>, StoreError> {
-        if id.is_empty() || id.contains('/') {
-            return Err(StoreError::Config(format!("invalid session id {id:?}")));
+        if validate_name(&id).is_err() || id.contains('/') {
+            return Err(StoreError::Config(format!(
+                "invalid session id {id:?}: 1 to 512 bytes, no control characters, no '/'"
+            )));
         }
         let started_at = now_ms();
         let mut record = SessionRecord {
@@ -223,7 +230,8 @@ impl<S: LockStore> Session<S> {
         let inner = Arc::new(Inner {
             store,
             id,
-            lease,
+            lease: Mutex::new(lease),
+            refused: Default::default(),
             cfg,
             started_at,
             counters: Mutex::new(record.contention),
@@ -289,15 +297,16 @@ impl<S: LockStore> Session<S> {
     ) -> Result<LockGuard<S>, StoreError> {
         loop {
             let record = self.record(opts, bt.clone());
+            let sent = Instant::now();
             match self.attempt(name, record.clone()).await? {
-                Attempt::Acquired { fence } => return Ok(self.guard(name, fence, record, opts)),
+                Attempt::Acquired { fence } => return Ok(self.guard(name, fence, record, opts, sent)),
                 Attempt::Busy { from, .. } => {
                     if !*waiting {
                         *waiting = true;
                         *self.inner.waiting_for.lock().unwrap() = Some(name.to_string());
                         self.inner
                             .store
-                            .set_waiting(self.inner.lease, &self.inner.id, name, true)
+                            .set_waiting(self.inner.lease(), &self.inner.id, name, true)
                             .await?;
                     }
                     let left = deadline.saturating_duration_since(Instant::now());
@@ -354,7 +363,7 @@ impl<S: LockStore> Session<S> {
         // Best effort and off the caller's clock: the waiter key also dies with the
         // session's lease.
         tokio::spawn(async move {
-            let _ = inner.store.set_waiting(inner.lease, &inner.id, &name, false).await;
+            let _ = inner.store.set_waiting(inner.lease(), &inner.id, &name, false).await;
         });
     }
 
@@ -378,9 +387,10 @@ impl<S: LockStore> Session<S> {
             busy: Vec::new(),
         };
         let mut first_error = None;
+        let sent = Instant::now();
         for (name, record, r) in futures::future::join_all(attempts).await {
             match r {
-                Ok(Attempt::Acquired { fence }) => batch.taken.push(self.guard(&name, fence, record, &opts)),
+                Ok(Attempt::Acquired { fence }) => batch.taken.push(self.guard(&name, fence, record, &opts, sent)),
                 Ok(Attempt::Busy { holder, .. }) => batch.busy.push((name, holder)),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -404,7 +414,7 @@ impl<S: LockStore> Session<S> {
             service: self.inner.cfg.service.as_str().into(),
             host: self.inner.cfg.host.as_str().into(),
             pid: self.inner.cfg.pid,
-            purpose: opts.purpose.clone(),
+            purpose: capped(&opts.purpose).to_string(),
             backtrace: backtrace.into(),
             acquired_at: now,
             expected_runtime_ms: expected as u64,
@@ -420,7 +430,9 @@ impl<S: LockStore> Session<S> {
             .max(self.inner.cfg.heartbeat_every * 3)
     }
 
-    fn guard(&self, name: &str, fence: i64, record: LockRecord, opts: &LockOptions) -> LockGuard<S> {
+    /// `sent`: when the acquiring request was sent. The trust window counts
+    /// from then: the store's `auto_unlock_at` can only be later.
+    fn guard(&self, name: &str, fence: i64, record: LockRecord, opts: &LockOptions, sent: Instant) -> LockGuard<S> {
         let unlock_after = self.unlock_after(opts);
         let (state, _) = watch::channel(State::Held);
         let held = Arc::new(Held {
@@ -428,7 +440,7 @@ impl<S: LockStore> Session<S> {
             fence,
             record: Mutex::new(record),
             unlock_after,
-            valid_until: Mutex::new(Instant::now() + unlock_after),
+            valid_until: Mutex::new(sent + unlock_after),
             state,
         });
         self.inner.held.lock().unwrap().insert(name.to_string(), held.clone());
@@ -449,7 +461,7 @@ impl<S: LockStore> Session<S> {
         for h in held {
             let _ = self.inner.store.release(&h.name, h.fence).await;
         }
-        self.inner.store.close_session(self.inner.lease, &self.inner.id).await
+        self.inner.store.close_session(self.inner.lease(), &self.inner.id).await
     }
 
     /// Heartbeats now instead of at the next tick: refreshes the session record and
@@ -457,6 +469,22 @@ impl<S: LockStore> Session<S> {
     pub async fn heartbeat_now(&self) {
         beat(&self.inner).await
     }
+}
+
+/// Longest `purpose` written: what leaves room for the rest of the record
+/// within the protocol's 256 KiB (`docs/protocol.md`).
+pub const MAX_PURPOSE_BYTES: usize = 240 * 1024;
+
+/// `purpose` cut to [`MAX_PURPOSE_BYTES`] at a character boundary.
+fn capped(purpose: &str) -> &str {
+    if purpose.len() <= MAX_PURPOSE_BYTES {
+        return purpose;
+    }
+    let mut end = MAX_PURPOSE_BYTES;
+    while !purpose.is_char_boundary(end) {
+        end -= 1;
+    }
+    &purpose[..end]
 }
 
 async fn heartbeat_loop<S: LockStore>(inner: Weak<Inner<S>>) {
@@ -470,7 +498,16 @@ async fn heartbeat_loop<S: LockStore>(inner: Weak<Inner<S>>) {
     loop {
         tick.tick().await;
         let Some(inner) = inner.upgrade() else { return };
+        if inner.refused.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         beat(&inner).await;
+    }
+}
+
+impl<S: LockStore> Inner<S> {
+    fn lease(&self) -> SessionLease {
+        *self.lease.lock().unwrap()
     }
 }
 
@@ -488,12 +525,34 @@ async fn beat<S: LockStore>(inner: &Arc<Inner<S>>) {
         contention: inner.counters.lock().unwrap().clone(),
     };
     let held: Vec<Arc<Held>> = inner.held.lock().unwrap().values().cloned().collect();
-    match inner.store.session_heartbeat(inner.lease, &record).await {
+    if inner.refused.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    match inner.store.session_heartbeat(inner.lease(), &record).await {
         Err(StoreError::Blacklisted { .. }) => {
+            warn!(session = %inner.id, "session blacklisted: heartbeats stop, held locks are lost");
+            inner.refused.store(true, std::sync::atomic::Ordering::Relaxed);
             for h in &held {
                 lose(inner, h, LossReason::Blacklisted);
             }
             return;
+        }
+        Err(StoreError::SessionExpired { .. }) => {
+            // The registration ran out (a long pause, a store that lost it): the
+            // same session registers again; its waiters are put again by the
+            // calls still waiting, on their next attempt.
+            warn!(session = %inner.id, "session registration ran out; registering again");
+            match inner.store.open_session(&record, inner.cfg.session_ttl).await {
+                Ok(lease) => *inner.lease.lock().unwrap() = lease,
+                Err(StoreError::Blacklisted { .. }) => {
+                    inner.refused.store(true, std::sync::atomic::Ordering::Relaxed);
+                    for h in &held {
+                        lose(inner, h, LossReason::Blacklisted);
+                    }
+                    return;
+                }
+                Err(e) => warn!(session = %inner.id, error = %e, "registering the session again failed"),
+            }
         }
         Err(e) => warn!(session = %inner.id, error = %e, "session heartbeat failed"),
         Ok(()) => {}
@@ -512,6 +571,12 @@ async fn extend<S: LockStore>(inner: &Arc<Inner<S>>, h: &Arc<Held>) -> Result<()
         return Err(StoreError::Lost { name: h.name.clone() });
     }
     let sent = Instant::now();
+    if sent > *h.valid_until.lock().unwrap() {
+        // Past its trust window the store may have released it (the unlocker):
+        // the loss is final, even if an extension would still succeed.
+        lose(inner, h, LossReason::NotExtended);
+        return Err(StoreError::Lost { name: h.name.clone() });
+    }
     let record = {
         let mut r = h.record.lock().unwrap();
         r.heartbeat_at = now_ms();
@@ -660,4 +725,17 @@ impl<S: LockStore> Drop for LockGuard<S> {
 fn lost_is_send<S: LockStore>(guard: &LockGuard<S>) {
     fn send<T: Send>(_: T) {}
     send(guard.lost());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_purpose_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(MAX_PURPOSE_BYTES);
+        let cut = capped(&long);
+        assert!(cut.len() <= MAX_PURPOSE_BYTES && cut.len() > MAX_PURPOSE_BYTES - 2);
+        assert_eq!(capped("short"), "short");
+    }
 }

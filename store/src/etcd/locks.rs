@@ -108,9 +108,13 @@ impl LockStore for EtcdLocks {
         let keep = async {
             let (mut keeper, mut stream) = client.lease_keep_alive(lease.0).await?;
             keeper.keep_alive().await?;
-            Ok::<_, etcd_client::Error>(stream.message().await?.map(|r| r.ttl()).unwrap_or(0))
+            Ok::<_, etcd_client::Error>(stream.message().await?.map(|r| r.ttl()))
         };
-        if timed(self.cfg.request_timeout, keep).await? <= 0 {
+        // A stream that closed without an answer says nothing about the lease.
+        let ttl = timed(self.cfg.request_timeout, keep)
+            .await?
+            .ok_or_else(|| StoreError::unreachable_msg("etcd closed the keep-alive stream without an answer"))?;
+        if ttl <= 0 {
             return Err(StoreError::SessionExpired {
                 session: session.session.clone(),
             });

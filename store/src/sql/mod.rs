@@ -38,7 +38,7 @@ use listen::{listen, Change};
 type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
 use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
-use crate::{now_ms, validate_name, StoreError};
+use crate::{validate_name, StoreError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -332,7 +332,9 @@ impl LockStore for SqlLocks {
              SELECT $1, $2, NULL, $3 WHERE NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $1) \
              ON CONFLICT (session) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at",
         );
-        let expires = now_ms() + ttl.as_millis() as i64;
+        // On the holder's clock, from the record's own heartbeat_at, so that an
+        // observer reads the ttl back exactly (expires_at - heartbeat_at).
+        let expires = session.heartbeat_at + ttl.as_millis() as i64;
         let r = self
             .exec(
                 sqlx::query(&q)
@@ -354,7 +356,7 @@ impl LockStore for SqlLocks {
             "UPDATE lockscope_sessions SET record = $1, expires_at = $2 WHERE session = $3 \
              AND NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $3)",
         );
-        let expires = now_ms() + lease.0;
+        let expires = session.heartbeat_at + lease.0;
         let r = self
             .exec(
                 sqlx::query(&q)

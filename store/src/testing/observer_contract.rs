@@ -231,6 +231,35 @@ pub async fn observer_blacklist(spec: StoreSpec) {
     .await;
 }
 
+/// A session that finds itself blacklisted stops heartbeating: its registration
+/// runs out like a dead worker's (etcd: its lease is no longer kept alive).
+pub async fn observer_blacklisted_session_goes(spec: StoreSpec) {
+    let store = spec.connect().await.expect("store");
+    let ttl = Duration::from_secs(2);
+    let cfg = SessionConfig {
+        session_ttl: ttl,
+        heartbeat_every: Duration::from_millis(200),
+        ..quiet("refused")
+    };
+    let s = Session::open(store.clone(), cfg).await.unwrap();
+    let id = s.id().to_string();
+    let mut w = Watched::start(&spec);
+    w.until("the session", |st| st.sessions().sessions.contains_key(&id))
+        .await;
+    store.blacklist(&blacklist_record(&id)).await.unwrap();
+    let blacklisted = Instant::now();
+    w.until("the refused session gone", |st| {
+        !st.sessions().sessions.contains_key(&id)
+    })
+    .await;
+    assert!(
+        blacklisted.elapsed() <= ttl + Duration::from_secs(5),
+        "gone after {:?}",
+        blacklisted.elapsed()
+    );
+    drop(s);
+}
+
 /// A value that is not a record is shown as malformed, with its bytes, never
 /// dropped.
 pub async fn observer_malformed(spec: StoreSpec) {
