@@ -7,12 +7,15 @@
 //!   status, connection, clock offset) and how each server message changes it;
 //!   plain logic, tested natively.
 //! - [`rows`]: what a row says, as text (pure, tested natively).
-//! - [`page`]: the components.
+//! - [`page`]: the shell, the lock table page and what every page shares.
+//! - [`detail`]: the lock detail page; [`sessions`]: the sessions page.
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
+pub mod detail;
 pub mod live;
 pub mod page;
 pub mod rows;
+pub mod sessions;
 #[cfg(feature = "hydrate")]
 mod socket;
 

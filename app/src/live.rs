@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use leptos::prelude::*;
 use lockscope_model::time::Millis;
 use lockscope_model::view::{Aggregates, ViewSpec, WindowRow};
-use lockscope_model::{Counts, FleetSummary, Page, ServerMsg, StoreStatus, Window};
+use lockscope_model::{Counts, FleetSummary, Page, Screen, ServerMsg, StoreStatus, Watch, Window};
 
 /// The browser's link to the server.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,12 +77,14 @@ pub struct LiveView {
     pub lag_ms: RwSignal<i64>,
     /// When the last frame arrived (server clock).
     pub last_frame_at: RwSignal<Millis>,
+    /// Which page this is, with the detail or sessions data it shows.
+    pub screen: RwSignal<Screen>,
 }
 
 impl LiveView {
     /// The state as the server rendered it.
     pub fn new(page: Page) -> LiveView {
-        let now = page.frame.as_ref().map_or(0, |f| f.server_time);
+        let now = page.frame.as_ref().map_or(page.server_time, |f| f.server_time);
         let view = LiveView {
             window: StoredValue::new(Window::default()),
             rows: StoredValue::new(HashMap::new()),
@@ -102,6 +104,7 @@ impl LiveView {
             now: RwSignal::new(now),
             lag_ms: RwSignal::new(0),
             last_frame_at: RwSignal::new(now),
+            screen: RwSignal::new(page.screen),
         };
         if let Some(frame) = page.frame {
             // The server rendered this very frame; it cannot fail to apply.
@@ -119,6 +122,16 @@ impl LiveView {
             c.held = self.total.get();
         }
         c
+    }
+
+    /// Locks of the fleet on screen needing attention (every state but healthy).
+    pub fn attention(&self) -> u64 {
+        if self.watch().is_none() {
+            return self.counts().attention();
+        }
+        let fleet = self.fleet.get();
+        self.overview
+            .with(|o| o.iter().find(|f| f.name == fleet).map_or(0, |f| f.counts.attention()))
     }
 
     /// How far behind the page is, if it is (reactive; follows the clock): the
@@ -163,6 +176,18 @@ impl LiveView {
         id
     }
 
+    /// What this page keeps live instead of a view (the detail and sessions
+    /// pages), if it does.
+    pub fn watch(&self) -> Option<Watch> {
+        self.screen.with_untracked(|s| match s {
+            Screen::Locks => None,
+            Screen::Lock { detail } => Some(Watch::Lock {
+                name: detail.name.clone(),
+            }),
+            Screen::Sessions { .. } => Some(Watch::Sessions),
+        })
+    }
+
     /// The view to ask for on a new connection, and its id.
     pub fn current_request(&self) -> (u32, ViewSpec) {
         (self.view_id.get_value(), self.view.get_untracked())
@@ -195,7 +220,27 @@ impl LiveView {
                 self.status.set(status);
             }
             ServerMsg::Pong { .. } => {}
-            ServerMsg::Overview { fleets, .. } => self.overview.set(fleets),
+            ServerMsg::Overview { server_time, fleets } => {
+                self.sync_clock(server_time, local_now);
+                // Pages that watch instead of viewing learn the store status here.
+                if self.watch().is_some() {
+                    let fleet = self.fleet.get_untracked();
+                    if let Some(f) = fleets.iter().find(|f| f.name == fleet) {
+                        self.status.set(f.status.clone());
+                    }
+                }
+                self.overview.set(fleets);
+            }
+            ServerMsg::Detail { server_time, detail } => {
+                self.sync_clock(server_time, local_now);
+                self.screen.set(Screen::Lock { detail });
+                self.connection.set(Connection::Live);
+            }
+            ServerMsg::Sessions { server_time, sessions } => {
+                self.sync_clock(server_time, local_now);
+                self.screen.set(Screen::Sessions { sessions });
+                self.connection.set(Connection::Live);
+            }
             ServerMsg::Error { reason } => return Followup::Resync(reason),
         }
         Followup::None

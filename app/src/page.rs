@@ -9,7 +9,7 @@
 use leptos::prelude::*;
 use lockscope_model::time::{human_duration, utc_hms};
 use lockscope_model::view::{RowState, SortKey, ViewSpec};
-use lockscope_model::{FleetSummary, LockBody, StoreStatus};
+use lockscope_model::{FleetSummary, LockBody, Screen, StoreStatus};
 
 use crate::live::{Connection, LiveView};
 use crate::rows::{row_text, state_icon};
@@ -24,13 +24,21 @@ const OVERSCAN: u64 = 30;
 
 /// The HTML document around [`App`], rendered on the server.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
+    let page = use_context::<lockscope_model::Page>().unwrap_or_default();
+    let attention = page
+        .fleets
+        .iter()
+        .find(|f| f.name == page.fleet)
+        .map_or(0, |f| f.counts.attention());
+    let title = tab_title(&page.fleet, attention, &page.screen);
     view! {
         <!DOCTYPE html>
         <html lang="en">
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
-                <title>"lockscope"</title>
+                <title>{title}</title>
+                <link rel="icon" type="image/svg+xml" href="/favicon.svg"/>
                 <link rel="stylesheet" href="/pkg/lockscope.css"/>
                 <AutoReload options=options.clone()/>
                 <HydrationScripts options/>
@@ -52,31 +60,68 @@ pub fn App() -> impl IntoView {
     provide_context(live);
     #[cfg(feature = "hydrate")]
     crate::socket::start(live);
+    #[cfg(feature = "hydrate")]
+    Effect::new(move |_| {
+        let title = tab_title(&live.fleet.get(), live.attention(), &live.screen.get());
+        document().set_title(&title);
+    });
 
+    // A page shows one screen for its whole life (other screens are other URLs).
+    let screen = live.screen.with_untracked(|s| std::mem::discriminant(s));
+    let is = |s: Screen| std::mem::discriminant(&s) == screen;
+    let body = if is(Screen::Locks) {
+        view! { <Overview/><States/><Controls/><LockTable/> }.into_any()
+    } else if is(Screen::Sessions {
+        sessions: Default::default(),
+    }) {
+        view! { <Overview/><crate::sessions::SessionsPage/> }.into_any()
+    } else {
+        view! { <crate::detail::LockPage/> }.into_any()
+    };
+    let locks_href = move || format!("/?fleet={}", encode(&live.fleet.get()));
+    let sessions_href = move || format!("/sessions?fleet={}", encode(&live.fleet.get()));
     view! {
         <header class="top">
-            <h1>"lockscope"</h1>
+            <h1><a href=locks_href>"lockscope"</a></h1>
             <span class="fleet" data-testid="fleet">{move || live.fleet.get()}</span>
+            <nav class="pages">
+                <a href=locks_href data-testid="nav-locks" class:here=is(Screen::Locks)>"locks"</a>
+                " "
+                <a href=sessions_href data-testid="nav-sessions" class:here=!is(Screen::Locks) && live.watch().is_some_and(|w| w == lockscope_model::Watch::Sessions)>"sessions"</a>
+            </nav>
             <span class="source" data-testid="source">{move || live.source()}</span>
             <Indicator/>
         </header>
-        <main>
-            <Overview/>
-            <States/>
-            <Controls/>
-            <LockTable/>
-        </main>
+        <main>{body}</main>
         <footer>
-            <span data-testid="view-range">{move || range_text(live)}</span>
-            <span data-testid="view-total">{move || live.total.get()}</span>
-            {move || if live.view.with(|v| v.filter.is_empty()) { "" } else { " matching" }}
-            " · times on the server's clock (UTC); browser offset "
+            {is(Screen::Locks).then(|| view! {
+                <span data-testid="view-range">{move || range_text(live)}</span>
+                <span data-testid="view-total">{move || live.total.get()}</span>
+                {move || if live.view.with(|v| v.filter.is_empty()) { "" } else { " matching" }}
+                " · "
+            })}
+            "times on the server's clock (UTC); browser offset "
             <span data-testid="clock-offset">{move || format!("{:+} ms", live.clock_offset.get())}</span>
             " · last update "
             <span data-testid="lag">{move || format!("{} ms", live.lag_ms.get())}</span>
             " after it reached the server"
         </footer>
     }
+}
+
+/// The browser tab's title: what needs attention first, so a glance at the tab
+/// bar tells.
+pub fn tab_title(fleet: &str, attention: u64, screen: &Screen) -> String {
+    let page = match screen {
+        Screen::Locks => String::new(),
+        Screen::Lock { detail } => format!("{} · ", detail.name),
+        Screen::Sessions { .. } => "sessions · ".into(),
+    };
+    let alert = match attention {
+        0 => String::new(),
+        n => format!("({n} need attention) "),
+    };
+    format!("{alert}{page}{fleet} — lockscope")
 }
 
 /// "locks 101–200 of " (the total is its own element).
@@ -182,8 +227,9 @@ fn Overview() -> impl IntoView {
     let row = move |f: FleetSummary| {
         let current = live.fleet.with(|c| *c == f.name);
         // The fleet on screen counts from its live view, so the overview never
-        // disagrees with the rows below it.
-        let counts = move || if current { live.counts() } else { f.counts };
+        // disagrees with the rows below it (pages without a view use the summary).
+        let from_view = current && live.watch().is_none();
+        let counts = move || if from_view { live.counts() } else { f.counts };
         let (state, label) = match &f.status {
             StoreStatus::Live { .. } => ("live", "live".to_string()),
             StoreStatus::Connecting { .. } => ("connecting", "connecting".to_string()),
@@ -191,13 +237,34 @@ fn Overview() -> impl IntoView {
                 ("unreachable", format!("unreachable since {} UTC", utc_hms(*since)))
             }
         };
+        // The fleet's colour is its worst lock's, beside the store connection's.
+        let worst = move || {
+            let c = counts();
+            RowState::ALL
+                .into_iter()
+                .find(|s| *s != RowState::Healthy && c.of(*s) > 0)
+                .unwrap_or(RowState::Healthy)
+        };
+        let worst_text = move || {
+            let c = counts();
+            match worst() {
+                RowState::Healthy => "all healthy".to_string(),
+                w => format!("{} {}", c.of(w), w.as_str()),
+            }
+        };
         view! {
-            <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current>
+            <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current data-worst=move || worst().as_str()>
                 <td><a href=format!("/?fleet={}", encode(&f.name))>{f.name.clone()}</a></td>
                 <td class="state" data-state=state>{label}</td>
+                <td class="worst" data-testid="fleet-worst" data-state=move || worst().as_str() title=move || worst().reason()>
+                    <span class="icon" aria-hidden="true">{move || state_icon(worst())}</span>
+                    {worst_text}
+                </td>
                 <td data-testid="fleet-held">{move || counts().held}</td>
-                <td data-testid="fleet-overdue">{move || counts().overdue}</td>
                 <td data-testid="fleet-expired">{move || counts().expired}</td>
+                <td data-testid="fleet-orphaned">{move || counts().orphaned}</td>
+                <td data-testid="fleet-blacklisted">{move || counts().blacklisted}</td>
+                <td data-testid="fleet-overdue">{move || counts().overdue}</td>
                 <td data-testid="fleet-malformed">{move || counts().malformed}</td>
                 <td data-testid="fleet-waiters">{move || counts().waiters}</td>
                 <td class="source">{f.source}</td>
@@ -211,12 +278,15 @@ fn Overview() -> impl IntoView {
                     <tr>
                         <th>"fleet"</th>
                         <th>"store"</th>
+                        <th>"worst"</th>
                         <th>"held"</th>
-                        <th>"overdue"</th>
                         <th>"expired"</th>
+                        <th>"orphaned"</th>
+                        <th>"blacklisted"</th>
+                        <th>"overdue"</th>
                         <th>"malformed"</th>
                         <th>"waiters"</th>
-                        <th>"source"</th>
+                        <th class="source">"source"</th>
                     </tr>
                 </thead>
                 <tbody>{move || live.overview.get().into_iter().map(row).collect_view()}</tbody>
@@ -599,13 +669,17 @@ fn LockRow(name: String) -> impl IntoView {
     let state = Memo::new(move |_| row.with(|r| r.state(live.now.get())));
     let timed = Memo::new(move |_| row.with(|r| crate::rows::countdowns(r, live.now.get())));
     let malformed = move || row.with(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
+    let name_link = name.clone();
     view! {
         <tr data-testid="lock-row" data-lock=name.clone() class=move || state.get().as_str() data-state=move || state.get().as_str()>
             <td class="st" data-testid="state" title=move || state.get().reason()>
                 <span class="icon" aria-hidden="true">{move || state_icon(state.get())}</span>
                 {move || state.get().as_str()}
             </td>
-            <td class="name" title=name.clone()>{name.clone()}</td>
+            <td class="name" title=name.clone()>
+                <a href=move || format!("/lock?fleet={}&name={}", encode(&live.fleet.get()), encode(&name_link)) data-testid="lock-link">{name.clone()}</a>
+                {move || row.with(|r| r.deadlock).then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle">" ⟲"</span> })}
+            </td>
             <td class="holder" title=move || text.with(|t| t.holder_title.clone())>
                 <span class="where">{move || text.with(|t| t.holder.clone())}</span>
                 " "

@@ -62,7 +62,7 @@ pub fn row_text(r: &WindowRow) -> RowText {
 }
 
 /// A session id as the table shows it: the first 8 characters.
-fn short(id: &str) -> String {
+pub fn short(id: &str) -> String {
     match id.char_indices().nth(8) {
         Some((i, _)) => format!("{}…", &id[..i]),
         None => id.to_string(),

@@ -122,8 +122,13 @@ fn connect(live: LiveView) {
                 } = &msg
                 {
                     ATTEMPT.set(0);
-                    let (id, view) = live.current_request();
-                    send(&ClientMsg::View { id, view });
+                    match live.watch() {
+                        Some(watch) => send(&ClientMsg::Watch { watch }),
+                        None => {
+                            let (id, view) = live.current_request();
+                            send(&ClientMsg::View { id, view });
+                        }
+                    }
                 }
                 match live.receive(msg, now) {
                     Followup::None => {}

@@ -140,10 +140,15 @@ export class Stack {
     });
   }
 
-  /** Takes a lock through the real CLI (the lock protocol's acquire txn); returns its fence. */
-  async lock(name: string, purpose: string, expectedRuntimeSecs = 60): Promise<number> {
+  /** The CLI's store arguments: `store` (a spec) or this stack's etcd. */
+  private storeArgs(store?: string): string[] {
+    return store ? ['--store', store] : ['--etcd', this.etcdEndpoint, '--prefix', PREFIX];
+  }
+
+  /** Takes a lock through the real CLI (the client library's acquire); returns its fence. */
+  async lock(name: string, purpose: string, expectedRuntimeSecs = 60, store?: string): Promise<number> {
     const { stdout } = await run(bin, [
-      'lock', name, '--etcd', this.etcdEndpoint, '--prefix', PREFIX,
+      'lock', name, ...this.storeArgs(store),
       '--purpose', purpose, '--expected-runtime', String(expectedRuntimeSecs), '--service', 'e2e',
     ]);
     const m = /fence=(\d+)/.exec(stdout);
@@ -151,8 +156,8 @@ export class Stack {
     return Number(m[1]);
   }
 
-  async unlock(name: string, fence: number): Promise<void> {
-    await run(bin, ['unlock', name, '--fence', String(fence), '--etcd', this.etcdEndpoint, '--prefix', PREFIX]);
+  async unlock(name: string, fence: number, store?: string): Promise<void> {
+    await run(bin, ['unlock', name, '--fence', String(fence), ...this.storeArgs(store)]);
   }
 
   /** Runs `lockscope-bench load` against the filled etcd; returns its write log (`name t n` lines). */

@@ -34,11 +34,12 @@ test('100,000 locks: the page is one window, and live within 5 s', async ({ page
 test('a lock taken at the top of the default view appears without reload', async ({ page }) => {
   await page.goto(stack.url);
   await expect(indicator(page)).toHaveAttribute('data-state', 'live');
-  // Expected runtime 0: expired at once, so it sorts above every healthy lock.
+  // Expected runtime 0: overdue at once, so it sorts above every healthy lock
+  // (the filled fleet's holders are live sessions).
   const fence = await stack.lock('aaa/stuck-now', 'stuck on purpose', 0);
   await expect(row(page, 'aaa/stuck-now')).toBeVisible({ timeout: 2_000 });
   await expect(rows(page).first()).toHaveAttribute('data-lock', 'aaa/stuck-now');
-  await expect(row(page, 'aaa/stuck-now').getByTestId('state')).toContainText('expired');
+  await expect(row(page, 'aaa/stuck-now').getByTestId('state')).toContainText('overdue');
   await expect(total(page)).toHaveText(String(LOCKS + 1));
   await stack.unlock('aaa/stuck-now', fence);
   await expect(row(page, 'aaa/stuck-now')).toHaveCount(0, { timeout: 2_000 });

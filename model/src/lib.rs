@@ -7,6 +7,7 @@
 //! - [`record`]: the JSON lock record as the lock protocol stores it (`docs/protocol.md`).
 //! - [`fleet`]: lock entries, fleet events and the reducer ([`fleet::FleetState::apply`])
 //!   the server's hub runs.
+//! - [`detail`]: the lock detail and sessions pages' data.
 //! - [`session`]: sessions, the blacklist, what a lock's holder looks like
 //!   ([`session::Holder`]), the clock-skew estimate, deadlock detection.
 //! - `intern`: one shared copy of each record field many locks have in common.
@@ -15,6 +16,7 @@
 //! - [`wire`]: the versioned websocket messages.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 
+pub mod detail;
 pub mod fleet;
 mod intern;
 pub mod record;
@@ -27,4 +29,4 @@ pub use fleet::{Changed, Counts, FleetEvent, FleetState, LockBody, LockEntry, Sn
 pub use record::LockRecord;
 pub use session::{BlacklistEntry, Holder, SessionEntry};
 pub use view::{Aggregates, RowState, ViewSpec, Window, WindowFrame, WindowRow};
-pub use wire::{ClientMsg, FleetSummary, Page, ServerMsg, PROTOCOL_VERSION};
+pub use wire::{ClientMsg, FleetSummary, Page, Screen, ServerMsg, Watch, PROTOCOL_VERSION};

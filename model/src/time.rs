@@ -19,10 +19,41 @@ pub fn human_duration(ms: i64) -> String {
     }
 }
 
+fn utc(ms: Millis) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp_millis(ms)
+}
+
 /// `HH:MM:SS` UTC of a unix-ms instant (the UI labels it UTC).
 pub fn utc_hms(ms: Millis) -> String {
-    let day_s = ms.div_euclid(1000).rem_euclid(86_400);
-    format!("{:02}:{:02}:{:02}", day_s / 3600, (day_s % 3600) / 60, day_s % 60)
+    utc(ms).map_or_else(|| "--:--:--".into(), |t| t.format("%H:%M:%S").to_string())
+}
+
+/// `YYYY-MM-DD HH:MM:SS UTC` of a unix-ms instant.
+pub fn utc_datetime(ms: Millis) -> String {
+    utc(ms).map_or_else(
+        || format!("{ms} ms (out of range)"),
+        |t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+    )
+}
+
+/// RFC 3339 with milliseconds (`2026-11-23T04:20:13.250Z`), for exports and
+/// machine-readable attributes.
+pub fn rfc3339(ms: Millis) -> String {
+    utc(ms).map_or_else(
+        || format!("{ms}"),
+        |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    )
+}
+
+/// A UTC instant and how long ago (or from now) it is: "04:20:13 UTC (3m 07s ago)".
+pub fn absolute_and_relative(at: Millis, now: Millis) -> String {
+    let rel = human_duration(now - at);
+    let when = if at <= now {
+        format!("{rel} ago")
+    } else {
+        format!("in {rel}")
+    };
+    format!("{} ({when})", utc_datetime(at))
 }
 
 #[cfg(test)]
@@ -51,5 +82,12 @@ mod tests {
         assert_eq!(utc_hms(86_399_999), "23:59:59");
         assert_eq!(utc_hms(1_700_000_000_000), "22:13:20");
         assert_eq!(utc_hms(-1000), "23:59:59");
+        assert_eq!(utc_datetime(1_700_000_000_000), "2023-11-14 22:13:20 UTC");
+        assert_eq!(rfc3339(1_700_000_000_250), "2023-11-14T22:13:20.250Z");
+        assert_eq!(
+            absolute_and_relative(1_700_000_000_000, 1_700_000_187_000),
+            "2023-11-14 22:13:20 UTC (3m 07s ago)"
+        );
+        assert!(absolute_and_relative(1_700_000_010_000, 1_700_000_000_000).ends_with("(in 10s)"));
     }
 }

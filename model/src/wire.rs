@@ -16,11 +16,12 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::detail::{LockDetail, SessionList};
 use crate::fleet::{Counts, StoreStatus};
 use crate::time::Millis;
 use crate::view::{ViewSpec, WindowFrame};
 
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Longest client message the server reads.
 pub const MAX_CLIENT_MSG_BYTES: usize = 4096;
@@ -53,6 +54,22 @@ pub enum ServerMsg {
         server_time: Millis,
         fleets: Vec<FleetSummary>,
     },
+    /// The watched lock, whenever it, its holder's session or its waiters change.
+    Detail { server_time: Millis, detail: LockDetail },
+    /// The fleet's sessions, when they changed (at most every
+    /// [`SESSIONS_EVERY_MS`]: heartbeats change them all the time).
+    Sessions { server_time: Millis, sessions: SessionList },
+}
+
+/// Shortest time between two sessions lists to one watcher.
+pub const SESSIONS_EVERY_MS: u64 = 1000;
+
+/// What a detail or sessions page keeps live ([`ClientMsg::Watch`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Watch {
+    Lock { name: String },
+    Sessions,
 }
 
 /// Shortest time between two overviews to one subscriber.
@@ -69,12 +86,30 @@ pub struct FleetSummary {
     pub counts: Counts,
 }
 
+/// Which page a URL names, with the data only that page shows.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "page", rename_all = "snake_case")]
+pub enum Screen {
+    /// `/`: the lock table (its window is [`Page::frame`]).
+    #[default]
+    Locks,
+    /// `/lock?name=…`: one lock in full.
+    Lock { detail: LockDetail },
+    /// `/sessions`: the fleet's sessions.
+    Sessions { sessions: SessionList },
+}
+
 /// What the server embeds in a rendered page: the chosen fleet's view (its first
 /// window and aggregates) and the overview of all fleets. Its size depends on the
 /// window, never on the fleet. The page is complete without JavaScript and
 /// hydrates from this same value.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Page {
+    #[serde(default)]
+    pub screen: Screen,
+    /// When the server rendered it (its clock).
+    #[serde(default)]
+    pub server_time: Millis,
     pub fleet: String,
     pub status: StoreStatus,
     pub view: ViewSpec,
@@ -101,6 +136,11 @@ pub enum ClientMsg {
     Ack {
         seq: u64,
     },
+    /// Keep this lock or the sessions live (the detail and sessions pages),
+    /// instead of a view.
+    Watch {
+        watch: Watch,
+    },
 }
 
 impl ClientMsg {
@@ -118,6 +158,12 @@ impl ClientMsg {
                 id,
                 view: view.normalized()?,
             }),
+            ClientMsg::Watch {
+                watch: Watch::Lock { name },
+            } if name.is_empty() || name.len() > 512 => Err(format!(
+                "watch a lock by its name (1 to 512 bytes), not {} bytes",
+                name.len()
+            )),
             other => Ok(other),
         }
     }
@@ -190,6 +236,17 @@ mod tests {
             ClientMsg::parse(r#"{"type":"view","id":1,"view":{"filter":{"state":"sleepy"}}}"#)
                 .unwrap_err()
                 .contains("unrecognised")
+        );
+        assert_eq!(
+            ClientMsg::parse(r#"{"type":"watch","watch":{"kind":"lock","name":"a/b"}}"#),
+            Ok(ClientMsg::Watch {
+                watch: Watch::Lock { name: "a/b".into() }
+            })
+        );
+        assert!(
+            ClientMsg::parse(r#"{"type":"watch","watch":{"kind":"lock","name":""}}"#)
+                .unwrap_err()
+                .contains("by its name")
         );
         assert!(ClientMsg::parse(&"x".repeat(MAX_CLIENT_MSG_BYTES + 1))
             .unwrap_err()

@@ -78,6 +78,10 @@ pub struct DemoConfig {
     pub stall_rate: f64,
     /// How long one `lock` call may wait for a busy lock.
     pub lock_deadline: Duration,
+    /// A lock not extended for this long may be released (`auto_unlock_at`):
+    /// longer than a session's ttl (10 s), so a dead worker's lock shows as
+    /// orphaned (its session gone) before it shows as expired.
+    pub auto_unlock_after: Duration,
     /// Stop after this long; `None`: only when the stop future passed to [`run`] resolves.
     pub duration: Option<Duration>,
     /// Seed for the workers' decisions.
@@ -98,6 +102,7 @@ impl Default for DemoConfig {
             die_rate: 0.02,
             stall_rate: 0.05,
             lock_deadline: Duration::from_secs(5),
+            auto_unlock_after: Duration::from_secs(30),
             duration: None,
             seed: None,
             report_every: Duration::from_secs(10),
@@ -551,7 +556,8 @@ impl<S: LockStore> Worker<S> {
         let key = &shared.keyspace.keys[shared.keyspace.pick(&mut self.rng, cfg.hot_share)];
         let plan = plan(&mut self.rng, cfg);
         let opts = LockOptions::new(purpose(&mut self.rng, self.service, key), cfg.expected_runtime)
-            .deadline(cfg.lock_deadline);
+            .deadline(cfg.lock_deadline)
+            .auto_unlock_after(cfg.auto_unlock_after);
         let taken = tokio::select! {
             r = session.lock(&key.name, opts) => Some(r),
             _ = stopped(&mut self.stop) => None,

@@ -1,5 +1,6 @@
-//! Routes: the server-rendered page (`/`), the live feed (`/ws`), `/healthz`, and
-//! the built site's static files (`/pkg/...`).
+//! Routes: the server-rendered pages (`/` the lock table, `/lock?name=` one
+//! lock, `/sessions`), the live feed (`/ws`), `/healthz`, the favicon, and the
+//! built site's static files (`/pkg/...`).
 
 use std::path::PathBuf;
 
@@ -14,7 +15,8 @@ use futures::{SinkExt, StreamExt};
 use leptos::prelude::{provide_context, LeptosOptions};
 use lockscope_app::shell;
 use lockscope_model::view::ViewSpec;
-use lockscope_model::Page;
+use lockscope_model::{Page, Screen};
+use lockscope_store::now_ms;
 use tokio::sync::watch;
 use tower_http::services::ServeDir;
 
@@ -66,6 +68,8 @@ pub enum AppError {
     HubUnavailable,
     #[error("{0}")]
     Forbidden(String),
+    #[error("{0}")]
+    BadRequest(String),
     #[error("no fleet named {name:?}; this server has: {known}")]
     NoSuchFleet { name: String, known: String },
 }
@@ -75,6 +79,7 @@ impl IntoResponse for AppError {
         let status = match self {
             AppError::HubUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
+            AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
             AppError::NoSuchFleet { .. } => StatusCode::NOT_FOUND,
         };
         tracing::warn!(%status, error = %self, "request failed");
@@ -89,6 +94,9 @@ pub fn app(state: AppState) -> Router {
     let site = PathBuf::from(state.leptos.site_root.as_ref());
     Router::new()
         .route("/", get(page))
+        .route("/lock", get(lock_page))
+        .route("/sessions", get(sessions_page))
+        .route("/favicon.svg", get(favicon))
         .route("/ws", get(ws_upgrade))
         .route("/healthz", get(healthz))
         .nest_service("/pkg", ServeDir::new(site.join("pkg")))
@@ -113,6 +121,8 @@ async fn page(
     };
     let (frame, status) = hub.render(view.clone()).await.map_err(|_| AppError::HubUnavailable)?;
     let page = Page {
+        screen: Screen::Locks,
+        server_time: now_ms(),
         fleet: hub.fleet().to_string(),
         status,
         view,
@@ -120,12 +130,91 @@ async fn page(
         fleets: state.fleets.summaries(),
         view_error,
     };
+    Ok(render(&state, page, req).await)
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct LockQuery {
+    fleet: Option<String>,
+    name: Option<String>,
+}
+
+/// One lock in full (`/lock?fleet=…&name=…`), kept live by the page.
+async fn lock_page(
+    State(state): State<AppState>,
+    Query(q): Query<LockQuery>,
+    req: Request<Body>,
+) -> Result<Response, AppError> {
+    let hub = state.fleet(&FleetQuery { fleet: q.fleet.clone() })?;
+    let name = q
+        .name
+        .filter(|n| !n.is_empty() && n.len() <= 512)
+        .ok_or(AppError::BadRequest(
+            "name the lock: /lock?fleet=FLEET&name=NAME (1 to 512 bytes)".into(),
+        ))?;
+    let detail = hub
+        .watch_lock(&name)
+        .await
+        .map_err(|_| AppError::HubUnavailable)?
+        .borrow()
+        .clone()
+        .unwrap_or_default();
+    let page = Page {
+        screen: Screen::Lock { detail },
+        ..watch_page(hub, &state)
+    };
+    Ok(render(&state, page, req).await)
+}
+
+/// The fleet's sessions (`/sessions?fleet=…`), kept live by the page.
+async fn sessions_page(
+    State(state): State<AppState>,
+    Query(q): Query<FleetQuery>,
+    req: Request<Body>,
+) -> Result<Response, AppError> {
+    let hub = state.fleet(&q)?;
+    let sessions = hub
+        .watch_sessions()
+        .await
+        .map_err(|_| AppError::HubUnavailable)?
+        .borrow()
+        .clone()
+        .unwrap_or_default();
+    let page = Page {
+        screen: Screen::Sessions { sessions },
+        ..watch_page(hub, &state)
+    };
+    Ok(render(&state, page, req).await)
+}
+
+/// What a detail or sessions page carries besides its own data.
+fn watch_page(hub: &HubHandle, state: &AppState) -> Page {
+    let summary = hub.summary();
+    Page {
+        server_time: now_ms(),
+        fleet: hub.fleet().to_string(),
+        status: summary.status,
+        fleets: state.fleets.summaries(),
+        ..Page::default()
+    }
+}
+
+async fn favicon() -> Response {
+    (
+        [(header::CONTENT_TYPE, "image/svg+xml")],
+        include_str!("../../public/favicon.svg"),
+    )
+        .into_response()
+}
+
+/// Renders `page` (the app reads it from context; the browser hydrates from it).
+async fn render(state: &AppState, page: Page, req: Request<Body>) -> Response {
     let options = state.leptos.clone();
     let render = leptos_axum::render_app_to_stream_with_context(
         move || provide_context(page.clone()),
         move || shell(options.clone()),
     );
-    Ok(render(req).await.into_response())
+    render(req).await.into_response()
 }
 
 async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {

@@ -15,8 +15,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockscope_model::detail::{LockDetail, SessionList};
 use lockscope_model::view::{ViewSpec, WindowFrame};
-use lockscope_model::{FleetState, FleetSummary, ServerMsg, StoreStatus};
+use lockscope_model::{FleetEvent, FleetState, FleetSummary, ServerMsg, StoreStatus};
 use lockscope_store::fleet::FleetStore;
 use lockscope_store::{now_ms, ObserverEvent};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -24,6 +25,9 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::views::{BuildId, Built, Now, SubId, Views};
+use watchers::Watchers;
+
+mod watchers;
 
 /// One serialised [`ServerMsg`].
 pub type Frame = Arc<str>;
@@ -73,6 +77,13 @@ enum Command {
     Render {
         view: ViewSpec,
         reply: oneshot::Sender<(WindowFrame, StoreStatus)>,
+    },
+    WatchLock {
+        name: String,
+        reply: oneshot::Sender<watch::Receiver<Option<LockDetail>>>,
+    },
+    WatchSessions {
+        reply: oneshot::Sender<watch::Receiver<Option<SessionList>>>,
     },
 }
 
@@ -185,6 +196,7 @@ impl HubHandle {
             renders: Vec::new(),
             building: false,
             built_tx,
+            watchers: Watchers::default(),
         };
         tokio::spawn(hub.run(events, command_rx, built));
         HubHandle {
@@ -232,6 +244,24 @@ impl HubHandle {
         rx.await.map_err(|_| HubStopped)
     }
 
+    /// Lock `name` in full, now and whenever it changes (the detail page).
+    pub async fn watch_lock(&self, name: &str) -> Result<watch::Receiver<Option<LockDetail>>, HubStopped> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::WatchLock {
+            name: name.to_string(),
+            reply,
+        })
+        .await?;
+        rx.await.map_err(|_| HubStopped)
+    }
+
+    /// The fleet's sessions, now and as they change (the sessions page).
+    pub async fn watch_sessions(&self) -> Result<watch::Receiver<Option<SessionList>>, HubStopped> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::WatchSessions { reply }).await?;
+        rx.await.map_err(|_| HubStopped)
+    }
+
     async fn send(&self, cmd: Command) -> Result<(), HubStopped> {
         self.commands.send(cmd).await.map_err(|_| HubStopped)
     }
@@ -251,6 +281,7 @@ struct Hub {
     /// rest of the server; results come back on `built_tx`'s channel.
     building: bool,
     built_tx: mpsc::Sender<Result<Built, BuildId>>,
+    watchers: Watchers,
 }
 
 impl Hub {
@@ -307,6 +338,9 @@ impl Hub {
             let wait = Duration::from_millis((at - now.wall).max(0) as u64);
             wake = wake.min(Instant::now() + wait);
         }
+        if let Some(at) = self.watchers.next_wake() {
+            wake = wake.min(at);
+        }
         wake
     }
 
@@ -318,6 +352,7 @@ impl Hub {
         for (id, frame) in self.views.due_frames(&self.state, now) {
             self.deliver(id, &ServerMsg::Window(frame));
         }
+        self.watchers.flush(&self.state, &self.views);
         let counts = self.views.counts();
         let status = self.status.clone();
         self.summary.send_if_modified(|s| {
@@ -336,8 +371,10 @@ impl Hub {
             match ev {
                 ObserverEvent::Events(evs) => {
                     for e in evs {
+                        let from_reset = matches!(e, FleetEvent::Reset(_));
                         for change in self.state.apply(e) {
                             self.views.on_change(&self.state, &change, now);
+                            self.watchers.on_change(&self.state, &change, now, from_reset);
                         }
                     }
                 }
@@ -389,6 +426,12 @@ impl Hub {
                 }
                 Err(waiting) => self.renders.push((waiting, reply)),
             },
+            Command::WatchLock { name, reply } => {
+                let _ = reply.send(self.watchers.watch_lock(&self.state, &name));
+            }
+            Command::WatchSessions { reply } => {
+                let _ = reply.send(self.watchers.watch_sessions(&self.state, &self.views));
+            }
         }
     }
 

@@ -304,6 +304,11 @@ impl Views {
         self.aggregates_touched = true;
     }
 
+    /// How many locks session `id` holds.
+    pub fn locks_of_session(&self, id: &str) -> u64 {
+        self.by_session.get(id).map_or(0, |s| s.len() as u64)
+    }
+
     /// Counts per state (cheap: no services).
     pub fn counts(&self) -> Counts {
         let mut c = Counts {

@@ -5,17 +5,21 @@
 //! (`view`), `status` and the view's `window` frames as the hub sends them, with
 //! an `overview` of every fleet whenever one changes (at most every
 //! [`OVERVIEW_EVERY_MS`]). The browser's `ack`s and `view` changes go to the hub.
-//! Bad input gets an `error` message and a close frame with the reason.
+//! A detail or sessions page names what it watches instead (`watch`) and gets
+//! `detail` or `sessions` messages, the current value first, then each change
+//! (the hub coalesces them). Bad input gets an `error` message and a close frame
+//! with the reason.
 
 use std::time::Duration;
 
 use futures::{Sink, SinkExt, Stream, StreamExt};
+use lockscope_model::detail::{LockDetail, SessionList};
 use lockscope_model::wire::OVERVIEW_EVERY_MS;
-use lockscope_model::{ClientMsg, ServerMsg, PROTOCOL_VERSION};
+use lockscope_model::{ClientMsg, ServerMsg, Watch, PROTOCOL_VERSION};
 use lockscope_store::now_ms;
 use tokio::sync::watch;
 
-use crate::hub::{Fleets, Frame, HubHandle, Subscription};
+use crate::hub::{Fleets, Frame, HubHandle, HubStopped, Subscription};
 
 /// How long a new connection may take to name its view.
 pub const FIRST_VIEW_WITHIN: Duration = Duration::from_secs(10);
@@ -98,7 +102,7 @@ pub async fn serve_subscriber<S, R>(
     if out.send(frame(&hello)).await.is_err() {
         return;
     }
-    let Some(mut sub) = first_view(&hub, &mut out, &mut input).await else {
+    let Some(mut feed) = first_request(&hub, &mut out, &mut input).await else {
         return;
     };
     let mut overviews = fleets.watch();
@@ -115,22 +119,28 @@ pub async fn serve_subscriber<S, R>(
                 }
                 vec![frame(&ServerMsg::Overview { server_time: now_ms(), fleets: fleets.summaries() })]
             }
-            f = sub.frames.recv() => match f {
-                Some(f) => vec![WsOut::Text(f)],
+            f = feed.next() => match f {
+                Some(f) => vec![f],
                 None => vec![WsOut::Close { code: close::INTERNAL_ERROR, reason: "hub stopped".into() }],
             },
-            msg = input.next() => match read(msg) {
-                Input::Leave => return,
-                Input::Refuse(reply) => reply.into(),
-                Input::Msg(ClientMsg::Ping { nonce }) => vec![frame(&ServerMsg::Pong { nonce, server_time: now_ms() })],
-                Input::Msg(ClientMsg::Ack { seq }) => {
+            msg = input.next() => match (read(msg), &feed) {
+                (Input::Leave, _) => return,
+                (Input::Refuse(reply), _) => reply.into(),
+                (Input::Msg(ClientMsg::Ping { nonce }), _) => vec![frame(&ServerMsg::Pong { nonce, server_time: now_ms() })],
+                (Input::Msg(ClientMsg::Ack { seq }), Feed::Window(sub)) => {
                     if sub.ack(seq).await.is_err() { return }
                     continue;
                 }
-                Input::Msg(ClientMsg::View { id, view }) => {
+                (Input::Msg(ClientMsg::View { id, view }), Feed::Window(sub)) => {
                     if sub.set_view(id, view).await.is_err() { return }
                     continue;
                 }
+                (Input::Msg(ClientMsg::Ack { .. }), _) => continue,
+                (Input::Msg(_), _) => refuse(
+                    "a connection either shows a view or watches one thing; open another for the other".into(),
+                    close::POLICY_VIOLATION,
+                )
+                .into(),
             },
             _ = async { shutdown.wait_for(|s| *s).await.map(|_| ()) } => vec![WsOut::Close { code: close::GOING_AWAY, reason: "server shutting down".into() }],
         };
@@ -143,8 +153,41 @@ pub async fn serve_subscriber<S, R>(
     }
 }
 
-/// Waits for the browser to name its view, and subscribes to it.
-async fn first_view<S, R>(hub: &HubHandle, out: &mut S, input: &mut R) -> Option<Subscription>
+/// What one connection follows: a view's window, or a watched lock or the
+/// sessions.
+enum Feed {
+    Window(Subscription),
+    Lock(watch::Receiver<Option<LockDetail>>),
+    Sessions(watch::Receiver<Option<SessionList>>),
+}
+
+impl Feed {
+    /// The next message for the browser; `None` when the hub stopped.
+    async fn next(&mut self) -> Option<WsOut> {
+        match self {
+            Feed::Window(sub) => sub.frames.recv().await.map(WsOut::Text),
+            Feed::Lock(rx) => {
+                rx.changed().await.ok()?;
+                let detail = rx.borrow_and_update().clone()?;
+                Some(frame(&ServerMsg::Detail {
+                    server_time: now_ms(),
+                    detail,
+                }))
+            }
+            Feed::Sessions(rx) => {
+                rx.changed().await.ok()?;
+                let sessions = rx.borrow_and_update().clone()?;
+                Some(frame(&ServerMsg::Sessions {
+                    server_time: now_ms(),
+                    sessions,
+                }))
+            }
+        }
+    }
+}
+
+/// Waits for the browser to name its view (or what it watches), and subscribes.
+async fn first_request<S, R>(hub: &HubHandle, out: &mut S, input: &mut R) -> Option<Feed>
 where
     S: Sink<WsOut> + Unpin,
     R: Stream<Item = WsIn> + Unpin,
@@ -158,13 +201,22 @@ where
                 Input::Leave => return None,
                 Input::Refuse(reply) => reply.into(),
                 Input::Msg(ClientMsg::View { id, view }) => {
-                    return match hub.subscribe(id, view).await {
-                        Ok(sub) => Some(sub),
-                        Err(_) => {
-                            let _ = out.send(WsOut::Close { code: close::INTERNAL_ERROR, reason: "hub stopped".into() }).await;
-                            None
-                        }
+                    let sub = hub.subscribe(id, view).await.map(Feed::Window);
+                    return hub_or_close(sub, out).await;
+                }
+                Input::Msg(ClientMsg::Watch { watch }) => {
+                    let feed = match watch {
+                        Watch::Lock { name } => hub.watch_lock(&name).await.map(Feed::Lock),
+                        Watch::Sessions => hub.watch_sessions().await.map(Feed::Sessions),
                     };
+                    let mut feed = hub_or_close(feed, out).await?;
+                    // The current value goes out first.
+                    match &mut feed {
+                        Feed::Lock(rx) => rx.mark_changed(),
+                        Feed::Sessions(rx) => rx.mark_changed(),
+                        Feed::Window(_) => {}
+                    }
+                    return Some(feed);
                 }
                 Input::Msg(ClientMsg::Ping { nonce }) => vec![frame(&ServerMsg::Pong { nonce, server_time: now_ms() })],
                 Input::Msg(ClientMsg::Ack { .. }) => vec![],
@@ -175,6 +227,22 @@ where
             if out.send(m).await.is_err() || closing {
                 return None;
             }
+        }
+    }
+}
+
+/// The feed, or (the hub stopped) a close frame and `None`.
+async fn hub_or_close<S: Sink<WsOut> + Unpin>(feed: Result<Feed, HubStopped>, out: &mut S) -> Option<Feed> {
+    match feed {
+        Ok(feed) => Some(feed),
+        Err(_) => {
+            let _ = out
+                .send(WsOut::Close {
+                    code: close::INTERNAL_ERROR,
+                    reason: "hub stopped".into(),
+                })
+                .await;
+            None
         }
     }
 }
@@ -264,6 +332,40 @@ mod tests {
     }
 
     const DEFAULT_VIEW: &str = r#"{"type":"view","id":1,"view":{}}"#;
+
+    #[tokio::test]
+    async fn a_watch_gets_the_lock_now_then_its_changes_and_cannot_also_view() {
+        let (ev, mut c, _stop, _hub) = start();
+        assert!(matches!(c.msg().await, ServerMsg::Hello { .. }));
+        c.send(r#"{"type":"watch","watch":{"kind":"lock","name":"a"}}"#);
+        match c.msg().await {
+            ServerMsg::Detail { detail, .. } => assert!(detail.name == "a" && detail.entry.is_none()),
+            other => panic!("the current detail first, got {other:?}"),
+        }
+        ev.send(ObserverEvent::Events(vec![FleetEvent::Upsert(LockEntry::from_stored(
+            "a".into(),
+            4,
+            4,
+            b"x",
+        ))]))
+        .await
+        .unwrap();
+        match c.msg().await {
+            ServerMsg::Detail { detail, .. } => assert_eq!(detail.entry.map(|e| e.fence), Some(4)),
+            other => panic!("the change, got {other:?}"),
+        }
+        c.send(DEFAULT_VIEW);
+        assert!(
+            matches!(c.msg().await, ServerMsg::Error { ref reason } if reason.contains("either shows a view or watches"))
+        );
+        assert!(matches!(
+            c.next().await,
+            WsOut::Close {
+                code: close::POLICY_VIOLATION,
+                ..
+            }
+        ));
+    }
 
     #[tokio::test]
     async fn hello_view_window_pong_and_shutdown() {

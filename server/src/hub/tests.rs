@@ -110,3 +110,64 @@ async fn views_whose_index_is_built_off_the_task_are_served_once_it_is() {
     let f = next_window(&mut sub).await;
     assert_eq!((f.total, f.order.unwrap()[0].as_str()), (1_000, "l00999"));
 }
+
+#[tokio::test]
+async fn a_watched_lock_follows_its_waiters_and_says_how_long_each_waited() {
+    use lockscope_model::{Snapshot, Waiter};
+    let w = |session: &str| Waiter {
+        lock: "a".into(),
+        session: session.into(),
+    };
+    let (tx, rx) = mpsc::channel(16);
+    let hub = HubHandle::with_events("f", "test", rx);
+    // `old` was already waiting when the store was first read.
+    tx.send(ObserverEvent::Events(vec![FleetEvent::Reset(Snapshot {
+        revision: 1,
+        locks: vec![LockEntry::from_stored("a".into(), 1, 1, b"x")],
+        waiters: vec![w("old")],
+        ..Snapshot::default()
+    })]))
+    .await
+    .unwrap();
+    let mut detail = hub.watch_lock("a").await.unwrap();
+    detail
+        .wait_for(|d| d.as_ref().is_some_and(|d| d.waiters.len() == 1))
+        .await
+        .unwrap();
+    let before = now_ms();
+    tx.send(ObserverEvent::Events(vec![FleetEvent::Waiting(w("new"))]))
+        .await
+        .unwrap();
+    let d = tokio::time::timeout(
+        Duration::from_secs(5),
+        detail.wait_for(|d| d.as_ref().is_some_and(|d| d.waiters.len() == 2)),
+    )
+    .await
+    .expect("the new waiter in time")
+    .unwrap()
+    .clone()
+    .unwrap();
+    let new = d.waiters.iter().find(|x| x.session == "new").unwrap();
+    let old = d.waiters.iter().find(|x| x.session == "old").unwrap();
+    assert!(!new.at_least && new.since >= before && new.since <= now_ms(), "{new:?}");
+    assert!(old.at_least, "seen in the first read: waiting at least since then");
+    assert!(old.since <= new.since);
+    // Another lock's change does not wake this watcher; this lock's release does.
+    tx.send(ObserverEvent::Events(vec![up("b", 2)])).await.unwrap();
+    tx.send(ObserverEvent::Events(vec![FleetEvent::Remove {
+        name: "a".into(),
+        revision: 3,
+    }]))
+    .await
+    .unwrap();
+    let d = tokio::time::timeout(
+        Duration::from_secs(5),
+        detail.wait_for(|d| d.as_ref().is_some_and(|d| d.entry.is_none())),
+    )
+    .await
+    .expect("the release in time")
+    .unwrap()
+    .clone()
+    .unwrap();
+    assert_eq!(d.waiters.len(), 2, "still waiting for the now free lock");
+}

@@ -20,7 +20,12 @@ const RUNTIME_CRATES: &[&str] = &[
 
 /// Frames of the process's start and of this library.
 fn skipped(sym: &str) -> bool {
-    if matches!(sym, "main" | "_start") || sym.starts_with("__rust") || sym.starts_with("__libc") {
+    if matches!(
+        sym,
+        "main" | "_start" | "start_thread" | "clone" | "clone3" | "thread_start"
+    ) || sym.starts_with("__rust")
+        || sym.starts_with("__libc")
+    {
         return true;
     }
     // `<X as Trait>::f`: the frame belongs to X's crate; a bare generic
@@ -96,6 +101,9 @@ mod tests {
              at ./src/sweep.rs:3:1
    9: main
   10: futures_util::future::FutureExt::poll_unpin
+  11: start_thread
+             at ./nptl/pthread_create.c:442:8
+  12: clone3
 ";
         assert_eq!(
             trim(text),

@@ -120,6 +120,30 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// The record of lock `i`: ~400 bytes of JSON, like a real holder's.
+/// Locks per session in a filled fleet.
+const LOCKS_PER_SESSION: usize = 16;
+
+/// The session holding lock `i` of a filled fleet, registered by `fill` (so the
+/// fleet's holders are alive, as in a real fleet), or `None` if another lock
+/// registers it.
+fn session_of(i: usize, services: usize, now: i64) -> Option<lockscope_model::record::SessionRecord> {
+    if i % LOCKS_PER_SESSION != 0 {
+        return None;
+    }
+    let (_, rec) = record(i, services, now);
+    Some(lockscope_model::record::SessionRecord {
+        v: RECORD_VERSION,
+        session: rec.session.to_string(),
+        service: rec.service.to_string(),
+        host: rec.host.to_string(),
+        pid: rec.pid,
+        started_at: now,
+        heartbeat_at: now,
+        waiting_for: None,
+        contention: Default::default(),
+    })
+}
+
 fn record(i: usize, services: usize, now: i64) -> (String, LockRecord) {
     let k = i % services;
     let acquired_at = now - (i % 300_000) as i64;
@@ -129,7 +153,7 @@ fn record(i: usize, services: usize, now: i64) -> (String, LockRecord) {
         // Fixed per lock, so `load` rewrites as the holder `fill` made (on SQL the
         // row's owner column must match).
         owner: format!("{:016x}", (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
-        session: format!("{:016x}", (i / 16) as u64 * 0x9e37_79b9).into(),
+        session: format!("{:016x}", (i / LOCKS_PER_SESSION) as u64 * 0x9e37_79b9).into(),
         service: format!("service-{k}").into(),
         host: format!("host-{:03}", i % 200).into(),
         pid: 1000 + (i % 30_000) as u32,

@@ -18,10 +18,11 @@ use lockscope_store::protocol::{Attempt, Extend, LockStore};
 use lockscope_store::spec::{redact, StoreSpec};
 use lockscope_store::sql::SqlLocks;
 
-use crate::{record, Fleet};
+use crate::{record, session_of, Fleet};
 
-/// etcd: puts per transaction (etcd's default `--max-txn-ops`).
-const PER_TXN: usize = 128;
+/// etcd: locks per transaction: with one session put per 16 locks, 112 + 7 puts
+/// stay under etcd's default `--max-txn-ops` (128).
+const PER_TXN: usize = 112;
 /// etcd: fill transactions in flight.
 const IN_FLIGHT: usize = 8;
 /// SQL: statements in flight. The store's pool has 8 connections and gives up on
@@ -85,10 +86,16 @@ impl Target {
                     .map(|range| {
                         let mut kv = client.kv_client();
                         async move {
+                            // Sessions without a lease: a filled fleet's holders stay alive.
                             let ops: Vec<TxnOp> = range
-                                .map(|i| {
+                                .flat_map(|i| {
                                     let (name, rec) = record(i, services, now);
-                                    TxnOp::put(format!("{prefix}locks/{name}"), rec.to_json(), None)
+                                    let session = session_of(i, services, now).map(|s| {
+                                        let json = serde_json::to_vec(&s).expect("records serialise");
+                                        TxnOp::put(format!("{prefix}sessions/{}", s.session), json, None)
+                                    });
+                                    std::iter::once(TxnOp::put(format!("{prefix}locks/{name}"), rec.to_json(), None))
+                                        .chain(session)
                                 })
                                 .collect();
                             kv.txn(Txn::new().and_then(ops)).await.context("writing a batch")
@@ -104,7 +111,16 @@ impl Target {
                 stream::iter(0..locks)
                     .map(|i| {
                         let (name, rec) = record(i, services, now);
-                        async move { acquire_or_rewrite(store, &name, &rec).await }
+                        async move {
+                            if let Some(s) = session_of(i, services, now) {
+                                // Registered for a day: the holders stay alive for a bench.
+                                store
+                                    .open_session(&s, Duration::from_secs(86_400))
+                                    .await
+                                    .context("registering a session")?;
+                            }
+                            acquire_or_rewrite(store, &name, &rec).await
+                        }
                     })
                     .buffer_unordered(SQL_IN_FLIGHT)
                     .try_for_each(|_| async { Ok(()) })

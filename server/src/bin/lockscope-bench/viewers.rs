@@ -394,6 +394,7 @@ async fn watch_inner(url: &str, v: &mut Viewer, until: tokio::time::Instant, lat
             ServerMsg::Hello { .. } => bail!("a second hello"),
             ServerMsg::Error { reason } => bail!("the server refused: {reason}"),
             ServerMsg::Status { .. } | ServerMsg::Overview { .. } | ServerMsg::Pong { .. } => {}
+            ServerMsg::Detail { .. } | ServerMsg::Sessions { .. } => bail!("a watch message on a view connection"),
         }
     }
     if v.first_frame_at.is_none() {

@@ -1,0 +1,234 @@
+//! The lock detail page (`/lock?fleet=&name=`): one lock in full — its state
+//! and why, the record with absolute (UTC) and relative times, the backtrace as
+//! a list, the holder's session and its liveness, the waiters and how long each
+//! has waited, the fencing token and store revisions, and the raw stored value
+//! when it is malformed. Kept live over the websocket.
+
+use leptos::prelude::*;
+use lockscope_model::detail::LockDetail;
+use lockscope_model::time::{absolute_and_relative, human_duration, rfc3339, Millis};
+use lockscope_model::view::RowState;
+use lockscope_model::{LockBody, Screen};
+
+use crate::live::LiveView;
+use crate::page::encode;
+use crate::rows::state_icon;
+use crate::sessions::{holder_word, session_text};
+
+/// The lock's state, if it is held.
+pub fn detail_state(d: &LockDetail, now: Millis) -> Option<RowState> {
+    d.entry.as_ref().map(|e| RowState::of(e, d.holder, now))
+}
+
+/// One line per time of the record: (label, "UTC (relative)", RFC 3339).
+pub fn record_times(d: &LockDetail, now: Millis) -> Vec<(&'static str, String, String)> {
+    let Some(rec) = d.entry.as_ref().and_then(|e| e.record()) else {
+        return Vec::new();
+    };
+    [
+        ("acquired", rec.acquired_at),
+        ("last heartbeat", rec.heartbeat_at),
+        ("alert at (overdue from)", rec.alert_at),
+        ("auto-unlock at (expired from)", rec.auto_unlock_at),
+    ]
+    .into_iter()
+    .map(|(label, at)| (label, absolute_and_relative(at, now), rfc3339(at)))
+    .collect()
+}
+
+#[component]
+pub fn LockPage() -> impl IntoView {
+    let live = expect_context::<LiveView>();
+    let detail = Memo::new(move |_| {
+        live.screen.with(|s| match s {
+            Screen::Lock { detail } => detail.clone(),
+            _ => LockDetail::default(),
+        })
+    });
+    let fleet = move || live.fleet.get();
+    let state = move || detail.with(|d| detail_state(d, live.now.get()));
+    let header = move || {
+        let d = detail.get();
+        let (word, icon, reason) = match state() {
+            Some(s) => (s.as_str(), state_icon(s), s.reason().to_string()),
+            None => (
+                "free",
+                "○",
+                "not held: released, expired and reaped, or never taken".to_string(),
+            ),
+        };
+        view! {
+            <h2 class="lock-name">
+                <span class="st" data-testid="detail-state" data-state=word title=reason.clone()>
+                    <span class="icon" aria-hidden="true">{icon}</span>{word}
+                </span>
+                " "
+                <span class="name" data-testid="detail-name">{d.name.clone()}</span>
+            </h2>
+            <p class="reason" data-testid="detail-reason">{reason}</p>
+            {d.deadlock.then(|| view! {
+                <p class="error" data-testid="detail-deadlock">"⟲ deadlock: its holder waits, through others, for a lock one of its waiters holds."</p>
+            })}
+        }
+        .into_any()
+    };
+    let record = move || {
+        let d = detail.get();
+        let now = live.now.get();
+        let Some(entry) = d.entry.clone() else {
+            return view! { <p class="empty" data-testid="detail-free">"This lock is not held."</p> }.into_any();
+        };
+        match entry.body {
+            LockBody::Malformed { raw, error } => view! {
+                <section class="malformed">
+                    <h3>"Malformed value"</h3>
+                    <p class="error" data-testid="detail-error">{error}</p>
+                    <pre class="raw" data-testid="detail-raw">{String::from_utf8_lossy(&raw).into_owned()}</pre>
+                    <dl><dt>"fence"</dt><dd data-testid="detail-fence">{entry.fence}</dd>
+                        <dt>"store revision"</dt><dd>{entry.revision}</dd></dl>
+                </section>
+            }
+            .into_any(),
+            LockBody::Held(rec) => {
+                let times = record_times(&d, now)
+                    .into_iter()
+                    .map(|(label, text, iso)| view! { <dt>{label}</dt><dd><time datetime=iso>{text}</time></dd> })
+                    .collect_view();
+                let frames = rec
+                    .backtrace
+                    .iter()
+                    .map(|f| view! { <li><code>{f.clone()}</code></li> })
+                    .collect_view();
+                let has_frames = !rec.backtrace.is_empty();
+                view! {
+                    <section class="record">
+                        <dl>
+                            <dt>"holder"</dt>
+                            <dd data-testid="detail-holder">{format!("{}@{}:{}", rec.service, rec.host, rec.pid)}</dd>
+                            <dt>"purpose"</dt><dd>{rec.purpose.clone()}</dd>
+                            <dt>"expected runtime"</dt><dd>{human_duration(rec.expected_runtime_ms as i64)}</dd>
+                            {times}
+                            <dt>"fencing token"</dt><dd data-testid="detail-fence">{entry.fence}</dd>
+                            <dt>"store revision"</dt><dd>{format!("{} (fleet at {})", entry.revision, d.store_revision)}</dd>
+                            <dt>"owner"</dt><dd><code>{rec.owner.clone()}</code></dd>
+                        </dl>
+                        <h3>"Backtrace at lock time"</h3>
+                        {if has_frames {
+                            view! { <ol class="backtrace" data-testid="detail-backtrace">{frames}</ol> }.into_any()
+                        } else {
+                            view! { <p class="empty" data-testid="detail-backtrace">"none recorded (the holder turned backtraces off)"</p> }.into_any()
+                        }}
+                    </section>
+                }
+                .into_any()
+            }
+        }
+    };
+    let session = move || {
+        let d = detail.get();
+        let now = live.now.get();
+        let id = d
+            .entry
+            .as_ref()
+            .and_then(|e| e.record())
+            .map(|r| r.session.to_string())?;
+        let (word, icon) = holder_word(d.holder);
+        let text = d.session.as_ref().map(|entry| {
+            let row = lockscope_model::detail::SessionRow {
+                id: id.clone(),
+                entry: Some(entry.clone()),
+                holder: d.holder,
+                locks_held: 0,
+                waiting_for: vec![],
+                blacklist: d.blacklist.clone(),
+                deadlock: false,
+            };
+            session_text(&row, now)
+        });
+        let sessions_href = format!("/sessions?fleet={}", encode(&fleet()));
+        Some(
+            view! {
+            <section class="holder-session">
+                <h3>"Holder's session"</h3>
+                <p data-testid="detail-session" data-state=word>
+                    <span class="icon" aria-hidden="true">{icon}</span>{word}" — "{d.holder.reason()}
+                </p>
+                <dl>
+                    <dt>"session"</dt><dd><a href=sessions_href><code>{id}</code></a></dd>
+                    {text.map(|t| view! {
+                        <dt>"heartbeat"</dt><dd title=t.heartbeat_title>{t.heartbeat}</dd>
+                        <dt>"up"</dt><dd title=t.started_title>{t.started}</dd>
+                        <dt>"clock skew"</dt><dd title=t.skew_title>{if t.skew.is_empty() { "under 1 s".to_string() } else { t.skew }}</dd>
+                        <dt>"blacklisted"</dt><dd>{if t.blacklist.is_empty() { "no".to_string() } else { t.blacklist }}</dd>
+                    })}
+                </dl>
+            </section>
+        }
+            .into_any(),
+        )
+    };
+    let waiters = move || {
+        let d = detail.get();
+        let now = live.now.get();
+        if d.waiters.is_empty() {
+            return view! { <p class="empty" data-testid="detail-no-waiters">"Nobody waits for it."</p> }.into_any();
+        }
+        let items = d
+            .waiters
+            .into_iter()
+            .map(|w| {
+                let waited = human_duration(now - w.since);
+                let waited = if w.at_least {
+                    format!("at least {waited}")
+                } else {
+                    waited
+                };
+                view! {
+                    <li data-testid="detail-waiter" data-session=w.session.clone()>
+                        {w.who.unwrap_or_else(|| "unknown holder".into())}" "
+                        <code class="session">{w.session.clone()}</code>
+                        " — waiting "<span data-testid="waited">{waited}</span>
+                        {w.deadlock.then_some(" ⟲ on a deadlock")}
+                    </li>
+                }
+            })
+            .collect_view();
+        view! { <ol class="waiters" data-testid="detail-waiters">{items}</ol> }.into_any()
+    };
+    view! {
+        <nav class="crumbs"><a href=move || format!("/?fleet={}", encode(&fleet()))>"← all locks"</a></nav>
+        {header}
+        {record}
+        {session}
+        <section>
+            <h3>"Waiters"</h3>
+            {waiters}
+        </section>
+    }
+    .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockscope_model::{Holder, LockEntry};
+
+    #[test]
+    fn times_are_absolute_and_relative() {
+        let rec = r#"{"v":1,"owner":"o","session":"s","service":"x","host":"h","pid":1,"acquired_at":1700000000000,
+            "expected_runtime_ms":60000,"alert_at":1700000060000,"auto_unlock_at":1700000120000,"heartbeat_at":1700000000000}"#;
+        let d = LockDetail {
+            name: "a".into(),
+            entry: Some(LockEntry::from_stored("a".into(), 5, 6, rec.as_bytes())),
+            holder: Holder::Gone,
+            ..LockDetail::default()
+        };
+        let now = 1_700_000_030_000;
+        let times = record_times(&d, now);
+        assert_eq!(times[0].1, "2023-11-14 22:13:20 UTC (30s ago)");
+        assert_eq!(times[2].1, "2023-11-14 22:14:20 UTC (in 30s)");
+        assert_eq!(times[3].2, "2023-11-14T22:15:20.000Z");
+        assert_eq!(detail_state(&d, now), Some(RowState::Orphaned));
+        assert_eq!(detail_state(&LockDetail::default(), now), None);
+    }
+}

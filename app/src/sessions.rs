@@ -1,0 +1,227 @@
+//! The sessions page (`/sessions?fleet=`): every worker session of the fleet,
+//! blacklisted ones first, with its heartbeat age, the locks it holds and waits
+//! for, its contention counters and its clock-skew estimate. Kept live over the
+//! websocket (at most one update a second; the ages tick with the clock).
+
+use leptos::prelude::*;
+use lockscope_model::detail::{SessionList, SessionRow};
+use lockscope_model::session::SKEW_SHOWN_FROM_MS;
+use lockscope_model::time::{absolute_and_relative, human_duration, Millis};
+use lockscope_model::{Holder, Screen};
+
+use crate::live::LiveView;
+use crate::page::encode;
+use crate::rows::short as short_id;
+
+/// A session's liveness as a word and an icon (never colour alone).
+pub fn holder_word(h: Holder) -> (&'static str, &'static str) {
+    match h {
+        Holder::Alive => ("alive", "✓"),
+        Holder::Gone => ("gone", "☠"),
+        Holder::Blacklisted => ("blacklisted", "⛔"),
+        Holder::Unknown => ("unknown", "?"),
+    }
+}
+
+/// What one row says, as text (pure: tested without a browser).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionText {
+    pub who: String,
+    pub started: String,
+    pub started_title: String,
+    /// How long ago this server last saw a heartbeat (its own clock), or, before
+    /// it has seen one live, the record's heartbeat time on the holder's clock.
+    pub heartbeat: String,
+    pub heartbeat_title: String,
+    pub contention: String,
+    pub contention_title: String,
+    pub skew: String,
+    pub skew_title: String,
+    pub blacklist: String,
+}
+
+pub fn session_text(row: &SessionRow, now: Millis) -> SessionText {
+    let mut t = SessionText::default();
+    if let Some(bl) = &row.blacklist {
+        t.blacklist = match bl.body.value() {
+            Some(b) => format!("by {}: {} ({})", b.by, b.reason, absolute_and_relative(b.at, now)),
+            None => "blacklisted (unreadable entry)".into(),
+        };
+    }
+    let Some(entry) = &row.entry else {
+        t.who = "gone".into();
+        t.heartbeat = "—".into();
+        return t;
+    };
+    let Some(rec) = entry.record() else {
+        t.who = "malformed session record".into();
+        return t;
+    };
+    t.who = format!("{}@{}:{}", rec.service, rec.host, rec.pid);
+    t.started = human_duration(now - rec.started_at);
+    t.started_title = format!(
+        "started {} (the holder's clock)",
+        absolute_and_relative(rec.started_at, now)
+    );
+    match entry.seen_at {
+        Some(seen) => {
+            t.heartbeat = format!("{} ago", human_duration(now - seen));
+            t.heartbeat_title = format!("last heartbeat seen {}", absolute_and_relative(seen, now));
+        }
+        None => {
+            t.heartbeat = format!("{} ago*", human_duration(now - rec.heartbeat_at));
+            t.heartbeat_title = format!(
+                "heartbeat_at {} on the holder's clock; not yet seen live by this server",
+                absolute_and_relative(rec.heartbeat_at, now)
+            );
+        }
+    }
+    let c = &rec.contention;
+    let rate = match c.attempts {
+        0 => "–".to_string(),
+        n => format!("{:.0} %", 100.0 * c.conflicts as f64 / n as f64),
+    };
+    t.contention = format!("{} / {} / {} / {}", c.attempts, c.acquired, c.conflicts, c.lost);
+    t.contention_title = format!(
+        "attempts {}, acquired {}, conflicts {} (conflict rate {rate}), lost {}; waits {} totalling {}",
+        c.attempts,
+        c.acquired,
+        c.conflicts,
+        c.lost,
+        c.waits(),
+        human_duration(c.wait_sum_ms as i64)
+    );
+    if let Some(skew) = entry.skew_estimate() {
+        if skew.abs() >= SKEW_SHOWN_FROM_MS {
+            let dir = if skew > 0 { "ahead" } else { "behind" };
+            t.skew = format!("{} {dir}", human_duration(skew));
+        }
+        t.skew_title = format!(
+            "holder clock minus server clock ≥ {skew} ms (heartbeat_at minus when it was seen; \
+             the true offset is this plus up to the delivery delay)"
+        );
+    }
+    t
+}
+
+#[component]
+pub fn SessionsPage() -> impl IntoView {
+    let live = expect_context::<LiveView>();
+    let list = Memo::new(move |_| {
+        live.screen.with(|s| match s {
+            Screen::Sessions { sessions } => sessions.clone(),
+            _ => SessionList::default(),
+        })
+    });
+    let fleet = move || live.fleet.get();
+    let row = move |r: SessionRow| {
+        let id = r.id.clone();
+        let (word, icon) = holder_word(r.holder);
+        let text = {
+            let r = r.clone();
+            move || session_text(&r, live.now.get())
+        };
+        let text = Memo::new(move |_| text());
+        let locks_link = format!("/?fleet={}", encode(&fleet()));
+        let waiting = r
+            .waiting_for
+            .iter()
+            .map(|l| {
+                let href = format!("/lock?fleet={}&name={}", encode(&fleet()), encode(l));
+                view! { <a href=href class="lock-link">{l.clone()}</a>" " }
+            })
+            .collect_view();
+        view! {
+            <tr data-testid="session-row" data-session=id.clone() data-state=word class=word class:deadlock=r.deadlock>
+                <td class="st" title=r.holder.reason()><span class="icon" aria-hidden="true">{icon}</span>{word}
+                    {r.deadlock.then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle: it and the sessions it waits for wait for each other">" ⟲ deadlock"</span> })}
+                </td>
+                <td class="who"><span class="where">{move || text.with(|t| t.who.clone())}</span>" "<span class="session" title=id.clone()>{short_id(&id)}</span></td>
+                <td class="started" title=move || text.with(|t| t.started_title.clone())>{move || text.with(|t| t.started.clone())}</td>
+                <td class="beat" data-testid="heartbeat-age" title=move || text.with(|t| t.heartbeat_title.clone())>{move || text.with(|t| t.heartbeat.clone())}</td>
+                <td class="held"><a href=locks_link>{r.locks_held}</a></td>
+                <td class="waiting">{waiting}</td>
+                <td class="contention" title=move || text.with(|t| t.contention_title.clone())>{move || text.with(|t| t.contention.clone())}</td>
+                <td class="skew" data-testid="skew" title=move || text.with(|t| t.skew_title.clone())>{move || text.with(|t| t.skew.clone())}</td>
+                <td class="blacklist">{move || text.with(|t| t.blacklist.clone())}</td>
+            </tr>
+        }
+        .into_any()
+    };
+    view! {
+        <h2>"Sessions"</h2>
+        <p class="hint">
+            {move || list.with(|l| if l.tracked {
+                format!("{} sessions; blacklisted and deadlocked first. Heartbeat ages are on this server's clock; * marks one not yet seen live.", l.total)
+            } else {
+                "This store keeps no sessions.".to_string()
+            })}
+        </p>
+        <div class="wide">
+            <table class="sessions" data-testid="sessions">
+                <thead>
+                    <tr>
+                        <th class="st">"state"</th>
+                        <th class="who">"service@host:pid · session"</th>
+                        <th class="started">"up"</th>
+                        <th class="beat">"heartbeat"</th>
+                        <th class="held">"locks"</th>
+                        <th class="waiting">"waiting for"</th>
+                        <th class="contention" title="attempts / acquired / conflicts / lost">"att / acq / confl / lost"</th>
+                        <th class="skew">"clock skew"</th>
+                        <th class="blacklist">"blacklisted"</th>
+                    </tr>
+                </thead>
+                <tbody>
+                    <For each=move || list.get().rows key=|r| (r.id.clone(), r.entry.as_ref().map(|e| e.revision), r.holder, r.locks_held, r.waiting_for.clone(), r.deadlock) let:r>
+                        {row(r)}
+                    </For>
+                </tbody>
+            </table>
+        </div>
+        {move || list.with(|l| (l.total > l.rows.len() as u64).then(|| view! {
+            <p class="hint">{format!("showing the first {} of {}", l.rows.len(), l.total)}</p>
+        }))}
+    }
+    .into_any()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockscope_model::SessionEntry;
+
+    fn row(seen_at: Option<Millis>) -> SessionRow {
+        let raw = r#"{"v":1,"session":"s1","service":"billing","host":"h1","pid":42,"started_at":1000,"heartbeat_at":50000,
+            "contention":{"attempts":10,"acquired":8,"conflicts":2,"lost":1,"wait_buckets":[1,0,0,0,0,0,0,0,0,0,0],"wait_sum_ms":5}}"#;
+        SessionRow {
+            id: "s1".into(),
+            entry: Some(SessionEntry::from_stored("s1".into(), 1, raw.as_bytes(), seen_at)),
+            holder: Holder::Alive,
+            locks_held: 2,
+            waiting_for: vec![],
+            blacklist: None,
+            deadlock: false,
+        }
+    }
+
+    #[test]
+    fn heartbeat_age_is_on_our_clock_once_seen_live() {
+        let t = session_text(&row(Some(47_000)), 49_000);
+        assert_eq!(t.who, "billing@h1:42");
+        assert_eq!(t.heartbeat, "2s ago");
+        assert_eq!(t.skew, "3s ahead", "heartbeat_at 50 s seen at 47 s");
+        assert_eq!(t.contention, "10 / 8 / 2 / 1");
+        assert!(t.contention_title.contains("conflict rate 20 %"));
+        let snap = session_text(&row(None), 52_000);
+        assert_eq!(snap.heartbeat, "2s ago*");
+        assert_eq!(snap.skew, "", "no estimate from a snapshot");
+    }
+
+    #[test]
+    fn small_skews_are_not_shown() {
+        let t = session_text(&row(Some(49_500)), 50_000);
+        assert_eq!(t.skew, "");
+        assert!(t.skew_title.contains("500 ms"));
+    }
+}
