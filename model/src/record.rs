@@ -321,6 +321,23 @@ pub struct SessionRecord {
     pub contention: Contention,
 }
 
+/// A session blocked on a lock, as stored under `<prefix>waiters/<name>/<session>`
+/// (etcd; SQL keeps the session row's `waiting_for` instead). Observers take the
+/// lock and the session from the key; the value says since when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaiterRecord {
+    pub v: u32,
+    pub session: String,
+    /// When the wait began: right after the first busy answer (waiter's clock).
+    pub since: i64,
+}
+
+impl Record for WaiterRecord {
+    fn version(&self) -> u32 {
+        self.v
+    }
+}
+
 /// A blacklisted session, as stored under `<prefix>blacklist/<session>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BlacklistRecord {

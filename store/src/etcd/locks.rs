@@ -6,9 +6,8 @@ use std::time::Duration;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
 };
-use lockscope_model::record::{BlacklistRecord, SessionRecord};
+use lockscope_model::record::{BlacklistRecord, SessionRecord, WaiterRecord, RECORD_VERSION};
 use lockscope_model::{LockEntry, LockRecord};
-use serde_json::json;
 
 use super::{timed, EtcdConfig};
 use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
@@ -203,7 +202,11 @@ impl LockStore for EtcdLocks {
         let key = self.cfg.waiter_key(name, session);
         let mut client = self.client.clone();
         if waiting {
-            let value = json!({ "v": 1, "session": session, "since": now_ms() }).to_string();
+            let value = json_of(&WaiterRecord {
+                v: RECORD_VERSION,
+                session: session.to_string(),
+                since: now_ms(),
+            });
             let opts = PutOptions::new().with_lease(lease.0);
             timed(self.cfg.request_timeout, client.put(key, value, Some(opts))).await?;
         } else {
