@@ -8,7 +8,7 @@
 //!   plain logic, tested natively.
 //! - [`rows`]: what a row says, as text (pure, tested natively).
 //! - [`page`]: the shell, the lock table page and what every page shares.
-//! - [`detail`]: the lock detail page; [`sessions`]: the sessions page.
+//! - [`table`]: the lock table page; [`detail`]: one lock; [`sessions`]: the sessions.
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
 pub mod detail;
@@ -16,6 +16,7 @@ pub mod live;
 pub mod page;
 pub mod rows;
 pub mod sessions;
+pub mod table;
 #[cfg(feature = "hydrate")]
 mod socket;
 
