@@ -16,9 +16,9 @@ pub mod live;
 pub mod page;
 pub mod rows;
 pub mod sessions;
-pub mod table;
 #[cfg(feature = "hydrate")]
 mod socket;
+pub mod table;
 
 pub use page::{shell, App};
 

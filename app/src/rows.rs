@@ -10,7 +10,7 @@ pub fn state_icon(s: RowState) -> &'static str {
     match s {
         RowState::Expired => "‼",
         RowState::Orphaned => "☠",
-        RowState::Blacklisted => "⛔",
+        RowState::Blacklisted => "⊘",
         RowState::Overdue => "⚠",
         RowState::Malformed => "✖",
         RowState::Healthy => "✓",

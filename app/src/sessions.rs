@@ -18,7 +18,7 @@ pub fn holder_word(h: Holder) -> (&'static str, &'static str) {
     match h {
         Holder::Alive => ("alive", "✓"),
         Holder::Gone => ("gone", "☠"),
-        Holder::Blacklisted => ("blacklisted", "⛔"),
+        Holder::Blacklisted => ("blacklisted", "⊘"),
         Holder::Unknown => ("unknown", "?"),
     }
 }

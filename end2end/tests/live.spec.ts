@@ -80,3 +80,49 @@ test('a store outage is shown, and recovery shows the current truth', async ({ p
   await expect(row(page, 'outage/released-meanwhile')).toHaveCount(0);
   await expect(row(page, 'outage/survivor').getByTestId('fence')).toHaveText(String(survivorFence));
 });
+
+test('every liveness state is a word with an icon, and the detail page says why', async ({ page }) => {
+  test.setTimeout(60_000);
+  const state = (name: string) => row(page, name).getByTestId('state');
+  await page.goto(`${stack.url}/?prefix=states/`);
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live');
+
+  await stack.lockHeld('states/healthy', 'within its expected runtime', 600);
+  await stack.lockHeld('states/overdue-then-expired', 'expected runtime 0', 0);
+  const banned = await stack.lockHeld('states/blacklisted', 'its session is banned', 600);
+  await stack.etcdPut(
+    `blacklist/${banned.session}`,
+    JSON.stringify({ v: 1, session: banned.session, by: 'e2e', reason: 'testing the state', at: Date.now() }),
+  );
+  await stack.etcdPut('locks/states/malformed', 'not a lock record');
+  await expect(state('states/healthy')).toHaveText('✓healthy');
+  await expect(state('states/overdue-then-expired')).toHaveText('⚠overdue');
+  await expect(state('states/blacklisted')).toHaveText('⊘blacklisted');
+  await expect(state('states/malformed')).toHaveText('✖malformed');
+  await page.screenshot({ path: 'test-results/screens/states-early.png', fullPage: true });
+
+  // The CLI's sessions stop heartbeating when it exits: gone after their 10 s
+  // ttl, so the healthy lock turns orphaned; the one that expected to be done at
+  // once expires (auto-unlock after three heartbeats, 6 s) first.
+  await expect(state('states/overdue-then-expired')).toHaveText('‼expired', { timeout: 10_000 });
+  await expect(state('states/healthy')).toHaveText('☠orphaned', { timeout: 20_000 });
+  await expect(state('states/blacklisted')).toHaveText('⊘blacklisted');
+  // Severity order: expired, orphaned, blacklisted, (overdue), malformed.
+  const order = await page
+    .locator('[data-testid="lock-row"]')
+    .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-state')));
+  expect(order).toEqual(['expired', 'orphaned', 'blacklisted', 'malformed']);
+  await page.screenshot({ path: 'test-results/screens/states-late.png', fullPage: true });
+
+  for (const [name, word] of [
+    ['states/blacklisted', 'blacklisted'],
+    ['states/healthy', 'orphaned'],
+    ['states/malformed', 'malformed'],
+  ]) {
+    await page.goto(`${stack.url}/lock?fleet=e2e-fleet&name=${encodeURIComponent(name)}`);
+    await expect(page.getByTestId('detail-state')).toHaveAttribute('data-state', word);
+    await expect(page.getByTestId('detail-reason')).not.toBeEmpty();
+    await page.screenshot({ path: `test-results/screens/detail-${word}.png`, fullPage: true });
+  }
+  await expect(page.getByTestId('detail-raw')).toHaveText('not a lock record');
+});

@@ -147,13 +147,28 @@ export class Stack {
 
   /** Takes a lock through the real CLI (the client library's acquire); returns its fence. */
   async lock(name: string, purpose: string, expectedRuntimeSecs = 60, store?: string): Promise<number> {
+    return (await this.lockHeld(name, purpose, expectedRuntimeSecs, store)).fence;
+  }
+
+  /** Like `lock`, with the session the CLI registered (it stops heartbeating when the CLI exits). */
+  async lockHeld(
+    name: string,
+    purpose: string,
+    expectedRuntimeSecs = 60,
+    store?: string,
+  ): Promise<{ fence: number; session: string }> {
     const { stdout } = await run(bin, [
       'lock', name, ...this.storeArgs(store),
       '--purpose', purpose, '--expected-runtime', String(expectedRuntimeSecs), '--service', 'e2e',
     ]);
-    const m = /fence=(\d+)/.exec(stdout);
-    if (!m) throw new Error(`no fence in: ${stdout}`);
-    return Number(m[1]);
+    const m = /fence=(\d+) session=(\S+)/.exec(stdout);
+    if (!m) throw new Error(`no fence and session in: ${stdout}`);
+    return { fence: Number(m[1]), session: m[2] };
+  }
+
+  /** Writes a raw value under this stack's etcd prefix, as another program could. */
+  async etcdPut(key: string, value: string): Promise<void> {
+    await run('etcdctl', ['--endpoints', this.etcdEndpoint, 'put', `${PREFIX}${key}`, value]);
   }
 
   async unlock(name: string, fence: number, store?: string): Promise<void> {

@@ -33,6 +33,10 @@ fn skipped(sym: &str) -> bool {
     let path = match sym.strip_prefix('<') {
         Some(rest) => {
             let ty = rest.split(" as ").next().unwrap_or(rest);
+            // `<&dyn core::ops::Fn<…> as …>`: the crate of the type behind the pointer.
+            let ty = ["&", "*", "mut ", "const ", "dyn "]
+                .iter()
+                .fold(ty, |t, p| t.strip_prefix(p).unwrap_or(t).trim_start());
             if !ty.contains("::") {
                 return true;
             }
@@ -104,6 +108,8 @@ mod tests {
   11: start_thread
              at ./nptl/pthread_create.c:442:8
   12: clone3
+  13: <&dyn core::ops::function::Fn<(), Output = i32> + core::marker::Sync as core::ops::function::FnOnce<()>>::call_once
+             at /rustc/abc/library/core/src/ops/function.rs:287:21
 ";
         assert_eq!(
             trim(text),

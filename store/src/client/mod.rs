@@ -24,11 +24,25 @@
 //! `std::sync::Mutex`es held only for a few field updates, never across an
 //! `.await`; each guard's loss is published on a `watch` channel so waiting on it
 //! costs nothing.
+//!
+//! Layout:
+//! - `mod.rs` (here): [`Session`] and [`Batch`], taking and releasing locks.
+//! - `options.rs`: [`SessionConfig`], [`LockOptions`], [`hostname`], [`MAX_PURPOSE_BYTES`].
+//! - `guard.rs`: [`LockGuard`] and [`LossReason`].
+//! - `heartbeat.rs`: the session's heartbeat task, which extends held locks and
+//!   reports losses to their guards.
+//! - [`backtrace`]: the backtrace recorded with a lock.
 
 pub mod backtrace;
+mod guard;
+mod heartbeat;
+mod options;
+
+pub use guard::{LockGuard, LossReason};
+pub use options::{hostname, LockOptions, SessionConfig, MAX_PURPOSE_BYTES};
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lockscope_model::record::{Contention, SessionRecord, RECORD_VERSION};
@@ -36,127 +50,14 @@ use lockscope_model::{LockEntry, LockRecord};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::debug;
 
-use crate::protocol::{Attempt, Extend, LockStore, SessionLease};
+use crate::protocol::{Attempt, LockStore, SessionLease};
 use crate::{now_ms, validate_name, StoreError};
 
-/// Who a session is and how it keeps itself alive.
-#[derive(Clone, Debug)]
-pub struct SessionConfig {
-    pub service: String,
-    pub host: String,
-    pub pid: u32,
-    /// How often held locks are extended and the session record refreshed.
-    pub heartbeat_every: Duration,
-    /// How long the session's registration (and its waiter entries) outlive the
-    /// last heartbeat.
-    pub session_ttl: Duration,
-}
-
-impl SessionConfig {
-    pub fn new(service: impl Into<String>) -> SessionConfig {
-        SessionConfig {
-            service: service.into(),
-            host: hostname(),
-            pid: std::process::id(),
-            heartbeat_every: Duration::from_secs(2),
-            session_ttl: Duration::from_secs(10),
-        }
-    }
-}
-
-/// This machine's host name (Linux: the kernel's), `unknown` if unreadable.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .or_else(|_| std::env::var("HOSTNAME"))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// How to take one lock.
-#[derive(Clone, Debug)]
-pub struct LockOptions {
-    pub purpose: String,
-    /// Past this hold time the lock is flagged overdue (`alert_at`).
-    pub expected_runtime: Duration,
-    /// Without a heartbeat for this long the lock may be released by the unlocker
-    /// (`auto_unlock_at` = last heartbeat + this). Defaults to `expected_runtime`,
-    /// at least three heartbeats.
-    pub auto_unlock_after: Option<Duration>,
-    /// How long `lock` may wait for the lock to become free.
-    pub deadline: Duration,
-    /// Record where `lock` was called (costs a stack walk per call).
-    pub backtrace: bool,
-}
-
-impl LockOptions {
-    pub fn new(purpose: impl Into<String>, expected_runtime: Duration) -> LockOptions {
-        LockOptions {
-            purpose: purpose.into(),
-            expected_runtime,
-            auto_unlock_after: None,
-            deadline: Duration::from_secs(30),
-            backtrace: true,
-        }
-    }
-
-    pub fn deadline(mut self, d: Duration) -> LockOptions {
-        self.deadline = d;
-        self
-    }
-
-    pub fn auto_unlock_after(mut self, d: Duration) -> LockOptions {
-        self.auto_unlock_after = Some(d);
-        self
-    }
-
-    pub fn without_backtrace(mut self) -> LockOptions {
-        self.backtrace = false;
-        self
-    }
-}
-
-/// Why a guard no longer holds its lock.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LossReason {
-    /// Someone else released (or released and re-acquired) it.
-    TakenAway,
-    /// The session was blacklisted; its locks are no longer extended.
-    Blacklisted,
-    /// No successful extension within `auto_unlock_after`: the unlocker may have
-    /// released it (the store was unreachable, say).
-    NotExtended,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    Held,
-    Lost(LossReason),
-}
-
-/// One held lock, shared by its guard and the session's heartbeat task.
-struct Held {
-    name: String,
-    fence: i64,
-    record: Mutex<LockRecord>,
-    unlock_after: Duration,
-    /// Monotonic: past this instant without an extension, the hold is void.
-    valid_until: Mutex<Instant>,
-    state: watch::Sender<State>,
-}
-
-impl Held {
-    fn mark_lost(&self, why: LossReason) {
-        self.state.send_if_modified(|s| {
-            let first = *s == State::Held;
-            if first {
-                *s = State::Lost(why);
-            }
-            first
-        });
-    }
-}
+use guard::{Held, State};
+use heartbeat::{beat, heartbeat_loop};
+use options::capped;
 
 struct Inner<S: LockStore> {
     store: S,
@@ -468,274 +369,5 @@ impl<S: LockStore> Session<S> {
     /// extends every held lock (reporting any loss to its guard).
     pub async fn heartbeat_now(&self) {
         beat(&self.inner).await
-    }
-}
-
-/// Longest `purpose` written: what leaves room for the rest of the record
-/// within the protocol's 256 KiB (`docs/protocol.md`).
-pub const MAX_PURPOSE_BYTES: usize = 240 * 1024;
-
-/// `purpose` cut to [`MAX_PURPOSE_BYTES`] at a character boundary.
-fn capped(purpose: &str) -> &str {
-    if purpose.len() <= MAX_PURPOSE_BYTES {
-        return purpose;
-    }
-    let mut end = MAX_PURPOSE_BYTES;
-    while !purpose.is_char_boundary(end) {
-        end -= 1;
-    }
-    &purpose[..end]
-}
-
-async fn heartbeat_loop<S: LockStore>(inner: Weak<Inner<S>>) {
-    let every = match inner.upgrade() {
-        Some(i) => i.cfg.heartbeat_every,
-        None => return,
-    };
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tick.tick().await;
-        let Some(inner) = inner.upgrade() else { return };
-        if inner.refused.load(std::sync::atomic::Ordering::Relaxed) {
-            return;
-        }
-        beat(&inner).await;
-    }
-}
-
-impl<S: LockStore> Inner<S> {
-    fn lease(&self) -> SessionLease {
-        *self.lease.lock().unwrap()
-    }
-}
-
-async fn beat<S: LockStore>(inner: &Arc<Inner<S>>) {
-    let now = now_ms();
-    let record = SessionRecord {
-        v: RECORD_VERSION,
-        session: inner.id.clone(),
-        service: inner.cfg.service.clone(),
-        host: inner.cfg.host.clone(),
-        pid: inner.cfg.pid,
-        started_at: inner.started_at,
-        heartbeat_at: now,
-        waiting_for: inner.waiting_for.lock().unwrap().clone(),
-        contention: inner.counters.lock().unwrap().clone(),
-    };
-    let held: Vec<Arc<Held>> = inner.held.lock().unwrap().values().cloned().collect();
-    if inner.refused.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
-    match inner.store.session_heartbeat(inner.lease(), &record).await {
-        Err(StoreError::Blacklisted { .. }) => {
-            warn!(session = %inner.id, "session blacklisted: heartbeats stop, held locks are lost");
-            inner.refused.store(true, std::sync::atomic::Ordering::Relaxed);
-            for h in &held {
-                lose(inner, h, LossReason::Blacklisted);
-            }
-            return;
-        }
-        Err(StoreError::SessionExpired { .. }) => {
-            // The registration ran out (a long pause, a store that lost it): the
-            // same session registers again; its waiters are put again by the
-            // calls still waiting, on their next attempt.
-            warn!(session = %inner.id, "session registration ran out; registering again");
-            match inner.store.open_session(&record, inner.cfg.session_ttl).await {
-                Ok(lease) => *inner.lease.lock().unwrap() = lease,
-                Err(StoreError::Blacklisted { .. }) => {
-                    inner.refused.store(true, std::sync::atomic::Ordering::Relaxed);
-                    for h in &held {
-                        lose(inner, h, LossReason::Blacklisted);
-                    }
-                    return;
-                }
-                Err(e) => warn!(session = %inner.id, error = %e, "registering the session again failed"),
-            }
-        }
-        Err(e) => warn!(session = %inner.id, error = %e, "session heartbeat failed"),
-        Ok(()) => {}
-    }
-    for h in held {
-        if let Err(e) = extend(inner, &h).await {
-            warn!(lock = %h.name, error = %e, "lock heartbeat failed");
-        }
-    }
-}
-
-/// Extends one held lock; marks it lost when the store says so, or when it has
-/// gone unextended for longer than it may.
-async fn extend<S: LockStore>(inner: &Arc<Inner<S>>, h: &Arc<Held>) -> Result<(), StoreError> {
-    if *h.state.borrow() != State::Held {
-        return Err(StoreError::Lost { name: h.name.clone() });
-    }
-    let sent = Instant::now();
-    if sent > *h.valid_until.lock().unwrap() {
-        // Past its trust window the store may have released it (the unlocker):
-        // the loss is final, even if an extension would still succeed.
-        lose(inner, h, LossReason::NotExtended);
-        return Err(StoreError::Lost { name: h.name.clone() });
-    }
-    let record = {
-        let mut r = h.record.lock().unwrap();
-        r.heartbeat_at = now_ms();
-        r.auto_unlock_at = r.heartbeat_at + h.unlock_after.as_millis() as i64;
-        r.clone()
-    };
-    match inner.store.extend(&h.name, h.fence, &record).await {
-        Ok(Extend::Extended) => {
-            // Measured from before the request: the store's view can only be later.
-            *h.valid_until.lock().unwrap() = sent + h.unlock_after;
-            Ok(())
-        }
-        Ok(Extend::Lost) => {
-            lose(inner, h, LossReason::TakenAway);
-            Err(StoreError::Lost { name: h.name.clone() })
-        }
-        Ok(Extend::Blacklisted) => {
-            lose(inner, h, LossReason::Blacklisted);
-            Err(StoreError::Blacklisted {
-                session: inner.id.clone(),
-            })
-        }
-        Err(e) => {
-            if Instant::now() > *h.valid_until.lock().unwrap() {
-                lose(inner, h, LossReason::NotExtended);
-            }
-            Err(e)
-        }
-    }
-}
-
-fn lose<S: LockStore>(inner: &Inner<S>, h: &Arc<Held>, why: LossReason) {
-    h.mark_lost(why);
-    let mut held = inner.held.lock().unwrap();
-    if held.get(&h.name).is_some_and(|x| Arc::ptr_eq(x, h)) {
-        held.remove(&h.name);
-        inner.counters.lock().unwrap().lost += 1;
-    }
-}
-
-/// A held lock. Releases on drop (in the background) unless unlocked or abandoned.
-pub struct LockGuard<S: LockStore> {
-    session: Session<S>,
-    held: Arc<Held>,
-    done: bool,
-}
-
-impl<S: LockStore> LockGuard<S> {
-    pub fn name(&self) -> &str {
-        &self.held.name
-    }
-
-    /// The fencing token: pass it with every write to the protected resource.
-    pub fn fence(&self) -> i64 {
-        self.held.fence
-    }
-
-    /// Whether the lock is known to be lost (taken away, blacklisted, or not
-    /// extended in time). Checks the monotonic clock, so it turns true even while
-    /// the store is unreachable.
-    pub fn is_lost(&self) -> bool {
-        self.loss().is_some()
-    }
-
-    pub fn loss(&self) -> Option<LossReason> {
-        match *self.held.state.borrow() {
-            State::Lost(why) => Some(why),
-            State::Held if Instant::now() > *self.held.valid_until.lock().unwrap() => Some(LossReason::NotExtended),
-            State::Held => None,
-        }
-    }
-
-    /// Resolves when the lock is lost.
-    pub async fn lost(&self) -> LossReason {
-        let mut rx = self.held.state.subscribe();
-        let valid_until = *self.held.valid_until.lock().unwrap();
-        tokio::select! {
-            r = async { rx.wait_for(|s| *s != State::Held).await.map(|s| *s) } => match r {
-                Ok(State::Lost(why)) => why,
-                _ => LossReason::TakenAway,
-            },
-            _ = tokio::time::sleep_until(valid_until) => {
-                match self.loss() {
-                    Some(why) => why,
-                    None => Box::pin(self.lost()).await,
-                }
-            }
-        }
-    }
-
-    /// Extends the lock now (besides the session's periodic heartbeat). Fails with
-    /// [`StoreError::Lost`] or [`StoreError::Blacklisted`], after which the guard
-    /// reports the loss.
-    pub async fn alive(&self) -> Result<(), StoreError> {
-        extend(&self.session.inner, &self.held).await
-    }
-
-    /// Releases the lock: a compare-and-set on this acquisition's fencing token.
-    /// `Ok(false)`: it was no longer ours, nothing was deleted.
-    pub async fn unlock(mut self) -> Result<bool, StoreError> {
-        self.done = true;
-        self.forget();
-        self.session.inner.store.release(&self.held.name, self.held.fence).await
-    }
-
-    /// Stops heartbeating the lock without releasing it, as a crashed process
-    /// would: it stays held until the unlocker releases it past `auto_unlock_at`.
-    /// For demos and failure tests.
-    pub fn abandon(mut self) {
-        self.done = true;
-        self.forget();
-    }
-
-    fn forget(&self) {
-        let mut held = self.session.inner.held.lock().unwrap();
-        if held.get(&self.held.name).is_some_and(|x| Arc::ptr_eq(x, &self.held)) {
-            held.remove(&self.held.name);
-        }
-    }
-}
-
-impl<S: LockStore> Drop for LockGuard<S> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        self.forget();
-        let (store, name, fence) = (
-            self.session.inner.store.clone(),
-            self.held.name.clone(),
-            self.held.fence,
-        );
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(async move {
-                    let _ = store.release(&name, fence).await;
-                });
-            }
-            Err(_) => warn!(lock = %name, "guard dropped outside a tokio runtime; the lock stays until auto-unlock"),
-        }
-    }
-}
-
-/// Compile-time check: waiting for a loss works in a spawned task.
-#[allow(dead_code)]
-fn lost_is_send<S: LockStore>(guard: &LockGuard<S>) {
-    fn send<T: Send>(_: T) {}
-    send(guard.lost());
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_huge_purpose_is_cut_at_a_character_boundary() {
-        let long = "é".repeat(MAX_PURPOSE_BYTES);
-        let cut = capped(&long);
-        assert!(cut.len() <= MAX_PURPOSE_BYTES && cut.len() > MAX_PURPOSE_BYTES - 2);
-        assert_eq!(capped("short"), "short");
     }
 }
