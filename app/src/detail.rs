@@ -158,7 +158,7 @@ pub fn LockPage() -> impl IntoView {
                     {text.map(|t| view! {
                         <dt>"heartbeat"</dt><dd title=t.heartbeat_title>{t.heartbeat}</dd>
                         <dt>"up"</dt><dd title=t.started_title>{t.started}</dd>
-                        <dt>"clock skew"</dt><dd title=t.skew_title>{if t.skew.is_empty() { "under 1 s".to_string() } else { t.skew }}</dd>
+                        <dt>"clock skew"</dt><dd title=t.skew_title>{if t.skew.is_empty() { "not measured yet (no heartbeat seen live)".to_string() } else { t.skew }}</dd>
                         <dt>"blacklisted"</dt><dd>{if t.blacklist.is_empty() { "no".to_string() } else { t.blacklist }}</dd>
                     })}
                 </dl>

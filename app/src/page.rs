@@ -68,6 +68,7 @@ pub fn App() -> impl IntoView {
     } else {
         view! { <crate::detail::LockPage/> }.into_any()
     };
+    let on_sessions = live.watch() == Some(lockscope_model::Watch::Sessions);
     let locks_href = move || format!("/?fleet={}", encode(&live.fleet.get()));
     let sessions_href = move || format!("/sessions?fleet={}", encode(&live.fleet.get()));
     view! {
@@ -75,9 +76,9 @@ pub fn App() -> impl IntoView {
             <h1><a href=locks_href>"lockscope"</a></h1>
             <span class="fleet" data-testid="fleet">{move || live.fleet.get()}</span>
             <nav class="pages">
-                <a href=locks_href data-testid="nav-locks" class:here=is(Screen::Locks)>"locks"</a>
+                <a href=locks_href data-testid="nav-locks" class:here=is(Screen::Locks) aria-current=is(Screen::Locks).then_some("page")>"locks"</a>
                 " "
-                <a href=sessions_href data-testid="nav-sessions" class:here=!is(Screen::Locks) && live.watch().is_some_and(|w| w == lockscope_model::Watch::Sessions)>"sessions"</a>
+                <a href=sessions_href data-testid="nav-sessions" class:here=on_sessions aria-current=on_sessions.then_some("page")>"sessions"</a>
             </nav>
             <span class="source" data-testid="source">{move || live.source()}</span>
             <Indicator/>

@@ -6,7 +6,7 @@
 use leptos::prelude::*;
 use lockscope_model::detail::{SessionList, SessionRow};
 use lockscope_model::session::SKEW_SHOWN_FROM_MS;
-use lockscope_model::time::{absolute_and_relative, human_duration, Millis};
+use lockscope_model::time::{absolute_and_relative, human_duration, utc_datetime, utc_hms, Millis};
 use lockscope_model::{Holder, Screen};
 
 use crate::live::LiveView;
@@ -30,11 +30,13 @@ pub struct SessionText {
     pub started: String,
     pub started_title: String,
     /// How long ago this server last saw a heartbeat (its own clock), or, before
-    /// it has seen one live, the record's heartbeat time on the holder's clock.
+    /// it has seen one live, the record's heartbeat time (the holder's clock).
     pub heartbeat: String,
     pub heartbeat_title: String,
     pub contention: String,
     pub contention_title: String,
+    /// The estimate when 1 s or more, "under 1 s" below, empty when not
+    /// measured yet (no heartbeat seen live).
     pub skew: String,
     pub skew_title: String,
     pub blacklist: String,
@@ -58,10 +60,12 @@ pub fn session_text(row: &SessionRow, now: Millis) -> SessionText {
         return t;
     };
     t.who = format!("{}@{}:{}", rec.service, rec.host, rec.pid);
-    t.started = human_duration(now - rec.started_at);
+    // Both on the holder's clock: no comparison with ours.
+    t.started = human_duration(rec.heartbeat_at - rec.started_at);
     t.started_title = format!(
-        "started {} (the holder's clock)",
-        absolute_and_relative(rec.started_at, now)
+        "started {} UTC, up {} at its last heartbeat (both on the holder's clock)",
+        utc_datetime(rec.started_at),
+        t.started
     );
     match entry.seen_at {
         Some(seen) => {
@@ -69,10 +73,12 @@ pub fn session_text(row: &SessionRow, now: Millis) -> SessionText {
             t.heartbeat_title = format!("last heartbeat seen {}", absolute_and_relative(seen, now));
         }
         None => {
-            t.heartbeat = format!("{} ago*", human_duration(now - rec.heartbeat_at));
+            // Not seen live yet: its time is the holder's, which says nothing
+            // about how long ago on ours.
+            t.heartbeat = format!("at {}*", utc_hms(rec.heartbeat_at));
             t.heartbeat_title = format!(
                 "heartbeat_at {} on the holder's clock; not yet seen live by this server",
-                absolute_and_relative(rec.heartbeat_at, now)
+                utc_datetime(rec.heartbeat_at)
             );
         }
     }
@@ -92,10 +98,12 @@ pub fn session_text(row: &SessionRow, now: Millis) -> SessionText {
         human_duration(c.wait_sum_ms as i64)
     );
     if let Some(skew) = entry.skew_estimate() {
-        if skew.abs() >= SKEW_SHOWN_FROM_MS {
+        t.skew = if skew.abs() >= SKEW_SHOWN_FROM_MS {
             let dir = if skew > 0 { "ahead" } else { "behind" };
-            t.skew = format!("{} {dir}", human_duration(skew));
-        }
+            format!("{} {dir}", human_duration(skew))
+        } else {
+            "under 1 s".into()
+        };
         t.skew_title = format!(
             "holder clock minus server clock ≥ {skew} ms (heartbeat_at minus when it was seen; \
              the true offset is this plus up to the delivery delay)"
@@ -173,7 +181,7 @@ pub fn SessionsPage() -> impl IntoView {
                     </tr>
                 </thead>
                 <tbody>
-                    <For each=move || list.get().rows key=|r| (r.id.clone(), r.entry.as_ref().map(|e| e.revision), r.holder, r.locks_held, r.waiting_for.clone(), r.deadlock) let:r>
+                    <For each=move || list.get().rows key=|r| (r.id.clone(), r.entry.as_ref().map(|e| (e.revision, e.seen_at)), r.blacklist.as_ref().map(|b| b.revision), r.holder, r.locks_held, r.waiting_for.clone(), r.deadlock) let:r>
                         {row(r)}
                     </For>
                 </tbody>
@@ -213,15 +221,19 @@ mod tests {
         assert_eq!(t.skew, "3s ahead", "heartbeat_at 50 s seen at 47 s");
         assert_eq!(t.contention, "10 / 8 / 2 / 1");
         assert!(t.contention_title.contains("conflict rate 20 %"));
+        assert_eq!(t.started, "49s", "heartbeat_at minus started_at, both the holder's");
         let snap = session_text(&row(None), 52_000);
-        assert_eq!(snap.heartbeat, "2s ago*");
+        assert_eq!(
+            snap.heartbeat, "at 00:00:50*",
+            "the holder's time, not an age on our clock"
+        );
         assert_eq!(snap.skew, "", "no estimate from a snapshot");
     }
 
     #[test]
     fn small_skews_are_not_shown() {
         let t = session_text(&row(Some(49_500)), 50_000);
-        assert_eq!(t.skew, "");
+        assert_eq!(t.skew, "under 1 s");
         assert!(t.skew_title.contains("500 ms"));
     }
 }

@@ -3,15 +3,17 @@
 //! The server's hub runs [`FleetState::apply`] over a store's event stream. It
 //! returns what *effectively* changed, as names ([`Changed`]): a full
 //! [`FleetEvent::Reset`] (first snapshot, or a resync after the store compacted
-//! the history we needed) becomes the names of just the locks that came, went or
-//! changed, and the hub's views move exactly those.
+//! the history we needed) becomes the names of just the locks, waiters and
+//! sessions that came, went or changed (and the sessions whose holder state
+//! moved), and the hub's views move exactly those. The table keeps the locks,
+//! waiters, sessions and blacklist, and the deadlocks found among them.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
 use crate::intern::Shared;
-use crate::record::{LockRecord, Record, MALFORMED_KEEP_BYTES};
+use crate::record::{LockRecord, Stored};
 use crate::session::{BlacklistEntry, Deadlocks, Holder, SessionEntry, Sessions};
 use crate::time::Millis;
 use crate::view::RowState;
@@ -47,12 +49,9 @@ impl LockEntry {
     /// Builds an entry from a stored value; a value that does not parse becomes
     /// [`LockBody::Malformed`] carrying its bytes.
     pub fn from_stored(name: String, fence: i64, revision: i64, raw: &[u8]) -> LockEntry {
-        let body = match <LockRecord as Record>::parse(raw) {
-            Ok(rec) => LockBody::Held(rec),
-            Err(e) => LockBody::Malformed {
-                raw: raw[..raw.len().min(MALFORMED_KEEP_BYTES)].to_vec(),
-                error: e.to_string(),
-            },
+        let body = match Stored::<LockRecord>::parse(raw) {
+            Stored::Record(rec) => LockBody::Held(rec),
+            Stored::Malformed { raw, error } => LockBody::Malformed { raw, error },
         };
         LockEntry {
             name,
@@ -70,8 +69,10 @@ impl LockEntry {
     }
 }
 
-/// A change to a fleet's lock table. Events carry store revisions, so replaying one
-/// twice, or out of order for the same lock, changes nothing.
+/// A change to a fleet's lock table. Lock events carry store revisions, so
+/// replaying one twice, or out of order for the same lock, changes nothing;
+/// session, waiter and blacklist events are applied in the order they come (an
+/// observer sends them in store order).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum FleetEvent {
@@ -345,9 +346,12 @@ impl FleetState {
             blacklist,
         } = snapshot;
         let mut changes = Vec::new();
+        // A store that starts or stops keeping sessions changes every lock's
+        // holder state: each lock is reported, once.
+        let all = self.sessions.tracked != sessions.is_some();
         let mut fresh: BTreeSet<ByName> = BTreeSet::new();
         for mut e in locks {
-            if self.get(&e.name) != Some(&e) {
+            if all || self.get(&e.name) != Some(&e) {
                 changes.push(Changed::Lock(e.name.clone()));
             }
             self.shared.intern(&mut e);
@@ -389,23 +393,19 @@ impl FleetState {
             .chain(self.sessions.sessions.keys())
             .chain(self.sessions.blacklist.keys())
             .collect();
-        let mut touched: Vec<String> = Vec::new();
-        for id in ids {
-            if old.sessions.get(id) != self.sessions.sessions.get(id)
-                || old.blacklist.get(id) != self.sessions.blacklist.get(id)
-            {
-                touched.push(id.clone());
-            }
-        }
-        let all = old.tracked != self.sessions.tracked;
+        let touched: Vec<String> = ids
+            .into_iter()
+            .filter(|id| {
+                old.sessions.get(*id) != self.sessions.sessions.get(*id)
+                    || old.blacklist.get(*id) != self.sessions.blacklist.get(*id)
+            })
+            .cloned()
+            .collect();
         for id in &touched {
             changes.push(Changed::Session(id.clone()));
             if !all && old.holder(id) != self.sessions.holder(id) {
                 changes.push(Changed::Holder(id.clone()));
             }
-        }
-        if all {
-            changes.extend(self.locks().map(|e| Changed::Lock(e.name.clone())));
         }
         // A reset is the whole truth, even if the store went back in time
         // (restored from a backup): its revision replaces ours.

@@ -162,6 +162,8 @@ impl Deadlocks {
         let mut stack: Vec<&str> = Vec::new();
         let mut next = 0;
         let mut found = Deadlocks::default();
+        // Which cycle (strongly connected component) each session on one is in.
+        let mut component_of: BTreeMap<&str, usize> = BTreeMap::new();
         let starts: Vec<&str> = edges.keys().copied().collect();
         for start in starts {
             if index.contains_key(start) {
@@ -211,14 +213,16 @@ impl Deadlocks {
                     let self_loop = out.iter().any(|(to, _)| *to == node);
                     if component.len() > 1 || self_loop {
                         found.sessions.extend(component.iter().map(|s| s.to_string()));
+                        component_of.extend(component.iter().map(|s| (*s, node_index)));
                     }
                 }
             }
         }
+        // A lock is on a cycle when its waiter and its holder are on the same one.
         for (session, out) in &edges {
-            if found.sessions.contains(*session) {
+            if let Some(c) = component_of.get(session) {
                 for (holder, lock) in out {
-                    if found.sessions.contains(*holder) {
+                    if component_of.get(holder) == Some(c) {
                         found.locks.insert(lock.to_string());
                     }
                 }
@@ -284,6 +288,17 @@ mod tests {
             &[("a", "B"), ("b", "A"), ("c", "D"), ("d", "C")],
         );
         assert_eq!(d.sessions, set(&["A", "B", "C", "D"]));
+        // A also waits for c (held by D, on the other cycle): c is on a cycle,
+        // but A -> D is an edge between two cycles, not part of either.
+        let d = find(
+            &[("A", "a"), ("B", "b"), ("C", "c"), ("D", "d"), ("A", "c2")],
+            &[("a", "B"), ("b", "A"), ("c", "D"), ("d", "C"), ("c2", "D")],
+        );
+        assert_eq!(
+            d.locks,
+            set(&["a", "b", "c", "d"]),
+            "c2 joins two cycles but is on neither"
+        );
     }
 
     #[test]

@@ -154,7 +154,6 @@ impl Drop for Subscription {
 }
 
 impl HubHandle {
-    /// Starts a hub fed by `observer`; `source` says where the locks live.
     /// Starts a hub for `store`'s fleet (described to people as `source`), with
     /// the store's observer feeding it.
     pub fn spawn(fleet: &str, source: &str, store: Arc<dyn FleetStore>) -> HubHandle {

@@ -239,3 +239,24 @@ fn wait_for_cycles_of_two_and_three_are_flagged_and_cleared() {
     s.apply(FleetEvent::Upsert(lock_of("x", "D", 9)));
     assert!(s.deadlocks().sessions.is_empty(), "{:?}", s.deadlocks());
 }
+
+#[test]
+fn the_first_reset_of_a_store_with_sessions_reports_each_lock_once() {
+    let mut s = FleetState::default();
+    let changes = s.apply(FleetEvent::Reset(Snapshot {
+        revision: 1,
+        locks: vec![lock_of("a", "s-1", 2), lock_of("b", "s-1", 3)],
+        sessions: Some(vec![session("s-1")]),
+        ..Snapshot::default()
+    }));
+    let locks: Vec<&Changed> = changes.iter().filter(|c| matches!(c, Changed::Lock(_))).collect();
+    assert_eq!(locks, [&Changed::Lock("a".into()), &Changed::Lock("b".into())]);
+    // Back to a store without sessions (the same locks): every lock again, once.
+    let changes = s.apply(FleetEvent::Reset(Snapshot {
+        revision: 2,
+        locks: vec![lock_of("a", "s-1", 2), lock_of("b", "s-1", 3)],
+        ..Snapshot::default()
+    }));
+    assert_eq!(changes.iter().filter(|c| matches!(c, Changed::Lock(_))).count(), 2);
+    assert_eq!(s.holder(s.get("a").unwrap()), Holder::Unknown);
+}

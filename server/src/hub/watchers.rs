@@ -13,7 +13,7 @@ use std::time::Duration;
 use lockscope_model::detail::{LockDetail, SessionList};
 use lockscope_model::time::Millis;
 use lockscope_model::wire::SESSIONS_EVERY_MS;
-use lockscope_model::{Changed, FleetState, Waiter};
+use lockscope_model::{Changed, FleetState};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -27,9 +27,9 @@ pub(super) struct Watchers {
     sessions_sent_at: Option<Instant>,
     /// Watched locks to rebuild at the end of this turn.
     dirty: HashSet<String>,
-    /// When this server first saw each waiter (its clock), and whether it came
-    /// with a whole-table read (it was already waiting then).
-    waiter_since: HashMap<Waiter, (Millis, bool)>,
+    /// Per lock, when this server first saw each of its waiters (its clock), and
+    /// whether it came with a whole-table read (it was already waiting then).
+    waiter_since: HashMap<String, HashMap<String, (Millis, bool)>>,
 }
 
 impl Watchers {
@@ -41,14 +41,14 @@ impl Watchers {
             Changed::Lock(name) => self.touch(name),
             Changed::Waiters(lock) => {
                 let current: HashSet<&str> = state.waiters_of(lock).collect();
-                self.waiter_since
-                    .retain(|w, _| w.lock != *lock || current.contains(w.session.as_str()));
-                for session in current {
-                    let w = Waiter {
-                        lock: lock.clone(),
-                        session: session.to_string(),
-                    };
-                    self.waiter_since.entry(w).or_insert((now, from_reset));
+                if current.is_empty() {
+                    self.waiter_since.remove(lock);
+                } else {
+                    let since = self.waiter_since.entry(lock.clone()).or_default();
+                    since.retain(|session, _| current.contains(session.as_str()));
+                    for session in current {
+                        since.entry(session.to_string()).or_insert((now, from_reset));
+                    }
                 }
                 self.touch(lock);
             }
@@ -94,7 +94,7 @@ impl Watchers {
             self.sessions = None;
         }
         if self.sessions.is_some() && self.sessions_dirty && self.sessions_due().is_none_or(|at| at <= Instant::now()) {
-            let list = SessionList::build(state, |id| views.locks_of_session(id));
+            let list = sessions_now(state, views);
             self.sessions_dirty = false;
             self.sessions_sent_at = Some(Instant::now());
             if let Some(tx) = &self.sessions {
@@ -122,12 +122,14 @@ impl Watchers {
     }
 
     fn detail(&self, state: &FleetState, name: &str) -> LockDetail {
+        let since = self.waiter_since.get(name);
         LockDetail::build(state, name, |session| {
-            let w = Waiter {
-                lock: name.to_string(),
-                session: session.to_string(),
-            };
-            self.waiter_since.get(&w).copied().unwrap_or((0, true))
+            // Every waiter is noted as it comes; a miss would be a bug, shown as
+            // "at least since now" rather than as a wrong duration.
+            since
+                .and_then(|s| s.get(session))
+                .copied()
+                .unwrap_or((lockscope_store::now_ms(), true))
         })
     }
 
@@ -146,11 +148,15 @@ impl Watchers {
         if let Some(tx) = &self.sessions {
             return tx.subscribe();
         }
-        let list = SessionList::build(state, |id| views.locks_of_session(id));
+        let list = sessions_now(state, views);
         self.sessions_sent_at = Some(Instant::now());
         self.sessions_dirty = false;
         let (tx, rx) = watch::channel(Some(list));
         self.sessions = Some(tx);
         rx
     }
+}
+
+fn sessions_now(state: &FleetState, views: &Views) -> SessionList {
+    SessionList::build(state, |id| views.locks_of_session(id))
 }

@@ -53,29 +53,24 @@ pub(super) async fn beat<S: LockStore>(inner: &Arc<Inner<S>>) {
     if inner.refused.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
-    match inner.store.session_heartbeat(inner.lease(), &record).await {
-        Err(StoreError::Blacklisted { .. }) => {
-            warn!(session = %inner.id, "session blacklisted: heartbeats stop, held locks are lost");
-            inner.refused.store(true, std::sync::atomic::Ordering::Relaxed);
-            for h in &held {
-                lose(inner, h, LossReason::Blacklisted);
-            }
-            return;
+    // Refused as blacklisted: no more heartbeats, every held lock is lost.
+    let refuse = |held: &[Arc<Held>]| {
+        warn!(session = %inner.id, "session blacklisted: heartbeats stop, held locks are lost");
+        inner.refused.store(true, std::sync::atomic::Ordering::Relaxed);
+        for h in held {
+            lose(inner, h, LossReason::Blacklisted);
         }
+    };
+    match inner.store.session_heartbeat(inner.lease(), &record).await {
+        Err(StoreError::Blacklisted { .. }) => return refuse(&held),
         Err(StoreError::SessionExpired { .. }) => {
             // The registration ran out (a long pause, a store that lost it): the
-            // same session registers again; its waiters are put again by the
-            // calls still waiting, on their next attempt.
+            // same session registers again; calls still waiting put their waiter
+            // entries again under the new registration on their next attempt.
             warn!(session = %inner.id, "session registration ran out; registering again");
             match inner.store.open_session(&record, inner.cfg.session_ttl).await {
                 Ok(lease) => *inner.lease.lock().unwrap() = lease,
-                Err(StoreError::Blacklisted { .. }) => {
-                    inner.refused.store(true, std::sync::atomic::Ordering::Relaxed);
-                    for h in &held {
-                        lose(inner, h, LossReason::Blacklisted);
-                    }
-                    return;
-                }
+                Err(StoreError::Blacklisted { .. }) => return refuse(&held),
                 Err(e) => warn!(session = %inner.id, error = %e, "registering the session again failed"),
             }
         }

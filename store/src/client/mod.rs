@@ -169,9 +169,9 @@ impl<S: LockStore> Session<S> {
         };
         let started = Instant::now();
         let deadline = started + opts.deadline;
-        let mut waiting = false;
+        let mut waiting = None;
         let outcome = tokio::time::timeout_at(deadline, self.lock_loop(name, &opts, bt, deadline, &mut waiting)).await;
-        if waiting {
+        if waiting.is_some() {
             self.stop_waiting(name);
         }
         self.inner
@@ -194,21 +194,23 @@ impl<S: LockStore> Session<S> {
         opts: &LockOptions,
         bt: Vec<String>,
         deadline: Instant,
-        waiting: &mut bool,
+        waiting: &mut Option<SessionLease>,
     ) -> Result<LockGuard<S>, StoreError> {
         loop {
-            let record = self.record(opts, bt.clone());
+            // Taken before the record (and its auto_unlock_at) is built: the trust
+            // window can only end before the store's view of it.
             let sent = Instant::now();
+            let record = self.record(opts, bt.clone());
             match self.attempt(name, record.clone()).await? {
                 Attempt::Acquired { fence } => return Ok(self.guard(name, fence, record, opts, sent)),
                 Attempt::Busy { from, .. } => {
-                    if !*waiting {
-                        *waiting = true;
+                    // Shown as waiting from the first busy answer, and again under
+                    // a new registration (etcd's waiter key went with the old lease).
+                    let lease = self.inner.lease();
+                    if *waiting != Some(lease) {
+                        *waiting = Some(lease);
                         *self.inner.waiting_for.lock().unwrap() = Some(name.to_string());
-                        self.inner
-                            .store
-                            .set_waiting(self.inner.lease(), &self.inner.id, name, true)
-                            .await?;
+                        self.inner.store.set_waiting(lease, &self.inner.id, name, true).await?;
                     }
                     let left = deadline.saturating_duration_since(Instant::now());
                     self.inner.store.wait_released(name, from, left).await?;

@@ -42,6 +42,13 @@ pub struct SqlObserver {
     /// Most rows read (and sent to the hub) at once.
     pub page: i64,
     pub backoff: Backoff,
+    /// What is known of each session, kept across reconnects: a session seen
+    /// going silent stays gone after a reconnect rather than counting as just
+    /// written.
+    sessions: SessionTracker,
+    /// Full reads made, numbering the resets (PostgreSQL's changes carry no
+    /// sequence), across reconnects.
+    reads: i64,
 }
 
 /// What this observer has sent the hub since its last full read.
@@ -49,11 +56,8 @@ struct Seen {
     /// SQLite: the counters last read; the last change whose row was read.
     changes: Option<Changes>,
     seq: i64,
-    sessions: SessionTracker,
     /// When the whole table was last read.
     full_at: Instant,
-    /// PostgreSQL: reads, numbering the resets (its changes carry no sequence).
-    reads: i64,
 }
 
 impl SqlObserver {
@@ -64,48 +68,55 @@ impl SqlObserver {
             reconcile: Duration::from_secs(600),
             page: 5000,
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(10)),
+            sessions: SessionTracker::default(),
+            reads: 0,
         }
     }
 
     /// One connection; `Ok` only when the hub is gone.
-    async fn observe(&self, link: &mut Link) -> Result<(), StoreError> {
-        match self.follow(link).await {
+    async fn observe(&mut self, link: &mut Link) -> Result<(), StoreError> {
+        let mut sessions = std::mem::take(&mut self.sessions);
+        let followed = self.follow(link, &mut sessions).await;
+        self.sessions = sessions;
+        match followed {
             Err(Halt::Store(e)) => Err(e),
             Err(Halt::HubGone) | Ok(()) => Ok(()),
         }
     }
 
-    async fn follow(&self, link: &mut Link) -> Result<(), Halt> {
+    async fn follow(&mut self, link: &mut Link, sessions: &mut SessionTracker) -> Result<(), Halt> {
         let store = SqlLocks::connect(&self.url).await?;
         // Subscribe before the first read, so nothing between the two is missed.
         let mut notified = store.notified.as_ref().map(broadcast::Sender::subscribe);
-        let mut seen = self.full_read(&store, link, Seen::first()).await?;
+        let mut seen = self.full_read(&store, link, sessions).await?;
         loop {
             link.live().await?;
-            let gone = seen.sessions.expire(Instant::now());
+            match (store.dialect(), notified.as_mut()) {
+                (Dialect::Postgres, Some(rx)) => self.notified_changes(&store, link, rx, &mut seen, sessions).await?,
+                _ => {
+                    tokio::time::sleep(self.poll).await;
+                    self.counted_changes(&store, link, &mut seen, sessions).await?
+                }
+            };
+            // After reading what was written: a heartbeat that just landed is
+            // seen before its session could be called gone.
+            let gone = sessions.expire(Instant::now());
             if !gone.is_empty() {
                 link.events(gone).await?;
             }
-            match (store.dialect(), notified.as_mut()) {
-                (Dialect::Postgres, Some(rx)) => self.notified_changes(&store, link, rx, &mut seen).await?,
-                _ => {
-                    tokio::time::sleep(self.poll).await;
-                    self.counted_changes(&store, link, &mut seen).await?
-                }
-            };
             if link.hub_gone() {
                 return Ok(());
             }
             if seen.full_at.elapsed() >= self.reconcile {
-                seen = self.full_read(&store, link, seen).await?;
+                seen = self.full_read(&store, link, sessions).await?;
             }
         }
     }
 
     /// Reads the whole table and sends it as a reset (the hub's reducer turns it
-    /// into the difference). What the session tracker learnt (when each session
-    /// was last written) carries over from `before`.
-    async fn full_read(&self, store: &SqlLocks, link: &Link, before: Seen) -> Result<Seen, Halt> {
+    /// into the difference). Sessions go through the tracker, which remembers
+    /// when each was last written, across reconnects too.
+    async fn full_read(&mut self, store: &SqlLocks, link: &Link, sessions: &mut SessionTracker) -> Result<Seen, Halt> {
         // SQLite: the counters first, so a change made during the read is read
         // again next time rather than missed.
         let changes = match store.dialect() {
@@ -113,17 +124,17 @@ impl SqlObserver {
             Dialect::Postgres => None,
         };
         let locks = store.held().await?;
-        let mut sessions = before.sessions;
-        let first = before.reads == 0;
+        // Not a live observation (the values may have been written any time
+        // since the last read): no receive time for the skew estimate.
         sessions.update(
             store.session_rows().await?,
             store.blacklist_rows().await?,
             Instant::now(),
-            (!first).then(now_ms),
+            None,
         );
         let (live, blacklist, waiters) = sessions.snapshot();
-        let reads = before.reads + 1;
-        let revision = changes.map_or(reads, |c| c.counter);
+        self.reads += 1;
+        let revision = changes.map_or(self.reads, |c| c.counter);
         link.reset(Snapshot {
             revision,
             locks,
@@ -135,14 +146,18 @@ impl SqlObserver {
         Ok(Seen {
             changes,
             seq: changes.map_or(0, |c| c.counter),
-            sessions,
             full_at: Instant::now(),
-            reads,
         })
     }
 
-    /// SQLite: sends the rows and waiters that changed since the last read.
-    async fn counted_changes(&self, store: &SqlLocks, link: &Link, seen: &mut Seen) -> Result<(), Halt> {
+    /// SQLite: sends the sessions, rows and waiters that changed since the last read.
+    async fn counted_changes(
+        &mut self,
+        store: &SqlLocks,
+        link: &Link,
+        seen: &mut Seen,
+        sessions: &mut SessionTracker,
+    ) -> Result<(), Halt> {
         let now = store.changes().await?;
         let before = seen.changes.expect("SQLite reads its counters");
         if now == before {
@@ -150,10 +165,15 @@ impl SqlObserver {
         }
         if now.removals != before.removals || now.counter < before.counter {
             // A row deleted by hand, or a database replaced under us.
-            *seen = self.full_read(store, link, std::mem::take(seen)).await?;
+            *seen = self.full_read(store, link, sessions).await?;
             return Ok(());
         }
         seen.changes = Some(now);
+        // Sessions first: a worker that registers and takes a lock within one
+        // poll must not show its lock orphaned until the next read.
+        if now.sessions != before.sessions {
+            self.sessions_changed(store, link, sessions).await?;
+        }
         loop {
             let page = store.changed_since(seen.seq, self.page).await?;
             let full = page.len() as i64 == self.page;
@@ -168,24 +188,22 @@ impl SqlObserver {
                 break;
             }
         }
-        if now.sessions != before.sessions {
-            self.sessions_changed(store, link, seen).await?;
-        }
         Ok(())
     }
 
     /// PostgreSQL: waits for notifications (at most until the next reconcile),
     /// coalesces a burst, and sends the rows they name.
     async fn notified_changes(
-        &self,
+        &mut self,
         store: &SqlLocks,
         link: &Link,
         rx: &mut broadcast::Receiver<Change>,
         seen: &mut Seen,
+        sessions: &mut SessionTracker,
     ) -> Result<(), Halt> {
         // Wake for the next reconcile, or the next session to run out.
         let mut wait = self.reconcile.saturating_sub(seen.full_at.elapsed());
-        if let Some(at) = seen.sessions.next_expiry() {
+        if let Some(at) = sessions.next_expiry() {
             wait = wait.min(at.saturating_duration_since(Instant::now()));
         }
         let first = match tokio::time::timeout(wait, rx.recv()).await {
@@ -195,13 +213,13 @@ impl SqlObserver {
         // Coalesce a burst into one read.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let mut names = HashSet::new();
-        let mut sessions = false;
+        let mut sessions_moved = false;
         let mut missed = false;
         let mut note = |c: Result<Change, ()>| match c {
             Ok(Change::Lock(n)) => {
                 names.insert(n);
             }
-            Ok(Change::Sessions) => sessions = true,
+            Ok(Change::Sessions) => sessions_moved = true,
             Ok(Change::Lost) | Err(()) => missed = true,
         };
         note(first.map_err(|_| ()));
@@ -215,6 +233,10 @@ impl SqlObserver {
                 }
             }
         }
+        // Sessions first (see `counted_changes`).
+        if !missed && sessions_moved {
+            self.sessions_changed(store, link, sessions).await?;
+        }
         if !missed && !names.is_empty() {
             let names: Vec<String> = names.into_iter().collect();
             match store.rows_named(&names).await? {
@@ -224,40 +246,19 @@ impl SqlObserver {
             }
         }
         if missed {
-            *seen = self.full_read(store, link, std::mem::take(seen)).await?;
-        } else if sessions {
-            self.sessions_changed(store, link, seen).await?;
+            *seen = self.full_read(store, link, sessions).await?;
         }
         Ok(())
     }
 
     /// Re-reads the sessions and the blacklist and sends what changed.
-    async fn sessions_changed(&self, store: &SqlLocks, link: &Link, seen: &mut Seen) -> Result<(), Halt> {
+    async fn sessions_changed(&self, store: &SqlLocks, link: &Link, sessions: &mut SessionTracker) -> Result<(), Halt> {
         let (rows, blacklist) = (store.session_rows().await?, store.blacklist_rows().await?);
-        let events = seen.sessions.update(rows, blacklist, Instant::now(), Some(now_ms()));
+        let events = sessions.update(rows, blacklist, Instant::now(), Some(now_ms()));
         if !events.is_empty() {
             link.events(events).await?;
         }
         Ok(())
-    }
-}
-
-impl Seen {
-    /// Before the first read.
-    fn first() -> Seen {
-        Seen {
-            changes: None,
-            seq: 0,
-            sessions: SessionTracker::default(),
-            full_at: Instant::now(),
-            reads: 0,
-        }
-    }
-}
-
-impl Default for Seen {
-    fn default() -> Seen {
-        Seen::first()
     }
 }
 

@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use lockscope_model::record::SessionRecord;
 use lockscope_model::time::Millis;
 use lockscope_model::{BlacklistEntry, FleetEvent, SessionEntry, Waiter};
 use tokio::time::Instant;
@@ -31,6 +30,8 @@ const MAX_TTL: Duration = Duration::from_secs(3600);
 
 struct Known {
     row: SessionRow,
+    /// The entry last sent for it (a reset resends it as it was).
+    entry: SessionEntry,
     /// When this observer last saw the row written.
     written: Instant,
     ttl: Duration,
@@ -65,10 +66,11 @@ impl SessionTracker {
             let known = match old {
                 Some(k) if k.row == row => k,
                 _ => {
-                    let entry = self.entry(&row, seen_at);
-                    events.push(FleetEvent::Session(entry));
+                    let entry = SessionEntry::from_stored(row.id.clone(), self.reads, row.record.as_bytes(), seen_at);
+                    events.push(FleetEvent::Session(entry.clone()));
                     Known {
-                        ttl: ttl_of(&row),
+                        ttl: ttl_of(&entry, row.expires_at),
+                        entry,
                         row,
                         written: now,
                         gone: false,
@@ -126,7 +128,7 @@ impl SessionTracker {
             .known
             .values()
             .filter(|k| !k.gone)
-            .map(|k| self.entry(&k.row, None))
+            .map(|k| k.entry.clone())
             .collect();
         let blacklist = self
             .blacklist
@@ -134,10 +136,6 @@ impl SessionTracker {
             .map(|(id, raw)| BlacklistEntry::from_stored(id.clone(), self.reads, raw.as_bytes()))
             .collect();
         (sessions, blacklist, self.waiters.iter().cloned().collect())
-    }
-
-    fn entry(&self, row: &SessionRow, seen_at: Option<Millis>) -> SessionEntry {
-        SessionEntry::from_stored(row.id.clone(), self.reads, row.record.as_bytes(), seen_at)
     }
 
     /// Appends who started and stopped waiting since the last call.
@@ -161,18 +159,18 @@ impl SessionTracker {
 
 /// The session's ttl from its own row: `expires_at − heartbeat_at`, both on the
 /// holder's clock.
-fn ttl_of(row: &SessionRow) -> Duration {
-    let Ok(rec) = serde_json::from_str::<SessionRecord>(&row.record) else {
+fn ttl_of(entry: &SessionEntry, expires_at: i64) -> Duration {
+    let Some(rec) = entry.record() else {
         return FALLBACK_TTL;
     };
-    let ms = row.expires_at.saturating_sub(rec.heartbeat_at).max(0) as u64;
+    let ms = expires_at.saturating_sub(rec.heartbeat_at).max(0) as u64;
     Duration::from_millis(ms).clamp(MIN_TTL, MAX_TTL)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockscope_model::record::RECORD_VERSION;
+    use lockscope_model::record::{SessionRecord, RECORD_VERSION};
 
     fn row(id: &str, heartbeat_at: i64, ttl_ms: i64, waiting_for: Option<&str>) -> SessionRow {
         let rec = SessionRecord {
@@ -236,6 +234,14 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         assert_eq!(kinds(&t.expire(Instant::now())), ["gone a", "stopped a x"]);
         assert!(t.expire(Instant::now()).is_empty(), "once");
+        // A full read (after a reconnect, say) finds a's row unchanged: still gone.
+        let ev = t.update(
+            vec![row("a", day, 10_000, Some("x")), row("b", day + 9_999, 30_000, None)],
+            vec![],
+            Instant::now(),
+            None,
+        );
+        assert!(ev.is_empty(), "{:?}", kinds(&ev));
         let (sessions, _, waiters) = t.snapshot();
         assert_eq!(sessions.len(), 1);
         assert!(waiters.is_empty());
@@ -272,11 +278,17 @@ mod tests {
 
     #[test]
     fn ttl_comes_from_the_row_and_is_bounded() {
-        assert_eq!(ttl_of(&row("a", 5_000, 15_000, None)), Duration::from_secs(15));
-        assert_eq!(ttl_of(&row("a", 5_000, -1, None)), MIN_TTL);
-        assert_eq!(ttl_of(&row("a", 0, i64::MAX, None)), MAX_TTL);
+        let ttl = |r: SessionRow| {
+            ttl_of(
+                &SessionEntry::from_stored(r.id, 1, r.record.as_bytes(), None),
+                r.expires_at,
+            )
+        };
+        assert_eq!(ttl(row("a", 5_000, 15_000, None)), Duration::from_secs(15));
+        assert_eq!(ttl(row("a", 5_000, -1, None)), MIN_TTL);
+        assert_eq!(ttl(row("a", 0, i64::MAX, None)), MAX_TTL);
         let mut bad = row("a", 0, 1, None);
         bad.record = "{".into();
-        assert_eq!(ttl_of(&bad), FALLBACK_TTL);
+        assert_eq!(ttl(bad), FALLBACK_TTL);
     }
 }
