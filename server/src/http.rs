@@ -20,7 +20,7 @@ use lockscope_store::now_ms;
 use tokio::sync::watch;
 use tower_http::services::ServeDir;
 
-use crate::hub::{Fleets, HubHandle};
+use crate::hub::{Fleets, HubHandle, HubStopped};
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
 #[derive(Clone)]
@@ -152,13 +152,7 @@ async fn lock_page(
         .ok_or(AppError::BadRequest(
             "name the lock: /lock?fleet=FLEET&name=NAME (1 to 512 bytes)".into(),
         ))?;
-    let detail = hub
-        .watch_lock(&name)
-        .await
-        .map_err(|_| AppError::HubUnavailable)?
-        .borrow()
-        .clone()
-        .unwrap_or_default();
+    let detail = current(hub.watch_lock(&name).await)?;
     let page = Page {
         screen: Screen::Lock { detail },
         ..watch_page(hub, &state)
@@ -173,18 +167,19 @@ async fn sessions_page(
     req: Request<Body>,
 ) -> Result<Response, AppError> {
     let hub = state.fleet(&q)?;
-    let sessions = hub
-        .watch_sessions()
-        .await
-        .map_err(|_| AppError::HubUnavailable)?
-        .borrow()
-        .clone()
-        .unwrap_or_default();
+    let sessions = current(hub.watch_sessions().await)?;
     let page = Page {
         screen: Screen::Sessions { sessions },
         ..watch_page(hub, &state)
     };
     Ok(render(&state, page, req).await)
+}
+
+/// The value a hub's watch channel holds now.
+fn current<T: Clone + Default>(rx: Result<watch::Receiver<Option<T>>, HubStopped>) -> Result<T, AppError> {
+    let rx = rx.map_err(|_| AppError::HubUnavailable)?;
+    let value = rx.borrow().clone();
+    Ok(value.unwrap_or_default())
 }
 
 /// What a detail or sessions page carries besides its own data.
