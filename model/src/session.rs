@@ -21,7 +21,7 @@ pub struct SessionEntry {
     /// The session id (the key without `<prefix>sessions/`).
     pub id: String,
     /// Store revision of the value shown (etcd: `mod_revision`; SQL: the
-    /// observer's change counter when it read the row).
+    /// number of the observer's read that found it changed).
     pub revision: i64,
     pub body: Stored<SessionRecord>,
     /// When this server received this value as a change (its own clock), for the
