@@ -41,7 +41,7 @@ pub fn LockPage() -> impl IntoView {
     let live = expect_context::<LiveView>();
     let detail = Memo::new(move |_| {
         live.screen.with(|s| match s {
-            Screen::Lock { detail } => detail.clone(),
+            Screen::Lock { detail } => (**detail).clone(),
             _ => LockDetail::default(),
         })
     });

@@ -57,7 +57,7 @@ pub fn App() -> impl IntoView {
     });
 
     // A page shows one screen for its whole life (other screens are other URLs).
-    let screen = live.screen.with_untracked(|s| std::mem::discriminant(s));
+    let screen = live.screen.with_untracked(std::mem::discriminant);
     let is = |s: Screen| std::mem::discriminant(&s) == screen;
     let body = if is(Screen::Locks) {
         view! { <Overview/><crate::table::States/><crate::table::Controls/><crate::table::LockTable/> }.into_any()

@@ -55,7 +55,10 @@ pub enum ServerMsg {
         fleets: Vec<FleetSummary>,
     },
     /// The watched lock, whenever it, its holder's session or its waiters change.
-    Detail { server_time: Millis, detail: LockDetail },
+    Detail {
+        server_time: Millis,
+        detail: Box<LockDetail>,
+    },
     /// The fleet's sessions, when they changed (at most every
     /// [`SESSIONS_EVERY_MS`]: heartbeats change them all the time).
     Sessions { server_time: Millis, sessions: SessionList },
@@ -94,7 +97,7 @@ pub enum Screen {
     #[default]
     Locks,
     /// `/lock?name=…`: one lock in full.
-    Lock { detail: LockDetail },
+    Lock { detail: Box<LockDetail> },
     /// `/sessions`: the fleet's sessions.
     Sessions { sessions: SessionList },
 }

@@ -154,7 +154,9 @@ async fn lock_page(
         ))?;
     let detail = current(hub.watch_lock(&name).await)?;
     let page = Page {
-        screen: Screen::Lock { detail },
+        screen: Screen::Lock {
+            detail: Box::new(detail),
+        },
         ..watch_page(hub, &state)
     };
     Ok(render(&state, page, req).await)

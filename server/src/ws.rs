@@ -171,7 +171,7 @@ impl Feed {
                 let detail = rx.borrow_and_update().clone()?;
                 Some(frame(&ServerMsg::Detail {
                     server_time: now_ms(),
-                    detail,
+                    detail: Box::new(detail),
                 }))
             }
             Feed::Sessions(rx) => {

@@ -152,7 +152,7 @@ impl StoreSpec {
     /// Connects a lock store for the client library (applying SQL migrations).
     pub async fn connect(&self) -> Result<AnyLocks, StoreError> {
         match self {
-            StoreSpec::Etcd { .. } => Ok(AnyLocks::Etcd(EtcdLocks::connect(self.etcd_config()).await?)),
+            StoreSpec::Etcd { .. } => Ok(AnyLocks::Etcd(Box::new(EtcdLocks::connect(self.etcd_config()).await?))),
             StoreSpec::Sql { url } => {
                 if let Some(path) = url.strip_prefix("sqlite://").and_then(|p| p.split('?').next()) {
                     // `mode=rwc` creates the file, not its directory.
@@ -204,7 +204,8 @@ pub fn redact(url: &str) -> String {
 /// [`LockStore`] that is handed a store at run time (the CLI, the demo fleet).
 #[derive(Clone)]
 pub enum AnyLocks {
-    Etcd(EtcdLocks),
+    /// Boxed: an etcd client is several KiB, a pool a pointer.
+    Etcd(Box<EtcdLocks>),
     Sql(SqlLocks),
 }
 

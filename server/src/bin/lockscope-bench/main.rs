@@ -127,7 +127,7 @@ const LOCKS_PER_SESSION: usize = 16;
 /// fleet's holders are alive, as in a real fleet), or `None` if another lock
 /// registers it.
 fn session_of(i: usize, services: usize, now: i64) -> Option<lockscope_model::record::SessionRecord> {
-    if i % LOCKS_PER_SESSION != 0 {
+    if !i.is_multiple_of(LOCKS_PER_SESSION) {
         return None;
     }
     let (_, rec) = record(i, services, now);
