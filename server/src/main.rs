@@ -50,7 +50,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if hubs.iter().any(|h: &HubHandle| h.fleet() == fleet.name) {
             bail!("two fleets are named {:?}", fleet.name);
         }
-        let store = fleet.store.with_default_prefix(&args.prefix).open();
+        let store = fleet.store.with_default_prefix(&args.prefix).open()?;
         let source = store.source();
         tracing::info!(fleet = %fleet.name, %source, "watching");
         hubs.push(HubHandle::spawn(&fleet.name, &source, store));
@@ -116,7 +116,7 @@ async fn embedded_default(args: &ServeArgs, stop: watch::Receiver<bool>) -> anyh
             }
         });
     }
-    Ok(HubHandle::spawn("embedded", &source, spec.open()))
+    Ok(HubHandle::spawn("embedded", &source, spec.open()?))
 }
 
 async fn shutdown_signal() {
@@ -171,7 +171,7 @@ async fn lock(args: LockArgs) -> anyhow::Result<()> {
 }
 
 async fn unlock(args: UnlockArgs) -> anyhow::Result<()> {
-    let store = args.store.spec().open();
+    let store = args.store.spec().open()?;
     match store.release(&args.name, args.fence).await? {
         Release::Released => {
             println!("released {} fence={}", args.name, args.fence);

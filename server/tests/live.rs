@@ -36,7 +36,7 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
         endpoints: vec![etcd.endpoint()],
         prefix: Some(PREFIX.into()),
     };
-    let hub = HubHandle::spawn("it", "etcd under test", spec.open());
+    let hub = HubHandle::spawn("it", "etcd under test", spec.open().unwrap());
     let (stop, stop_rx) = watch::channel(false);
     let state = AppState::new(Fleets::new(vec![hub.clone()]), "target/site".into(), stop_rx.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -293,7 +293,7 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
     let sql = lockscope_store::sql::SqlLocks::connect(&url).await.unwrap();
     take(&sql, "from-sqlite").await;
-    let sql_hub = HubHandle::spawn("sql", "sqlite", StoreSpec::Sql { url }.open());
+    let sql_hub = HubHandle::spawn("sql", "sqlite", StoreSpec::Sql { url }.open().unwrap());
     let fleets = Fleets::new(vec![s.hub.clone(), sql_hub.clone()]);
     let (_stop, stop_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

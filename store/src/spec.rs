@@ -130,23 +130,28 @@ impl StoreSpec {
     }
 
     /// The per-fleet handle: observer and admin side. Connects lazily: an
-    /// unreachable store is reported by its observer, not refused here.
-    pub fn open(&self) -> Arc<dyn FleetStore> {
-        match self.writable() {
+    /// unreachable store is reported by its observer, not refused here; a spec
+    /// that cannot be observed (built by hand rather than parsed) is refused.
+    pub fn open(&self) -> Result<Arc<dyn FleetStore>, StoreError> {
+        self.try_observer()?;
+        Ok(match self.writable() {
             true => Arc::new(WritableFleet::new(self.clone())),
             false => Arc::new(ReadOnlyFleet::new(self.clone())),
-        }
+        })
     }
 
-    /// A new observer of this store.
-    pub fn observer(&self) -> Box<dyn Observer> {
-        match self {
+    /// A new observer of this store (of a spec [`StoreSpec::open`] accepted).
+    pub(crate) fn observer(&self) -> Box<dyn Observer> {
+        self.try_observer()
+            .expect("StoreSpec::open checked that this spec can be observed, and a fleet's spec does not change")
+    }
+
+    fn try_observer(&self) -> Result<Box<dyn Observer>, StoreError> {
+        Ok(match self {
             StoreSpec::Etcd { .. } => Box::new(EtcdObserver::new(self.etcd_config())),
             StoreSpec::Sql { url } => Box::new(SqlObserver::new(url)),
-            StoreSpec::ShedLock { url, table } => Box::new(
-                ShedLockObserver::new(url, Some(table)).expect("the table name was checked when the spec was parsed"),
-            ),
-        }
+            StoreSpec::ShedLock { url, table } => Box::new(ShedLockObserver::new(url, Some(table))?),
+        })
     }
 
     /// Connects a lock store for the client library (applying SQL migrations).
@@ -365,5 +370,18 @@ mod tests {
         let etcd = StoreSpec::parse("etcd:http://a:1").unwrap().with_default_prefix("/x/");
         assert_eq!(etcd.source(), "etcd http://a:1 /x/");
         assert!(!StoreSpec::parse("shedlock+sqlite:/s.db").unwrap().writable());
+    }
+
+    #[test]
+    fn a_spec_built_by_hand_that_cannot_be_observed_is_refused_at_open() {
+        let bad = StoreSpec::ShedLock {
+            url: "sqlite:///tmp/s.db".into(),
+            table: "x; drop table y".into(),
+        };
+        assert!(matches!(bad.open(), Err(StoreError::Config(_))));
+        assert!(
+            StoreSpec::parse("sqlite:/tmp/x.db").unwrap().open().is_ok(),
+            "no connection at open"
+        );
     }
 }

@@ -32,7 +32,7 @@ pub struct Watched {
 impl Watched {
     pub fn start(spec: &StoreSpec) -> Watched {
         let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(spec.observer().run(tx));
+        tokio::spawn(spec.open().expect("an observable spec").observer().run(tx));
         Watched {
             state: FleetState::default(),
             rx,
