@@ -133,18 +133,10 @@ pub fn LockPage() -> impl IntoView {
             .and_then(|e| e.record())
             .map(|r| r.session.to_string())?;
         let (word, icon) = holder_word(d.holder);
-        let text = d.session.as_ref().map(|entry| {
-            let row = lockscope_model::detail::SessionRow {
-                id: id.clone(),
-                entry: Some(entry.clone()),
-                holder: d.holder,
-                locks_held: 0,
-                waiting_for: vec![],
-                blacklist: d.blacklist.clone(),
-                deadlock: false,
-            };
-            session_text(&row, now)
-        });
+        let text = d
+            .session
+            .as_ref()
+            .map(|entry| session_text(Some(entry), d.blacklist.as_ref(), now));
         let sessions_href = format!("/sessions?fleet={}", encode(&fleet()));
         Some(
             view! {

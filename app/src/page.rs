@@ -229,13 +229,7 @@ fn Overview() -> impl IntoView {
             }
         };
         // The fleet's colour is its worst lock's, beside the store connection's.
-        let worst = move || {
-            let c = counts();
-            RowState::ALL
-                .into_iter()
-                .find(|s| *s != RowState::Healthy && c.of(*s) > 0)
-                .unwrap_or(RowState::Healthy)
-        };
+        let worst = move || counts().worst();
         let worst_text = move || {
             let c = counts();
             match worst() {

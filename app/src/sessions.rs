@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use lockscope_model::detail::{SessionList, SessionRow};
 use lockscope_model::session::SKEW_SHOWN_FROM_MS;
 use lockscope_model::time::{absolute_and_relative, human_duration, utc_datetime, utc_hms, Millis};
-use lockscope_model::{Holder, Screen};
+use lockscope_model::{BlacklistEntry, Holder, Screen, SessionEntry};
 
 use crate::live::LiveView;
 use crate::page::encode;
@@ -42,15 +42,16 @@ pub struct SessionText {
     pub blacklist: String,
 }
 
-pub fn session_text(row: &SessionRow, now: Millis) -> SessionText {
+/// What a session says: its entry (`None`: gone) and blacklist entry, at `now`.
+pub fn session_text(entry: Option<&SessionEntry>, blacklist: Option<&BlacklistEntry>, now: Millis) -> SessionText {
     let mut t = SessionText::default();
-    if let Some(bl) = &row.blacklist {
+    if let Some(bl) = blacklist {
         t.blacklist = match bl.body.value() {
             Some(b) => format!("by {}: {} ({})", b.by, b.reason, absolute_and_relative(b.at, now)),
             None => "blacklisted (unreadable entry)".into(),
         };
     }
-    let Some(entry) = &row.entry else {
+    let Some(entry) = entry else {
         t.who = "gone".into();
         t.heartbeat = "—".into();
         return t;
@@ -127,7 +128,7 @@ pub fn SessionsPage() -> impl IntoView {
         let (word, icon) = holder_word(r.holder);
         let text = {
             let r = r.clone();
-            move || session_text(&r, live.now.get())
+            move || session_text(r.entry.as_ref(), r.blacklist.as_ref(), live.now.get())
         };
         let text = Memo::new(move |_| text());
         let locks_link = format!("/?fleet={}", encode(&fleet()));
@@ -197,7 +198,6 @@ pub fn SessionsPage() -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockscope_model::SessionEntry;
 
     fn row(seen_at: Option<Millis>) -> SessionRow {
         let raw = r#"{"v":1,"session":"s1","service":"billing","host":"h1","pid":42,"started_at":1000,"heartbeat_at":50000,
@@ -215,14 +215,15 @@ mod tests {
 
     #[test]
     fn heartbeat_age_is_on_our_clock_once_seen_live() {
-        let t = session_text(&row(Some(47_000)), 49_000);
+        let text = |r: SessionRow, now| session_text(r.entry.as_ref(), r.blacklist.as_ref(), now);
+        let t = text(row(Some(47_000)), 49_000);
         assert_eq!(t.who, "billing@h1:42");
         assert_eq!(t.heartbeat, "2s ago");
         assert_eq!(t.skew, "3s ahead", "heartbeat_at 50 s seen at 47 s");
         assert_eq!(t.contention, "10 / 8 / 2 / 1");
         assert!(t.contention_title.contains("conflict rate 20 %"));
         assert_eq!(t.started, "49s", "heartbeat_at minus started_at, both the holder's");
-        let snap = session_text(&row(None), 52_000);
+        let snap = text(row(None), 52_000);
         assert_eq!(
             snap.heartbeat, "at 00:00:50*",
             "the holder's time, not an age on our clock"
@@ -232,7 +233,8 @@ mod tests {
 
     #[test]
     fn small_skews_are_not_shown() {
-        let t = session_text(&row(Some(49_500)), 50_000);
+        let r = row(Some(49_500));
+        let t = session_text(r.entry.as_ref(), None, 50_000);
         assert_eq!(t.skew, "under 1 s");
         assert!(t.skew_title.contains("500 ms"));
     }

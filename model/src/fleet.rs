@@ -133,78 +133,6 @@ pub struct Waiter {
     pub session: String,
 }
 
-/// A fleet's headline numbers at one instant.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Every lock entry, malformed ones included.
-    pub held: u64,
-    pub overdue: u64,
-    pub expired: u64,
-    pub malformed: u64,
-    /// Held by a session that is gone.
-    #[serde(default)]
-    pub orphaned: u64,
-    /// Held by a blacklisted session.
-    #[serde(default)]
-    pub blacklisted: u64,
-    /// Sessions waiting for a lock.
-    pub waiters: u64,
-}
-
-impl Counts {
-    /// Counts one more (or, with -1, one fewer) lock in `state`.
-    pub fn add(&mut self, state: RowState, delta: i64) {
-        let slot = match state {
-            RowState::Healthy => return,
-            RowState::Expired => &mut self.expired,
-            RowState::Orphaned => &mut self.orphaned,
-            RowState::Blacklisted => &mut self.blacklisted,
-            RowState::Overdue => &mut self.overdue,
-            RowState::Malformed => &mut self.malformed,
-        };
-        *slot = slot.saturating_add_signed(delta);
-    }
-
-    /// Locks in `state` (healthy: the rest of `held`).
-    pub fn of(&self, state: RowState) -> u64 {
-        match state {
-            RowState::Expired => self.expired,
-            RowState::Orphaned => self.orphaned,
-            RowState::Blacklisted => self.blacklisted,
-            RowState::Overdue => self.overdue,
-            RowState::Malformed => self.malformed,
-            RowState::Healthy => self.held.saturating_sub(self.attention()),
-        }
-    }
-
-    /// Locks needing someone's attention: every state but healthy.
-    pub fn attention(&self) -> u64 {
-        self.expired + self.orphaned + self.blacklisted + self.overdue + self.malformed
-    }
-}
-
-/// The connection between the server and one store, on the server's clock.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum StoreStatus {
-    /// Not yet connected since the server started.
-    Connecting { since: Millis },
-    /// Snapshot taken and watch running.
-    Live { since: Millis },
-    /// The store cannot be reached; the table shows the last known truth.
-    Unreachable {
-        since: Millis,
-        error: String,
-        retry_at: Millis,
-    },
-}
-
-impl Default for StoreStatus {
-    fn default() -> Self {
-        StoreStatus::Connecting { since: 0 }
-    }
-}
-
 /// An entry ordered and looked up by its name, so the table stores each name once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct ByName(LockEntry);
@@ -537,6 +465,9 @@ impl FleetState {
         c
     }
 }
+
+mod counts;
+pub use counts::{Counts, StoreStatus};
 
 #[cfg(test)]
 mod tests;

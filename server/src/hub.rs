@@ -25,8 +25,10 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::views::{BuildId, Built, Now, SubId, Views};
+pub use fleets::Fleets;
 use watchers::Watchers;
 
+mod fleets;
 mod watchers;
 
 /// One serialised [`ServerMsg`].
@@ -85,39 +87,6 @@ enum Command {
     WatchSessions {
         reply: oneshot::Sender<watch::Receiver<Option<SessionList>>>,
     },
-}
-
-/// Every fleet the server watches, in the order configured; the first is the
-/// default page.
-#[derive(Clone)]
-pub struct Fleets(Arc<Vec<HubHandle>>);
-
-impl Fleets {
-    pub fn new(hubs: Vec<HubHandle>) -> Fleets {
-        Fleets(Arc::new(hubs))
-    }
-
-    /// The named fleet, or the first when `name` is `None`.
-    pub fn get(&self, name: Option<&str>) -> Option<&HubHandle> {
-        match name {
-            None => self.0.first(),
-            Some(n) => self.0.iter().find(|h| h.fleet() == n),
-        }
-    }
-
-    pub fn names(&self) -> Vec<String> {
-        self.0.iter().map(|h| h.fleet().to_string()).collect()
-    }
-
-    /// Every fleet's latest summary, in order.
-    pub fn summaries(&self) -> Vec<FleetSummary> {
-        self.0.iter().map(|h| h.summary.borrow().clone()).collect()
-    }
-
-    /// Receivers that see each fleet's summary change.
-    pub fn watch(&self) -> Vec<watch::Receiver<FleetSummary>> {
-        self.0.iter().map(|h| h.summary.clone()).collect()
-    }
 }
 
 /// A subscriber's end: its frames, and the handle that unsubscribes when dropped.

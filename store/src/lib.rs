@@ -109,6 +109,22 @@ impl StoreError {
         }
     }
 
+    /// The same failure, said of `what` (a store failure keeps its source; other
+    /// errors are returned as they are).
+    pub fn of(self, what: impl Into<String>) -> StoreError {
+        match self {
+            StoreError::Backend { source, .. } => StoreError::Backend {
+                what: what.into(),
+                source,
+            },
+            StoreError::Unreachable { source, .. } => StoreError::Unreachable {
+                what: what.into(),
+                source,
+            },
+            other => other,
+        }
+    }
+
     /// The error and its sources, one line, for people (logs, the status shown
     /// on the page).
     pub fn describe(&self) -> String {

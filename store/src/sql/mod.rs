@@ -9,8 +9,14 @@
 //!
 //! Waiting: PostgreSQL notifies releases (`LISTEN lockscope_locks`, from a
 //! trigger); SQLite has no notifications, so waiters back off with jitter.
+//!
+//! Here: the store ([`SqlLocks`]: connection, reads the observer uses). Beside
+//! it: `locks` (the protocol's writes), `observer` and `sessions` (what the
+//! dashboard reads), `listen` (PostgreSQL notifications), `schema` (migrations),
+//! `shedlock` (the read-only ShedLock observer).
 
 mod listen;
+mod locks;
 mod observer;
 mod schema;
 mod sessions;
@@ -24,8 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockscope_model::record::{BlacklistRecord, SessionRecord};
-use lockscope_model::{FleetEvent, LockEntry, LockRecord};
+use lockscope_model::{FleetEvent, LockEntry};
 use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow};
 use sqlx::AnyPool;
 use sqlx::Row;
@@ -37,8 +42,7 @@ use listen::{listen, Change};
 
 type Query<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
-use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
-use crate::{validate_name, StoreError};
+use crate::StoreError;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Dialect {
@@ -94,17 +98,10 @@ impl SqlLocks {
         } else {
             opts
         };
-        let pool = opts.connect(url).await.map_err(|e| match StoreError::from(e) {
-            StoreError::Backend { source, .. } => StoreError::Backend {
-                what: format!("opening {}", crate::spec::redact(url)),
-                source,
-            },
-            StoreError::Unreachable { source, .. } => StoreError::Unreachable {
-                what: crate::spec::redact(url),
-                source,
-            },
-            other => other,
-        })?;
+        let pool = opts
+            .connect(url)
+            .await
+            .map_err(|e| StoreError::from(e).of(format!("opening {}", crate::spec::redact(url))))?;
         schema::migrator(dialect)
             .run(&pool)
             .await
@@ -323,201 +320,4 @@ fn event_of(row: &AnyRow) -> Result<FleetEvent, StoreError> {
 
 fn json_of<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).expect("records serialise")
-}
-
-impl LockStore for SqlLocks {
-    async fn open_session(&self, session: &SessionRecord, ttl: Duration) -> Result<SessionLease, StoreError> {
-        let q = self.sql(
-            "INSERT INTO lockscope_sessions (session, record, waiting_for, expires_at) \
-             SELECT $1, $2, NULL, $3 WHERE NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $1) \
-             ON CONFLICT (session) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at",
-        );
-        // On the holder's clock, from the record's own heartbeat_at, so that an
-        // observer reads the ttl back exactly (expires_at - heartbeat_at).
-        let expires = session.heartbeat_at + ttl.as_millis() as i64;
-        let r = self
-            .exec(
-                sqlx::query(&q)
-                    .bind(&session.session)
-                    .bind(json_of(session))
-                    .bind(expires),
-            )
-            .await?;
-        if r.rows_affected() == 0 {
-            return Err(StoreError::Blacklisted {
-                session: session.session.clone(),
-            });
-        }
-        Ok(SessionLease(ttl.as_millis() as i64))
-    }
-
-    async fn session_heartbeat(&self, lease: SessionLease, session: &SessionRecord) -> Result<(), StoreError> {
-        let q = self.sql(
-            "UPDATE lockscope_sessions SET record = $1, expires_at = $2 WHERE session = $3 \
-             AND NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $3)",
-        );
-        let expires = session.heartbeat_at + lease.0;
-        let r = self
-            .exec(
-                sqlx::query(&q)
-                    .bind(json_of(session))
-                    .bind(expires)
-                    .bind(&session.session),
-            )
-            .await?;
-        if r.rows_affected() == 1 {
-            Ok(())
-        } else if self.blacklisted(&session.session).await? {
-            Err(StoreError::Blacklisted {
-                session: session.session.clone(),
-            })
-        } else {
-            Err(StoreError::SessionExpired {
-                session: session.session.clone(),
-            })
-        }
-    }
-
-    async fn close_session(&self, _lease: SessionLease, session: &str) -> Result<(), StoreError> {
-        let q = self.sql("DELETE FROM lockscope_sessions WHERE session = $1");
-        self.exec(sqlx::query(&q).bind(session)).await?;
-        Ok(())
-    }
-
-    async fn try_acquire(&self, name: &str, record: &LockRecord) -> Result<Attempt, StoreError> {
-        validate_name(name)?;
-        let q = self.sql(
-            "INSERT INTO lockscope_locks (name, fence, owner, session, record, revision) \
-             SELECT $1, 1, $2, $3, $4, 1 WHERE NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $3) \
-             ON CONFLICT (name) DO UPDATE SET fence = lockscope_locks.fence + 1, owner = excluded.owner, \
-             session = excluded.session, record = excluded.record, revision = lockscope_locks.revision + 1 \
-             WHERE lockscope_locks.owner IS NULL \
-             RETURNING fence",
-        );
-        let json = String::from_utf8(record.to_json()).expect("JSON is UTF-8");
-        let row = self
-            .one(
-                sqlx::query(&q)
-                    .bind(name)
-                    .bind(&record.owner)
-                    .bind(&*record.session)
-                    .bind(json),
-            )
-            .await?;
-        if let Some(row) = row {
-            return Ok(Attempt::Acquired {
-                fence: row.try_get::<i64, _>(0)?,
-            });
-        }
-        if self.blacklisted(&record.session).await? {
-            return Err(StoreError::Blacklisted {
-                session: record.session.to_string(),
-            });
-        }
-        let holder = self.get(name).await?;
-        Ok(Attempt::Busy {
-            from: WaitFrom(holder.as_ref().map_or(0, |h| h.revision)),
-            holder,
-        })
-    }
-
-    async fn extend(&self, name: &str, fence: i64, record: &LockRecord) -> Result<Extend, StoreError> {
-        let q = self.sql(
-            "UPDATE lockscope_locks SET record = $1, revision = revision + 1 \
-             WHERE name = $2 AND fence = $3 AND owner IS NOT NULL \
-             AND NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $4)",
-        );
-        let json = String::from_utf8(record.to_json()).expect("JSON is UTF-8");
-        let r = self
-            .exec(sqlx::query(&q).bind(json).bind(name).bind(fence).bind(&*record.session))
-            .await?;
-        Ok(if r.rows_affected() == 1 {
-            Extend::Extended
-        } else if self.blacklisted(&record.session).await? {
-            Extend::Blacklisted
-        } else {
-            Extend::Lost
-        })
-    }
-
-    async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
-        validate_name(name)?;
-        let q = self.sql(
-            "UPDATE lockscope_locks SET owner = NULL, session = NULL, record = NULL, revision = revision + 1 \
-             WHERE name = $1 AND fence = $2 AND owner IS NOT NULL",
-        );
-        Ok(self.exec(sqlx::query(&q).bind(name).bind(fence)).await?.rows_affected() == 1)
-    }
-
-    async fn set_waiting(
-        &self,
-        _lease: SessionLease,
-        session: &str,
-        name: &str,
-        waiting: bool,
-    ) -> Result<(), StoreError> {
-        let q = self.sql("UPDATE lockscope_sessions SET waiting_for = $1 WHERE session = $2");
-        self.exec(sqlx::query(&q).bind(waiting.then(|| name.to_string())).bind(session))
-            .await?;
-        Ok(())
-    }
-
-    async fn wait_released(&self, name: &str, from: WaitFrom, max: Duration) -> Result<(), StoreError> {
-        match &self.notified {
-            Some(tx) => {
-                // Subscribe first, then look: a release between the failed attempt
-                // and now is seen by the look, a later one by the notification.
-                let mut rx = tx.subscribe();
-                if self.get(name).await?.is_none_or(|h| h.revision != from.0) {
-                    return Ok(());
-                }
-                // Re-check at least every 10 s in case a notification was lost.
-                let wait = async {
-                    loop {
-                        match rx.recv().await {
-                            Ok(Change::Lock(n)) if n == name => return,
-                            // Notifications may have been missed: look again.
-                            Ok(Change::Lost) => return,
-                            Ok(_) => {}
-                            Err(broadcast::error::RecvError::Lagged(_)) => return,
-                            Err(broadcast::error::RecvError::Closed) => return,
-                        }
-                    }
-                };
-                let _ = tokio::time::timeout(max.min(Duration::from_secs(10)), wait).await;
-                Ok(())
-            }
-            None => {
-                // No notifications: jittered backoff, 25–250 ms.
-                let pause = Duration::from_millis(25 + fastrand::u64(0..225));
-                tokio::time::sleep(pause.min(max)).await;
-                Ok(())
-            }
-        }
-    }
-
-    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
-        let q = self.sql(
-            "INSERT INTO lockscope_blacklist (session, record) VALUES ($1, $2) \
-             ON CONFLICT (session) DO UPDATE SET record = excluded.record",
-        );
-        self.exec(sqlx::query(&q).bind(&entry.session).bind(json_of(entry)))
-            .await?;
-        Ok(())
-    }
-
-    async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {
-        let q = self.sql("DELETE FROM lockscope_blacklist WHERE session = $1");
-        Ok(self.exec(sqlx::query(&q).bind(session)).await?.rows_affected() > 0)
-    }
-
-    async fn get(&self, name: &str) -> Result<Option<LockEntry>, StoreError> {
-        let q =
-            self.sql("SELECT name, fence, revision, record FROM lockscope_locks WHERE name = $1 AND owner IS NOT NULL");
-        self.one(sqlx::query(&q).bind(name))
-            .await?
-            .as_ref()
-            .map(entry_of)
-            .transpose()
-    }
 }

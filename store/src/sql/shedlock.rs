@@ -169,13 +169,7 @@ impl ShedLockObserver {
             let rows = tokio::time::timeout(self.read_timeout, sqlx::query(&sql).fetch_all(&pool))
                 .await
                 .map_err(|_| StoreError::Timeout(self.read_timeout))?
-                .map_err(|e| match StoreError::from(e) {
-                    StoreError::Backend { source, .. } => StoreError::Backend {
-                        what: format!("reading the ShedLock table {}", self.table),
-                        source,
-                    },
-                    other => other,
-                })?;
+                .map_err(|e| StoreError::from(e).of(format!("reading the ShedLock table {}", self.table)))?;
             let now = now_ms();
             let mut held = BTreeMap::new();
             for row in &rows {

@@ -1,0 +1,91 @@
+//! A fleet's headline numbers ([`Counts`]) and its store connection
+//! ([`StoreStatus`]).
+
+use serde::{Deserialize, Serialize};
+
+use crate::time::Millis;
+use crate::view::RowState;
+
+/// A fleet's headline numbers at one instant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Every lock entry, malformed ones included.
+    pub held: u64,
+    pub overdue: u64,
+    pub expired: u64,
+    pub malformed: u64,
+    /// Held by a session that is gone.
+    #[serde(default)]
+    pub orphaned: u64,
+    /// Held by a blacklisted session.
+    #[serde(default)]
+    pub blacklisted: u64,
+    /// Sessions waiting for a lock.
+    pub waiters: u64,
+}
+
+impl Counts {
+    /// The counter of locks in `state`; `None` for healthy, which is not counted
+    /// but derived ([`Counts::of`]).
+    fn slot(&mut self, state: RowState) -> Option<&mut u64> {
+        match state {
+            RowState::Healthy => None,
+            RowState::Expired => Some(&mut self.expired),
+            RowState::Orphaned => Some(&mut self.orphaned),
+            RowState::Blacklisted => Some(&mut self.blacklisted),
+            RowState::Overdue => Some(&mut self.overdue),
+            RowState::Malformed => Some(&mut self.malformed),
+        }
+    }
+
+    /// Counts one more (or, with -1, one fewer) lock in `state`.
+    pub fn add(&mut self, state: RowState, delta: i64) {
+        if let Some(slot) = self.slot(state) {
+            *slot = slot.saturating_add_signed(delta);
+        }
+    }
+
+    /// Locks in `state` (healthy: the rest of `held`).
+    pub fn of(&self, state: RowState) -> u64 {
+        // `Counts` is `Copy`: read through the one state-to-field mapping.
+        match { *self }.slot(state).copied() {
+            Some(n) => n,
+            None => self.held.saturating_sub(self.attention()),
+        }
+    }
+
+    /// Locks needing someone's attention: every state but healthy.
+    pub fn attention(&self) -> u64 {
+        self.expired + self.orphaned + self.blacklisted + self.overdue + self.malformed
+    }
+
+    /// The most severe state any lock is in (healthy when none needs attention).
+    pub fn worst(&self) -> RowState {
+        RowState::ALL
+            .into_iter()
+            .find(|s| *s != RowState::Healthy && self.of(*s) > 0)
+            .unwrap_or(RowState::Healthy)
+    }
+}
+
+/// The connection between the server and one store, on the server's clock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum StoreStatus {
+    /// Not yet connected since the server started.
+    Connecting { since: Millis },
+    /// Snapshot taken and watch running.
+    Live { since: Millis },
+    /// The store cannot be reached; the table shows the last known truth.
+    Unreachable {
+        since: Millis,
+        error: String,
+        retry_at: Millis,
+    },
+}
+
+impl Default for StoreStatus {
+    fn default() -> Self {
+        StoreStatus::Connecting { since: 0 }
+    }
+}
