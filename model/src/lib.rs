@@ -4,6 +4,8 @@
 //! Compiled both natively (server, store) and for wasm (the hydrated UI), so it has
 //! no I/O and no clock of its own: every function that needs "now" takes it.
 //!
+//! - [`admin`]: roles, admin actions, the audit log's entries, what a page's
+//!   viewer may do.
 //! - [`record`]: the JSON lock record as the lock protocol stores it (`docs/protocol.md`).
 //! - [`fleet`]: lock entries, fleet events and the reducer ([`fleet::FleetState::apply`])
 //!   the server's hub runs.
@@ -16,6 +18,7 @@
 //! - [`wire`]: the versioned websocket messages.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 
+pub mod admin;
 pub mod detail;
 pub mod fleet;
 mod intern;
