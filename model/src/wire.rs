@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::admin::{AuditEntry, AuditQuery, Viewer};
 use crate::detail::{LockDetail, SessionList};
 use crate::fleet::{Counts, StoreStatus};
 use crate::time::Millis;
@@ -85,6 +86,9 @@ pub struct FleetSummary {
     /// Where the fleet's locks live (credentials removed), e.g. `etcd http://10.0.0.5:2379`.
     pub source: String,
     pub status: StoreStatus,
+    /// Whether the fleet's store accepts admin actions (a ShedLock table does not).
+    #[serde(default)]
+    pub writable: bool,
     #[serde(flatten)]
     pub counts: Counts,
 }
@@ -100,6 +104,23 @@ pub enum Screen {
     Lock { detail: Box<LockDetail> },
     /// `/sessions`: the fleet's sessions.
     Sessions { sessions: SessionList },
+    /// `/audit`: admin attempts matching `query`, newest first (not live: the
+    /// page says when it was read).
+    Audit {
+        entries: Vec<AuditEntry>,
+        query: AuditQuery,
+        /// Why the URL's filter could not be used, if it could not.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// `/signin`: a token form (authentication is configured and the browser
+    /// has no session).
+    SignIn {
+        /// Where to go after signing in (a path on this server).
+        next: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
 }
 
 /// What the server embeds in a rendered page: the chosen fleet's view (its first
@@ -122,6 +143,13 @@ pub struct Page {
     /// Why the URL's view could not be used (the default view is shown instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub view_error: Option<String>,
+    /// Who is looking and what they may do (the forms' CSRF token too).
+    #[serde(default)]
+    pub viewer: Viewer,
+    /// The outcome of the viewer's own last action, after a form post
+    /// (`?audit=ID`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notice: Option<AuditEntry>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

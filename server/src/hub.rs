@@ -128,10 +128,7 @@ impl HubHandle {
     pub fn spawn(fleet: &str, source: &str, store: Arc<dyn FleetStore>) -> HubHandle {
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(store.observer().run(tx));
-        HubHandle {
-            store: Some(store),
-            ..HubHandle::with_events(fleet, source, rx)
-        }
+        HubHandle::start(fleet, source, rx, Views::new(), Some(store))
     }
 
     /// The fleet's store (its admin side).
@@ -141,16 +138,23 @@ impl HubHandle {
 
     /// Starts a hub fed by a channel of observer events.
     pub fn with_events(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>) -> HubHandle {
-        HubHandle::start(fleet, source, events, Views::new())
+        HubHandle::start(fleet, source, events, Views::new(), None)
     }
 
-    fn start(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>, views: Views) -> HubHandle {
+    fn start(
+        fleet: &str,
+        source: &str,
+        events: mpsc::Receiver<ObserverEvent>,
+        views: Views,
+        store: Option<Arc<dyn FleetStore>>,
+    ) -> HubHandle {
         let (commands, command_rx) = mpsc::channel(1024);
         let status = StoreStatus::Connecting { since: now_ms() };
         let (summary_tx, summary) = watch::channel(FleetSummary {
             name: fleet.to_string(),
             source: source.to_string(),
             status: status.clone(),
+            writable: store.as_ref().is_some_and(|s| s.writable()),
             counts: Default::default(),
         });
         let (built_tx, built) = mpsc::channel(1);
@@ -171,7 +175,7 @@ impl HubHandle {
             commands,
             fleet: fleet.into(),
             summary,
-            store: None,
+            store,
         }
     }
 

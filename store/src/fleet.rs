@@ -32,6 +32,10 @@ pub trait FleetStore: Send + Sync + 'static {
     /// Where the locks live, for people (no credentials).
     fn source(&self) -> String;
 
+    /// Whether admin actions can succeed here (`false`: every one is refused
+    /// with [`StoreError::ReadOnly`]).
+    fn writable(&self) -> bool;
+
     /// A new observer of the fleet (the hub runs one, and makes a new one never).
     fn observer(&self) -> Box<dyn Observer>;
 
@@ -69,6 +73,10 @@ impl WritableFleet {
 impl FleetStore for WritableFleet {
     fn source(&self) -> String {
         self.spec.source()
+    }
+
+    fn writable(&self) -> bool {
+        true
     }
 
     fn observer(&self) -> Box<dyn Observer> {
@@ -116,6 +124,10 @@ impl ReadOnlyFleet {
 impl FleetStore for ReadOnlyFleet {
     fn source(&self) -> String {
         self.spec.source()
+    }
+
+    fn writable(&self) -> bool {
+        false
     }
 
     fn observer(&self) -> Box<dyn Observer> {
