@@ -1,17 +1,21 @@
 //! `lockscope demo`: a simulated fleet of workers taking real locks through the
 //! client library ([`lockscope_store::client`]), so the dashboard has something
-//! true to show: contention on a few hot locks, waiters, overdue holders, and
-//! locks abandoned by workers that "die" holding them. Later it doubles as the load
-//! generator for benchmarks and browser tests.
+//! true to show: contention on a few hot locks, waiters, overdue holders, hung
+//! holders, and locks abandoned by workers that "die" holding them. Later it
+//! doubles as the load generator for benchmarks and browser tests.
 //!
 //! Every worker owns its own [`Session`] and loops: pick a lock, take it with a
 //! deadline, hold it for a sampled time, release it. Now and then a worker stalls
 //! (holds past its expected runtime, so the lock turns overdue) or dies holding its
 //! lock: it abandons the guard and drops its session without closing it, as a
 //! crashed process would (its heartbeat stops, the lock stays until the unlocker
-//! releases it), and a fresh session takes its place after a short pause.
+//! releases it), and a fresh session takes its place after a short pause. Rarely
+//! a worker hangs: stuck but alive, it leaves its lock alone for minutes while its
+//! session keeps heartbeating, which is what an operator blacklists or
+//! force-releases. A worker whose session was blacklisted does not release its
+//! lock (it runs out at `auto_unlock_at`); it opens a new session.
 //!
-//! The decisions (which lock, how long, die or stall) are pure functions of a
+//! The decisions (which lock, how long, die, stall or hang) are pure functions of a
 //! seeded [`fastrand::Rng`] ([`Keyspace::pick`], [`plan`](fn@plan), [`purpose`]); the async
 //! part is [`run`] and its workers. Timing still varies from run to run, so a seed
 //! makes each worker's sequence of decisions reproducible, not the whole run.
@@ -34,12 +38,13 @@ pub use plan::{
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fastrand::Rng;
 use lockscope_model::LockBody;
-use lockscope_store::client::Session;
+use lockscope_store::client::{Session, SessionConfig};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::StoreError;
 use tokio::sync::watch;
@@ -70,12 +75,20 @@ pub struct DemoConfig {
     pub die_rate: f64,
     /// Probability per acquisition that the worker holds past the expected runtime.
     pub stall_rate: f64,
+    /// Probability per acquisition that the worker hangs holding the lock: stuck
+    /// but alive (its session keeps heartbeating), for a time in `hang`.
+    pub hang_rate: f64,
+    /// How long a hang lasts (uniform in the range).
+    pub hang: RangeInclusive<Duration>,
     /// How long one `lock` call may wait for a busy lock.
     pub lock_deadline: Duration,
     /// A lock not extended for this long may be released (`auto_unlock_at`):
     /// longer than a session's ttl (10 s), so a dead worker's lock shows as
-    /// orphaned (its session gone) before it shows as expired.
+    /// orphaned (its session gone) before it shows as expired. The client library
+    /// raises it to at least three heartbeats.
     pub auto_unlock_after: Duration,
+    /// How often the workers' sessions heartbeat (extending their locks).
+    pub heartbeat_every: Duration,
     /// Stop after this long; `None`: only when the stop future passed to [`run`] resolves.
     pub duration: Option<Duration>,
     /// Seed for the workers' decisions.
@@ -95,8 +108,14 @@ impl Default for DemoConfig {
             expected_runtime: Duration::from_millis(3000),
             die_rate: 0.02,
             stall_rate: 0.05,
+            // Now and then one, without eating the fleet: a hung worker holds its
+            // lock for minutes.
+            hang_rate: 0.001,
+            hang: Duration::from_secs(180)..=Duration::from_secs(300),
             lock_deadline: Duration::from_secs(5),
             auto_unlock_after: Duration::from_secs(30),
+            // The client library's default.
+            heartbeat_every: SessionConfig::new("").heartbeat_every,
             duration: None,
             seed: None,
             report_every: Duration::from_secs(10),
@@ -128,7 +147,10 @@ pub struct DemoStats {
     pub deaths: u64,
     /// Acquisitions planned to be held past the expected runtime.
     pub stalls: u64,
-    /// Held locks the client library reported lost.
+    /// Acquisitions planned to hang (stuck but alive, heartbeating).
+    pub hangs: u64,
+    /// Held locks the client library reported lost (taken away, not extended, or
+    /// their session blacklisted).
     pub lost: u64,
     /// Unexpected store errors (the worker paused and went on).
     pub errors: u64,
@@ -144,8 +166,8 @@ impl fmt::Display for DemoStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "acquired {}, conflicts {}, timeouts {}, deaths {}, stalls {}, lost {}, errors {}",
-            self.acquired, self.conflicts, self.timeouts, self.deaths, self.stalls, self.lost, self.errors
+            "acquired {}, conflicts {}, timeouts {}, deaths {}, stalls {}, hangs {}, lost {}, errors {}",
+            self.acquired, self.conflicts, self.timeouts, self.deaths, self.stalls, self.hangs, self.lost, self.errors
         )
     }
 }
@@ -153,7 +175,8 @@ impl fmt::Display for DemoStats {
 /// Runs the demo fleet on `store` until `cfg.duration` has passed or `stop`
 /// resolves, whichever comes first; then every live worker releases its lock and
 /// closes its session, and the totals are returned. Locks abandoned by dead
-/// workers stay held (listed in [`DemoStats::abandoned`]).
+/// workers stay held (listed in [`DemoStats::abandoned`]), and so do those of
+/// blacklisted sessions (they run out at `auto_unlock_at`).
 ///
 /// Fails only if the workers' first sessions cannot be opened; later store errors
 /// are logged, counted and retried.
@@ -172,6 +195,7 @@ pub async fn run<S: LockStore>(
         expected_runtime_ms = cfg.expected_runtime.as_millis() as u64,
         die_rate = cfg.die_rate,
         stall_rate = cfg.stall_rate,
+        hang_rate = cfg.hang_rate,
         seed = ?cfg.seed,
         "demo fleet starting"
     );
@@ -191,7 +215,7 @@ pub async fn run<S: LockStore>(
     let mut sessions = Vec::with_capacity(cfg.workers);
     for i in 0..cfg.workers {
         let service = SERVICES[i % SERVICES.len()];
-        sessions.push(Session::open(store.clone(), worker_process(service, i, &mut seeds)).await?);
+        sessions.push(Session::open(store.clone(), session_config(&cfg, service, i, &mut seeds)).await?);
     }
 
     let (report_every, duration) = (cfg.report_every, cfg.duration);
@@ -272,8 +296,17 @@ fn log_summary(s: &DemoStats, msg: &str) {
         timeouts = s.timeouts,
         deaths = s.deaths,
         stalls = s.stalls,
+        hangs = s.hangs,
         lost = s.lost,
         errors = s.errors,
         "{msg}"
     );
+}
+
+/// Who a demo worker's session is ([`worker_process`]), heartbeating as `cfg` says.
+fn session_config(cfg: &DemoConfig, service: &str, slot: usize, rng: &mut Rng) -> SessionConfig {
+    SessionConfig {
+        heartbeat_every: cfg.heartbeat_every,
+        ..worker_process(service, slot, rng)
+    }
 }

@@ -1,5 +1,5 @@
 //! The demo's pure decisions: which lock a worker takes, how long it holds it,
-//! whether it stalls or dies, what it says the lock is for, and who the worker
+//! whether it stalls, hangs or dies, what it says the lock is for, and who the worker
 //! process is. All functions of a seeded [`Rng`].
 
 use std::time::Duration;
@@ -87,6 +87,11 @@ pub enum Fate {
     Release,
     /// Released after a hold past the expected runtime (the lock turns overdue).
     Stall,
+    /// Stuck but alive: the worker ignores its lock for the hold (minutes) while
+    /// its session keeps heartbeating, so the lock turns overdue with a holder
+    /// that looks healthy (the case for blacklisting or force-releasing). Then it
+    /// unlocks and carries on.
+    Hang,
     /// The worker dies after the hold, leaving the lock held.
     Die,
 }
@@ -98,14 +103,18 @@ pub struct Plan {
     pub hold: Duration,
 }
 
-/// Dies with probability `die_rate`, else stalls with probability `stall_rate`
-/// (of all acquisitions), else releases normally.
-pub fn choose_fate(rng: &mut Rng, die_rate: f64, stall_rate: f64) -> Fate {
+/// Dies with probability `die_rate`, stalls with probability `stall_rate`, hangs
+/// with probability `hang_rate` (each of all acquisitions), else releases
+/// normally. Should the rates add up to more than 1, they are taken in that
+/// order (dying first).
+pub fn choose_fate(rng: &mut Rng, die_rate: f64, stall_rate: f64, hang_rate: f64) -> Fate {
     let u = rng.f64();
     if u < die_rate {
         Fate::Die
     } else if u < die_rate + stall_rate {
         Fate::Stall
+    } else if u < die_rate + stall_rate + hang_rate {
+        Fate::Hang
     } else {
         Fate::Release
     }
@@ -125,13 +134,15 @@ pub fn sample_between(rng: &mut Rng, lo: Duration, hi: Duration) -> Duration {
 
 /// The next acquisition's fate and hold time: normal holds (also those of dying
 /// workers) are exponential around `hold_mean` but stay under the expected
-/// runtime; stalls hold 1.5 to 3 times the expected runtime.
+/// runtime; stalls hold 1.5 to 3 times the expected runtime; hangs last a time
+/// uniform in `cfg.hang`.
 pub fn plan(rng: &mut Rng, cfg: &DemoConfig) -> Plan {
-    let fate = choose_fate(rng, cfg.die_rate, cfg.stall_rate);
+    let fate = choose_fate(rng, cfg.die_rate, cfg.stall_rate, cfg.hang_rate);
     let hold = match fate {
         Fate::Stall => cfg
             .expected_runtime
             .mul_f64(STALL_FACTOR.0 + (STALL_FACTOR.1 - STALL_FACTOR.0) * rng.f64()),
+        Fate::Hang => sample_between(rng, *cfg.hang.start(), *cfg.hang.end()),
         Fate::Release | Fate::Die => {
             sample_exponential(rng, cfg.hold_mean, cfg.expected_runtime.mul_f64(NORMAL_HOLD_CAP))
         }
@@ -259,29 +270,75 @@ mod tests {
     fn fates_follow_the_rates() {
         let mut rng = Rng::with_seed(3);
         let n = 20_000;
-        let (mut die, mut stall) = (0, 0);
+        let (mut die, mut stall, mut hang) = (0, 0, 0);
         for _ in 0..n {
-            match choose_fate(&mut rng, 0.1, 0.2) {
+            match choose_fate(&mut rng, 0.1, 0.2, 0.05) {
                 Fate::Die => die += 1,
                 Fate::Stall => stall += 1,
+                Fate::Hang => hang += 1,
                 Fate::Release => {}
             }
         }
-        let (die, stall) = (die as f64 / n as f64, stall as f64 / n as f64);
+        let share = |k: i32| k as f64 / n as f64;
+        let (die, stall, hang) = (share(die), share(stall), share(hang));
         assert!((0.09..0.11).contains(&die), "die {die}");
         assert!((0.18..0.22).contains(&stall), "stall {stall}");
-        assert!((0..100).all(|_| choose_fate(&mut rng, 0.0, 0.0) == Fate::Release));
-        assert!((0..100).all(|_| choose_fate(&mut rng, 1.0, 0.0) == Fate::Die));
-        assert!((0..100).all(|_| choose_fate(&mut rng, 0.0, 1.0) == Fate::Stall));
+        assert!((0.04..0.06).contains(&hang), "hang {hang}");
+        assert!((0..100).all(|_| choose_fate(&mut rng, 0.0, 0.0, 0.0) == Fate::Release));
+        assert!((0..100).all(|_| choose_fate(&mut rng, 1.0, 0.0, 0.0) == Fate::Die));
+        assert!((0..100).all(|_| choose_fate(&mut rng, 0.0, 1.0, 0.0) == Fate::Stall));
+        assert!((0..100).all(|_| choose_fate(&mut rng, 0.0, 0.0, 1.0) == Fate::Hang));
+        // Rates adding up to more than 1: dying first, then stalling, then hanging.
+        assert!((0..100).all(|_| choose_fate(&mut rng, 1.0, 1.0, 1.0) == Fate::Die));
+        assert!((0..100).all(|_| choose_fate(&mut rng, 0.0, 1.0, 1.0) == Fate::Stall));
     }
 
     #[test]
-    fn plans_make_only_stalls_overdue() {
+    fn rare_hangs_show_up_now_and_then() {
+        // The embedded demo's rate: about one acquisition in a thousand.
+        let mut rng = Rng::with_seed(5);
+        let cfg = DemoConfig::default();
+        let n = 100_000;
+        let hangs = (0..n)
+            .filter(|_| choose_fate(&mut rng, cfg.die_rate, cfg.stall_rate, cfg.hang_rate) == Fate::Hang)
+            .count();
+        assert!((60..140).contains(&hangs), "{hangs} hangs in {n}");
+    }
+
+    #[test]
+    fn hangs_last_minutes_by_default_or_exactly_as_configured() {
+        let mut rng = Rng::with_seed(8);
+        let cfg = DemoConfig {
+            hang_rate: 1.0,
+            die_rate: 0.0,
+            stall_rate: 0.0,
+            ..DemoConfig::default()
+        };
+        for _ in 0..1000 {
+            let p = plan(&mut rng, &cfg);
+            assert_eq!(p.fate, Fate::Hang);
+            assert!(
+                p.hold >= Duration::from_secs(180) && p.hold <= Duration::from_secs(300),
+                "{:?}",
+                p.hold
+            );
+        }
+        let fixed = Duration::from_secs(7);
+        let cfg = DemoConfig {
+            hang: fixed..=fixed,
+            ..cfg
+        };
+        assert!((0..100).all(|_| plan(&mut rng, &cfg).hold == fixed));
+    }
+
+    #[test]
+    fn plans_make_only_stalls_and_hangs_overdue() {
         let cfg = DemoConfig {
             hold_mean: Duration::from_millis(1500),
             expected_runtime: Duration::from_millis(3000),
             die_rate: 0.1,
             stall_rate: 0.1,
+            hang_rate: 0.1,
             ..DemoConfig::default()
         };
         let mut rng = Rng::with_seed(11);
@@ -291,6 +348,7 @@ mod tests {
                 Fate::Stall => {
                     assert!(p.hold >= cfg.expected_runtime.mul_f64(1.5) && p.hold <= cfg.expected_runtime * 3)
                 }
+                Fate::Hang => assert!(cfg.hang.contains(&p.hold) && p.hold > cfg.expected_runtime),
                 Fate::Release | Fate::Die => assert!(p.hold < cfg.expected_runtime),
             }
         }

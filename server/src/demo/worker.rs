@@ -1,21 +1,22 @@
 //! One simulated worker process and what the workers share: it loops taking,
-//! holding and releasing locks as planned, dies now and then, and is restarted
-//! with a fresh session.
+//! holding and releasing locks as planned, hangs or dies now and then, and is
+//! restarted with a fresh session (after dying, or when its session was
+//! blacklisted).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fastrand::Rng;
-use lockscope_store::client::{LockOptions, Session};
+use lockscope_store::client::{LockGuard, LockOptions, LossReason, Session};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::StoreError;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::plan::{plan, purpose, sample_between, sample_idle, worker_process, Fate, Keyspace, RESTART_PAUSE};
-use super::{AbandonedLock, DemoConfig, DemoStats};
+use super::plan::{plan, purpose, sample_between, sample_idle, Fate, Keyspace, RESTART_PAUSE};
+use super::{session_config, AbandonedLock, DemoConfig, DemoStats};
 
 /// How often a holding worker checks whether its lock was lost.
 const LOSS_CHECK_EVERY: Duration = Duration::from_millis(250);
@@ -29,6 +30,7 @@ pub(super) struct Counters {
     timeouts: AtomicU64,
     deaths: AtomicU64,
     stalls: AtomicU64,
+    hangs: AtomicU64,
     lost: AtomicU64,
     errors: AtomicU64,
     abandoned: Mutex<Vec<AbandonedLock>>,
@@ -47,6 +49,7 @@ impl Counters {
             timeouts: get(&self.timeouts),
             deaths: get(&self.deaths),
             stalls: get(&self.stalls),
+            hangs: get(&self.hangs),
             lost: get(&self.lost),
             errors: get(&self.errors),
             swept: 0,
@@ -80,6 +83,13 @@ enum Job {
     Stopped,
     /// The session cannot go on (blacklisted, expired): open a new one.
     Replace,
+}
+
+/// How holding a lock ended.
+enum Held {
+    Served,
+    Lost(LossReason),
+    Stopped,
 }
 
 impl<S: LockStore> Worker<S> {
@@ -163,37 +173,36 @@ impl<S: LockStore> Worker<S> {
             }
         };
         Counters::bump(&counters.acquired);
-        if plan.fate == Fate::Stall {
-            Counters::bump(&counters.stalls);
+        match plan.fate {
+            Fate::Stall => Counters::bump(&counters.stalls),
+            Fate::Hang => Counters::bump(&counters.hangs),
+            Fate::Release | Fate::Die => {}
         }
-        enum Held {
-            Served,
-            Lost,
-            Stopped,
-        }
-        // `LockGuard::lost()` would be the natural wait, but its future is not
-        // `Send` (so not usable in a spawned task); checking every
-        // `LOSS_CHECK_EVERY` is as good for a demo.
-        let until = Instant::now() + plan.hold;
-        let held = loop {
-            if guard.is_lost() {
-                break Held::Lost;
-            }
-            let now = Instant::now();
-            if now >= until {
-                break Held::Served;
-            }
-            if !self.pause((until - now).min(LOSS_CHECK_EVERY)).await {
-                break Held::Stopped;
-            }
+        let held = if plan.fate == Fate::Hang {
+            self.hang(session, &guard, plan.hold).await
+        } else {
+            self.hold(&guard, plan.hold).await
         };
         match held {
-            Held::Lost => {
+            Held::Lost(LossReason::Blacklisted) => {
+                Counters::bump(&counters.lost);
+                // Not unlock() (it succeeds by fence): a blacklisted session's locks run out at auto_unlock_at.
+                guard.abandon();
+                info!(lock = %key.name, session = %session.id(), service = self.service, "demo session blacklisted: its lock is left to run out; opening a new session");
+                // The session can take no more locks. On a stop, `run` ends in the restart
+                // pause without reporting this session closed, so its final sweep skips the lock.
+                Job::Replace
+            }
+            Held::Lost(_) => {
                 Counters::bump(&counters.lost);
                 // Released if the store still has it as ours (say it was only
                 // unreachable for a while); a no-op otherwise.
                 let _ = guard.unlock().await;
-                Job::Done
+                if *self.stop.borrow() {
+                    Job::Stopped
+                } else {
+                    Job::Done
+                }
             }
             Held::Served if plan.fate == Fate::Die => {
                 let dead = AbandonedLock {
@@ -225,10 +234,50 @@ impl<S: LockStore> Worker<S> {
         }
     }
 
+    /// Holds the lock for `hold`, watching for its loss.
+    async fn hold(&mut self, guard: &LockGuard<S>, hold: Duration) -> Held {
+        // `LockGuard::lost()` would be the natural wait, but its future is not
+        // `Send` (so not usable in a spawned task); checking every
+        // `LOSS_CHECK_EVERY` is as good for a demo.
+        let until = Instant::now() + hold;
+        loop {
+            if let Some(why) = guard.loss() {
+                return Held::Lost(why);
+            }
+            let now = Instant::now();
+            if now >= until {
+                return Held::Served;
+            }
+            if !self.pause((until - now).min(LOSS_CHECK_EVERY)).await {
+                return Held::Stopped;
+            }
+        }
+    }
+
+    /// Stuck but alive for `hold`: the worker neither looks at nor touches its
+    /// lock, while the session's own heartbeat task keeps the session and the lock
+    /// alive, so the lock turns overdue with a healthy-looking holder. Only the
+    /// demo's stop cuts it short.
+    async fn hang(&mut self, session: &Session<S>, guard: &LockGuard<S>, hold: Duration) -> Held {
+        info!(lock = %guard.name(), fence = guard.fence(), session = %session.id(), service = self.service, hang_secs = hold.as_secs(), "demo worker hangs holding its lock");
+        let served = self.pause(hold).await;
+        // Awake, it looks at its lock for the first time. An extension now also
+        // catches a loss (a blacklisting, a force-release) the heartbeat has not
+        // noticed yet; a failing store just leaves the answer to `loss`.
+        if guard.loss().is_none() {
+            let _ = guard.alive().await;
+        }
+        match guard.loss() {
+            Some(why) => Held::Lost(why),
+            None if served => Held::Served,
+            None => Held::Stopped,
+        }
+    }
+
     /// A new session for a restarted worker, retried until it opens or the demo stops.
     async fn open(&mut self) -> Option<Session<S>> {
         loop {
-            let cfg = worker_process(self.service, self.slot, &mut self.rng);
+            let cfg = session_config(&self.shared.cfg, self.service, self.slot, &mut self.rng);
             let opened = tokio::select! {
                 r = Session::open(self.shared.store.clone(), cfg) => r,
                 _ = stopped(&mut self.stop) => return None,
