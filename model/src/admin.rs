@@ -154,6 +154,48 @@ pub struct AuditQuery {
     pub limit: Option<u32>,
 }
 
+impl AuditQuery {
+    /// Reads a query from URL pairs (`fleet`, `actor`, `action`, `outcome`,
+    /// `from`, `to`, `limit`; other keys are ignored, empty values mean "any").
+    /// Times take any form [`crate::time::parse_instant`] reads.
+    pub fn from_query<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<AuditQuery, String> {
+        let mut q = AuditQuery::default();
+        for (k, v) in pairs {
+            let v = v.trim();
+            if v.is_empty() {
+                continue;
+            }
+            let instant = || {
+                crate::time::parse_instant(v).ok_or_else(|| {
+                    format!("{k}={v:?}: not a time (use 2026-11-23T04:20:13Z, 2026-11-23 04:20 UTC or unix ms)")
+                })
+            };
+            match k {
+                "fleet" => q.fleet = Some(v.to_string()),
+                "actor" => q.actor = Some(v.to_string()),
+                "action" => {
+                    q.action = Some(
+                        Action::parse(v)
+                            .ok_or_else(|| format!("action={v:?}: use release, blacklist or unblacklist"))?,
+                    )
+                }
+                "outcome" => {
+                    q.outcome =
+                        Some(Outcome::parse(v).ok_or_else(|| format!("outcome={v:?}: use done, changed or refused"))?)
+                }
+                "from" => q.from = Some(instant()?),
+                "to" => q.to = Some(instant()?),
+                "limit" => {
+                    let n: u32 = v.parse().map_err(|_| format!("limit={v:?}: not a number"))?;
+                    q.limit = Some(n.clamp(1, MAX_AUDIT_ROWS));
+                }
+                _ => {}
+            }
+        }
+        Ok(q)
+    }
+}
+
 /// How a page was reached and what its viewer may do: the UI shows only the
 /// buttons its viewer may press (the server checks again on every action).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -214,8 +256,38 @@ mod tests {
     }
 
     #[test]
+    fn audit_queries_parse_from_urls_with_reasons() {
+        let q = AuditQuery::from_query([
+            ("fleet", "prod"),
+            ("action", "release"),
+            ("outcome", "changed"),
+            ("from", "2026-11-23T04:00"),
+            ("to", ""),
+            ("limit", "999999"),
+            ("format", "csv"),
+        ])
+        .unwrap();
+        assert_eq!(q.fleet.as_deref(), Some("prod"));
+        assert_eq!((q.action, q.outcome), (Some(Action::Release), Some(Outcome::Changed)));
+        assert_eq!(q.from, crate::time::parse_instant("2026-11-23T04:00:00Z"));
+        assert_eq!((q.to, q.limit), (None, Some(MAX_AUDIT_ROWS)));
+        for (k, v) in [
+            ("action", "delete"),
+            ("from", "noon"),
+            ("limit", "x"),
+            ("outcome", "ok"),
+        ] {
+            let err = AuditQuery::from_query([(k, v)]).unwrap_err();
+            assert!(err.starts_with(k), "{err}");
+        }
+    }
+
+    #[test]
     fn scope_limits_fleets_and_prefixes() {
-        let scope = vec![("prod".to_string(), vec!["billing/".to_string()]), ("dev".to_string(), vec![])];
+        let scope = vec![
+            ("prod".to_string(), vec!["billing/".to_string()]),
+            ("dev".to_string(), vec![]),
+        ];
         assert!(in_scope(&scope, "prod", Some("billing/x")));
         assert!(!in_scope(&scope, "prod", Some("orders/x")));
         assert!(in_scope(&scope, "prod", None));

@@ -85,11 +85,7 @@ impl LockDetail {
                     let (since, at_least) = since(w);
                     WaiterDetail {
                         session: w.to_string(),
-                        who: sessions
-                            .sessions
-                            .get(w)
-                            .and_then(|s| s.record())
-                            .map(|r| format!("{}@{}:{}", r.service, r.host, r.pid)),
+                        who: sessions.sessions.get(w).and_then(|s| s.record()).map(|r| r.holder()),
                         since,
                         at_least,
                         deadlock: deadlocks.sessions.contains(w),

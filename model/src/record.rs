@@ -172,6 +172,22 @@ impl LockRecord {
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a LockRecord always serialises")
     }
+
+    /// The holder as people name it: `service@host:pid`.
+    pub fn holder(&self) -> String {
+        holder_label(&self.service, &self.host, self.pid)
+    }
+}
+
+impl SessionRecord {
+    /// The session's process as people name it: `service@host:pid`.
+    pub fn holder(&self) -> String {
+        holder_label(&self.service, &self.host, self.pid)
+    }
+}
+
+fn holder_label(service: &str, host: &str, pid: u32) -> String {
+    format!("{service}@{host}:{pid}")
 }
 
 #[cfg(test)]
@@ -348,6 +364,19 @@ pub struct BlacklistRecord {
     pub reason: String,
     /// Blacklister's clock, unix ms.
     pub at: i64,
+}
+
+impl BlacklistRecord {
+    /// `by` blacklists `session` at `at` (their clock) for `reason`.
+    pub fn new(session: &str, by: &str, reason: &str, at: i64) -> BlacklistRecord {
+        BlacklistRecord {
+            v: RECORD_VERSION,
+            session: session.into(),
+            by: by.into(),
+            reason: reason.into(),
+            at,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -45,6 +45,34 @@ pub fn rfc3339(ms: Millis) -> String {
     )
 }
 
+/// An instant typed by a person or a script, as UTC: RFC 3339
+/// (`2026-11-23T04:20:13Z`, any offset), `YYYY-MM-DDTHH:MM[:SS]` or
+/// `YYYY-MM-DD HH:MM[:SS]` (taken as UTC, what a `datetime-local` input sends),
+/// `YYYY-MM-DD` (midnight UTC), or unix milliseconds.
+pub fn parse_instant(text: &str) -> Option<Millis> {
+    let t = text.trim();
+    if let Ok(ms) = t.parse::<i64>() {
+        return Some(ms);
+    }
+    if let Ok(d) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Some(d.timestamp_millis());
+    }
+    for f in [
+        "%Y-%m-%dT%H:%M:%S",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+    ] {
+        if let Ok(d) = chrono::NaiveDateTime::parse_from_str(t, f) {
+            return Some(d.and_utc().timestamp_millis());
+        }
+    }
+    chrono::NaiveDate::parse_from_str(t, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|d| d.and_utc().timestamp_millis())
+}
+
 /// A UTC instant and how long ago (or from now) it is: "04:20:13 UTC (3m 07s ago)".
 pub fn absolute_and_relative(at: Millis, now: Millis) -> String {
     let rel = human_duration(now - at);
@@ -58,6 +86,20 @@ pub fn absolute_and_relative(at: Millis, now: Millis) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn instants_parse_in_every_documented_form() {
+        use super::parse_instant as p;
+        let at = 1_795_407_613_000; // 2026-11-23T04:20:13Z
+        assert_eq!(p("2026-11-23T04:20:13Z"), Some(at));
+        assert_eq!(p("2026-11-23T05:20:13+01:00"), Some(at));
+        assert_eq!(p("2026-11-23T04:20:13"), Some(at));
+        assert_eq!(p("2026-11-23 04:20"), Some(at - 13_000));
+        assert_eq!(p("2026-11-23"), Some(at - (4 * 3600 + 20 * 60 + 13) * 1000));
+        assert_eq!(p(&at.to_string()), Some(at));
+        assert_eq!(p("yesterday"), None);
+        assert_eq!(p("2026-13-01"), None);
+    }
+
     use super::*;
 
     #[test]

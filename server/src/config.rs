@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use lockscope_store::spec::{StoreSpec, DEFAULT_ETCD_PREFIX};
 
+use lockscope_model::admin::Role;
+
 use crate::demo::DemoConfig;
 
 #[derive(Debug, Parser)]
@@ -37,9 +39,30 @@ pub enum Command {
     /// Release a lock taken with `lock`, only if it is still that acquisition.
     Unlock(UnlockArgs),
     /// Run a simulated fleet of workers taking real locks through the client
-    /// library (contention, timeouts, overdue holders, dead workers' abandoned
-    /// locks), for the dashboard to show and as a load generator.
+    /// library (contention, timeouts, overdue holders, hung-but-alive holders,
+    /// dead workers' abandoned locks), for the dashboard to show and as a load
+    /// generator.
     Demo(DemoArgs),
+    /// Make an API token: prints the token (once) and the `[[auth.tokens]]`
+    /// entry for lockscope.toml, which keeps only its hash.
+    Token(TokenArgs),
+    /// Force-release, blacklist or lift a blacklist through a running server's
+    /// API, so roles and the audit log apply.
+    Admin(crate::remote::AdminArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TokenArgs {
+    /// Who the token is: the actor the audit log names.
+    #[arg(long)]
+    pub name: String,
+    /// viewer, operator or admin.
+    #[arg(long, default_value = "viewer", value_parser = parse_role)]
+    pub role: Role,
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    Role::parse(s).ok_or_else(|| format!("{s:?}: use viewer, operator or admin"))
 }
 
 /// The store a subcommand acts on.
@@ -98,9 +121,19 @@ pub struct ServeArgs {
     /// Do not run the demo fleet on the embedded default.
     #[arg(long, env = "LOCKSCOPE_NO_DEMO")]
     pub no_demo: bool,
-    /// Address to serve the dashboard on.
-    #[arg(long, env = "LOCKSCOPE_LISTEN", default_value = "127.0.0.1:3000")]
-    pub listen: SocketAddr,
+    /// Address to serve the dashboard on (default 127.0.0.1:3000, or the
+    /// config file's `listen`). Without `[auth]` only loopback addresses are
+    /// allowed.
+    #[arg(long, env = "LOCKSCOPE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// The config file (fleets, audit database, auth); default `lockscope.toml`
+    /// when it exists. Flags and environment variables override it.
+    #[arg(long, env = "LOCKSCOPE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Where the audit log (and browser sign-ins) live: `sqlite:PATH` or
+    /// `postgres://…`; default the embedded default's SQLite file.
+    #[arg(long, env = "LOCKSCOPE_AUDIT")]
+    pub audit: Option<String>,
     /// Name of the `--etcd` fleet.
     #[arg(long, env = "LOCKSCOPE_FLEET", default_value = "etcd", value_parser = parse_fleet_name)]
     pub fleet: String,
@@ -194,17 +227,29 @@ pub struct DemoArgs {
     /// expected runtime, so the lock turns overdue.
     #[arg(long, env = "LOCKSCOPE_DEMO_STALL_RATE", default_value_t = 0.05, value_parser = fraction)]
     pub stall_rate: f64,
+    /// Probability per acquisition that the worker hangs holding the lock: stuck
+    /// but alive, its session heartbeating, so the lock turns overdue with a
+    /// healthy-looking holder (to try blacklisting and force-release on).
+    #[arg(long, env = "LOCKSCOPE_DEMO_HANG_RATE", default_value_t = 0.001, value_parser = fraction)]
+    pub hang_rate: f64,
+    /// How long a hang lasts, in seconds; default 3 to 5 minutes (uniformly).
+    #[arg(long, env = "LOCKSCOPE_DEMO_HANG_SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub hang_secs: Option<u64>,
+    /// A lock not extended for this many milliseconds may be released by the
+    /// unlocker (`auto_unlock_at`); at least three heartbeats (6 s).
+    #[arg(long, env = "LOCKSCOPE_DEMO_AUTO_UNLOCK_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub auto_unlock_ms: u64,
     /// Stop after this many seconds; 0 runs until ctrl-c or SIGTERM.
     #[arg(long, env = "LOCKSCOPE_DEMO_DURATION_SECS", default_value_t = 0)]
     pub duration_secs: u64,
-    /// Seed for the workers' random decisions (which lock, how long, die or stall).
+    /// Seed for the workers' random decisions (which lock, how long, die, stall or hang).
     #[arg(long, env = "LOCKSCOPE_DEMO_SEED")]
     pub seed: Option<u64>,
 }
 
 impl DemoArgs {
     pub fn demo_config(&self) -> DemoConfig {
-        DemoConfig {
+        let mut cfg = DemoConfig {
             workers: self.workers as usize,
             keys: self.keys as usize,
             hot_keys: self.hot_keys as usize,
@@ -213,10 +258,16 @@ impl DemoArgs {
             expected_runtime: Duration::from_millis(self.expected_runtime_ms),
             die_rate: self.die_rate,
             stall_rate: self.stall_rate,
+            hang_rate: self.hang_rate,
+            auto_unlock_after: Duration::from_millis(self.auto_unlock_ms),
             duration: (self.duration_secs > 0).then(|| Duration::from_secs(self.duration_secs)),
             seed: self.seed,
             ..DemoConfig::default()
+        };
+        if let Some(secs) = self.hang_secs {
+            cfg.hang = Duration::from_secs(secs)..=Duration::from_secs(secs);
         }
+        cfg
     }
 }
 
@@ -323,6 +374,12 @@ mod tests {
             "3",
             "--seed",
             "9",
+            "--hang-rate",
+            "0.25",
+            "--hang-secs",
+            "4",
+            "--auto-unlock-ms",
+            "7000",
         ])
         .unwrap();
         let Some(Command::Demo(args)) = cli.command else {
@@ -331,11 +388,17 @@ mod tests {
         let cfg = args.demo_config();
         assert_eq!((cfg.workers, cfg.hot_share, cfg.seed), (4, 0.8, Some(9)));
         assert_eq!(cfg.duration, Some(Duration::from_secs(3)));
+        assert_eq!(cfg.hang_rate, 0.25);
+        assert_eq!(cfg.hang, Duration::from_secs(4)..=Duration::from_secs(4));
+        assert_eq!(cfg.auto_unlock_after, Duration::from_secs(7));
         for bad in [
             ["--die-rate", "1.5"],
             ["--hot-share", "-0.1"],
             ["--stall-rate", "x"],
             ["--workers", "0"],
+            ["--hang-rate", "2"],
+            ["--hang-secs", "0"],
+            ["--auto-unlock-ms", "0"],
         ] {
             let argv = ["lockscope", "demo", "--etcd", "http://a:1", bad[0], bad[1]];
             assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");

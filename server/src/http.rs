@@ -1,8 +1,13 @@
 //! Routes: the server-rendered pages (`/` the lock table, `/lock?name=` one
-//! lock, `/sessions`), the live feed (`/ws`), `/healthz`, the favicon, and the
-//! built site's static files (`/pkg/...`).
+//! lock, `/sessions`, `/audit`, `/signin`), the live feed (`/ws`), the JSON API
+//! ([`crate::api`]), the browser's admin forms ([`crate::forms`]), `/healthz`,
+//! the favicon, and the built site's static files (`/pkg/...`).
+//!
+//! With authentication configured, every page and the websocket need an
+//! identity: a browser without one is sent to `/signin`.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -14,12 +19,16 @@ use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use leptos::prelude::{provide_context, LeptosOptions};
 use lockscope_app::shell;
+use lockscope_model::admin::{in_scope, AuditQuery, Role};
 use lockscope_model::view::ViewSpec;
 use lockscope_model::{Page, Screen};
 use lockscope_store::now_ms;
 use tokio::sync::watch;
 use tower_http::services::ServeDir;
 
+use crate::api::Caller;
+use crate::audit::AuditLog;
+use crate::auth::{Auth, Identity, Who};
 use crate::hub::{Fleets, HubHandle, HubStopped};
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
@@ -28,10 +37,18 @@ pub struct AppState {
     pub fleets: Fleets,
     pub leptos: LeptosOptions,
     pub shutdown: watch::Receiver<bool>,
+    pub audit: AuditLog,
+    pub auth: Arc<Auth>,
 }
 
 impl AppState {
-    pub fn new(fleets: Fleets, site_root: PathBuf, shutdown: watch::Receiver<bool>) -> AppState {
+    pub fn new(
+        fleets: Fleets,
+        site_root: PathBuf,
+        shutdown: watch::Receiver<bool>,
+        audit: AuditLog,
+        auth: Auth,
+    ) -> AppState {
         let leptos = LeptosOptions::builder()
             .output_name("lockscope")
             .site_root(site_root.to_string_lossy().as_ref())
@@ -41,6 +58,8 @@ impl AppState {
             fleets,
             leptos,
             shutdown,
+            audit,
+            auth: Arc::new(auth),
         }
     }
 
@@ -72,15 +91,25 @@ pub enum AppError {
     BadRequest(String),
     #[error("no fleet named {name:?}; this server has: {known}")]
     NoSuchFleet { name: String, known: String },
+    #[error("the audit log cannot be read now")]
+    AuditUnavailable,
+    /// Not signed in: go to this sign-in URL.
+    #[error("sign in first")]
+    SignIn(String),
 }
 
 impl IntoResponse for AppError {
     fn into_response(self) -> Response {
+        if let AppError::SignIn(to) = &self {
+            return axum::response::Redirect::to(to).into_response();
+        }
         let status = match self {
             AppError::HubUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
             AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
             AppError::NoSuchFleet { .. } => StatusCode::NOT_FOUND,
+            AppError::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            AppError::SignIn(_) => StatusCode::UNAUTHORIZED,
         };
         tracing::warn!(%status, error = %self, "request failed");
         (status, self.to_string()).into_response()
@@ -96,6 +125,9 @@ pub fn app(state: AppState) -> Router {
         .route("/", get(page))
         .route("/lock", get(lock_page))
         .route("/sessions", get(sessions_page))
+        .route("/audit", get(audit_page))
+        .merge(crate::api::routes())
+        .merge(crate::forms::routes())
         .route("/favicon.svg", get(favicon))
         .route("/ws", get(ws_upgrade))
         .route("/healthz", get(healthz))
@@ -110,10 +142,12 @@ pub fn app(state: AppState) -> Router {
 /// replaced by the default view, and the page says why.
 async fn page(
     State(state): State<AppState>,
+    caller: Caller,
     Query(q): Query<FleetQuery>,
     Query(pairs): Query<Vec<(String, String)>>,
     req: Request<Body>,
 ) -> Result<Response, AppError> {
+    let id = signed_in(&caller, &req)?;
     let hub = state.fleet(&q)?;
     let (view, view_error) = match ViewSpec::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
         Ok(v) => (v, None),
@@ -129,8 +163,9 @@ async fn page(
         frame: Some(frame),
         fleets: state.fleets.summaries(),
         view_error,
+        ..Page::default()
     };
-    Ok(render(&state, page, req).await)
+    Ok(render(&state, id, &caller, page, req).await)
 }
 
 #[derive(Debug, serde::Deserialize)]
@@ -142,9 +177,11 @@ struct LockQuery {
 /// One lock in full (`/lock?fleet=…&name=…`), kept live by the page.
 async fn lock_page(
     State(state): State<AppState>,
+    caller: Caller,
     Query(q): Query<LockQuery>,
     req: Request<Body>,
 ) -> Result<Response, AppError> {
+    let id = signed_in(&caller, &req)?;
     let hub = state.fleet(&FleetQuery { fleet: q.fleet.clone() })?;
     let name = q
         .name
@@ -159,22 +196,75 @@ async fn lock_page(
         },
         ..watch_page(hub, &state)
     };
-    Ok(render(&state, page, req).await)
+    Ok(render(&state, id, &caller, page, req).await)
 }
 
 /// The fleet's sessions (`/sessions?fleet=…`), kept live by the page.
 async fn sessions_page(
     State(state): State<AppState>,
+    caller: Caller,
     Query(q): Query<FleetQuery>,
     req: Request<Body>,
 ) -> Result<Response, AppError> {
+    let id = signed_in(&caller, &req)?;
     let hub = state.fleet(&q)?;
     let sessions = current(hub.watch_sessions().await)?;
     let page = Page {
         screen: Screen::Sessions { sessions },
         ..watch_page(hub, &state)
     };
-    Ok(render(&state, page, req).await)
+    Ok(render(&state, id, &caller, page, req).await)
+}
+
+/// The audit log (`/audit?fleet=&actor=&action=&outcome=&from=&to=&limit=`),
+/// for admins; a scoped admin sees the fleets of their scope.
+async fn audit_page(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(pairs): Query<Vec<(String, String)>>,
+    req: Request<Body>,
+) -> Result<Response, AppError> {
+    let id = signed_in(&caller, &req)?;
+    if id.role < Role::Admin {
+        return Err(AppError::Forbidden(format!(
+            "the audit log is for admins; {} is {}",
+            id.actor,
+            id.role.as_str()
+        )));
+    }
+    let (query, error) = match AuditQuery::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        Ok(q) => (q, None),
+        Err(e) => (AuditQuery::default(), Some(e)),
+    };
+    let mut entries = state.audit.query(&query).await.map_err(|e| {
+        tracing::error!(error = %e, "reading the audit log");
+        AppError::AuditUnavailable
+    })?;
+    entries.retain(|e| in_scope(&id.scope, &e.fleet, None));
+    let hub = state.fleet(&FleetQuery::default())?;
+    let page = Page {
+        screen: Screen::Audit { entries, query, error },
+        ..watch_page(hub, &state)
+    };
+    Ok(render(&state, id, &caller, page, req).await)
+}
+
+/// The identity a page is rendered for; without one (authentication is
+/// configured and the browser has not signed in) the browser is sent to sign in.
+fn signed_in(caller: &Caller, req: &Request<Body>) -> Result<Identity, AppError> {
+    match &caller.who {
+        Who::Known(id) => Ok(id.clone()),
+        Who::Nobody(why) => {
+            tracing::debug!(%why, "page without identity: to /signin");
+            let next = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            Err(AppError::SignIn(format!("/signin?next={}", encode(next))))
+        }
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn encode(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
 /// The value a hub's watch channel holds now.
@@ -204,27 +294,51 @@ async fn favicon() -> Response {
         .into_response()
 }
 
-/// Renders `page` (the app reads it from context; the browser hydrates from it).
-async fn render(state: &AppState, page: Page, req: Request<Body>) -> Response {
+/// Renders `page` for `id` (the app reads it from context; the browser hydrates
+/// from it), with the outcome of their last action when the URL names it
+/// (`?audit=ID`, only their own).
+pub async fn render(state: &AppState, id: Identity, caller: &Caller, mut page: Page, req: Request<Body>) -> Response {
+    let (viewer, set_cookie) = crate::auth::viewer(&id, &caller.headers);
+    page.viewer = viewer;
+    let notice = req
+        .uri()
+        .query()
+        .and_then(|q| form_urlencoded::parse(q.as_bytes()).find(|(k, _)| k == "audit"))
+        .and_then(|(_, v)| v.parse::<i64>().ok());
+    if let Some(n) = notice {
+        page.notice = state.audit.get(n).await.ok().flatten().filter(|e| e.actor == id.actor);
+    }
     let options = state.leptos.clone();
     let render = leptos_axum::render_app_to_stream_with_context(
         move || provide_context(page.clone()),
         move || shell(options.clone()),
     );
-    render(req).await.into_response()
+    let mut response = render(req).await.into_response();
+    if let Some(c) = set_cookie.and_then(|c| header::HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().append(header::SET_COOKIE, c);
+    }
+    response
 }
 
-async fn healthz(State(state): State<AppState>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok", "fleets": state.fleets.summaries() }))
+/// Liveness for probes; the fleets' numbers only to those who may read them.
+async fn healthz(State(state): State<AppState>, caller: Caller) -> Json<serde_json::Value> {
+    match caller.who {
+        Who::Known(_) => Json(serde_json::json!({ "status": "ok", "fleets": state.fleets.summaries() })),
+        Who::Nobody(_) => Json(serde_json::json!({ "status": "ok" })),
+    }
 }
 
 async fn ws_upgrade(
     State(state): State<AppState>,
+    caller: Caller,
     Query(q): Query<FleetQuery>,
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
     check_same_origin(&headers)?;
+    if let Err(r) = caller.reader() {
+        return Ok(r.into_response());
+    }
     let hub = state.fleet(&q)?.clone();
     Ok(upgrade
         .max_message_size(lockscope_model::wire::MAX_CLIENT_MSG_BYTES * 4)

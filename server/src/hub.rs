@@ -87,6 +87,20 @@ enum Command {
     WatchSessions {
         reply: oneshot::Sender<watch::Receiver<Option<SessionList>>>,
     },
+    SessionNow {
+        id: String,
+        reply: oneshot::Sender<SessionNow>,
+    },
+}
+
+/// What the fleet knows of one session now (the admin checks act on it).
+#[derive(Clone, Debug, Default)]
+pub struct SessionNow {
+    /// Registered (live or not yet timed out).
+    pub known: bool,
+    pub blacklist: Option<lockscope_model::BlacklistEntry>,
+    /// The locks it holds.
+    pub locks: Vec<String>,
 }
 
 /// A subscriber's end: its frames, and the handle that unsubscribes when dropped.
@@ -231,6 +245,17 @@ impl HubHandle {
     pub async fn watch_sessions(&self) -> Result<watch::Receiver<Option<SessionList>>, HubStopped> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::WatchSessions { reply }).await?;
+        rx.await.map_err(|_| HubStopped)
+    }
+
+    /// Session `id` as the fleet knows it now.
+    pub async fn session_now(&self, id: &str) -> Result<SessionNow, HubStopped> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::SessionNow {
+            id: id.to_string(),
+            reply,
+        })
+        .await?;
         rx.await.map_err(|_| HubStopped)
     }
 
@@ -403,6 +428,14 @@ impl Hub {
             }
             Command::WatchSessions { reply } => {
                 let _ = reply.send(self.watchers.watch_sessions(&self.state, &self.views));
+            }
+            Command::SessionNow { id, reply } => {
+                let sessions = self.state.sessions();
+                let _ = reply.send(SessionNow {
+                    known: sessions.sessions.contains_key(&id),
+                    blacklist: sessions.blacklist.get(&id).cloned(),
+                    locks: self.views.lock_names_of_session(&id),
+                });
             }
         }
     }

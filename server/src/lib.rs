@@ -1,20 +1,32 @@
 //! The lockscope server (`lockscope` binary).
 //!
-//! - [`config`]: command line and environment.
+//! - [`config`]: command line and environment; [`settings`]: `lockscope.toml`.
 //! - [`hub`]: one task per fleet owns its live table and sends each subscriber
 //!   frames of its view.
 //! - [`views`]: per (filter, sort) ordered indexes, per subscriber windows,
 //!   aggregates; the pure logic the hub runs.
 //! - [`ws`]: the `/ws` subscriber protocol, independent of axum for testing.
-//! - [`http`]: routes, the server-rendered page, errors.
+//! - [`http`]: routes, the server-rendered pages, errors; [`api`]: the JSON
+//!   API under `/api/v1`; [`forms`]: the browser's admin and sign-in forms.
+//! - [`auth`]: identities (tokens, sign-in sessions, a trusted proxy), roles,
+//!   CSRF; [`admin`]: every admin attempt checked, performed and audited.
+//! - [`remote`]: `lockscope admin`, the admin actions through a server's API.
 //! - [`demo`]: a simulated fleet of workers over the client library (`lockscope demo`).
+//! - [`audit`]: the append-only audit log of admin actions and the browser sign-in sessions (SQL).
 //!
 //! Data flows one way: store observer → hub reducer → view windows → browser.
 
+pub mod admin;
+pub mod api;
+pub mod audit;
+pub mod auth;
 pub mod config;
 pub mod demo;
+pub mod forms;
 pub mod http;
 pub mod hub;
+pub mod remote;
+pub mod settings;
 pub mod views;
 pub mod ws;
 
@@ -32,7 +44,9 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let router = http::app(state);
+    // Peers' addresses reach the handlers: a proxy's identity header is believed
+    // only from the addresses `[auth.proxy] trusted` names.
+    let router = http::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let mut stop = shutdown.clone();
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         let _ = stop.wait_for(|s| *s).await.map(|_| ());

@@ -1,14 +1,17 @@
-//! `lockscope`: runs the dashboard, takes and releases a lock from the shell, or
-//! runs a demo fleet of workers.
+//! `lockscope`: runs the dashboard, takes and releases a lock from the shell,
+//! runs a demo fleet of workers, makes API tokens, or calls a server's admin API.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use lockscope::config::{Cli, Command, DemoArgs, LockArgs, ServeArgs, UnlockArgs};
+use lockscope::audit::AuditLog;
+use lockscope::auth::Auth;
+use lockscope::config::{parse_fleet, Cli, Command, DemoArgs, LockArgs, ServeArgs, TokenArgs, UnlockArgs};
 use lockscope::demo::DemoConfig;
 use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
+use lockscope::settings::FileConfig;
 use lockscope_store::client::{LockOptions, Session, SessionConfig};
 use lockscope_store::fleet::Release;
 use lockscope_store::spec::StoreSpec;
@@ -27,12 +30,45 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Lock(args)) => lock(args).await,
         Some(Command::Unlock(args)) => unlock(args).await,
         Some(Command::Demo(args)) => demo(args).await,
+        Some(Command::Token(args)) => token(args),
+        Some(Command::Admin(args)) => lockscope::remote::run(args).await,
     }
 }
 
+fn token(args: TokenArgs) -> anyhow::Result<()> {
+    let (token, entry) = lockscope::auth::new_token(&args.name, args.role);
+    eprintln!(
+        "The token (shown once; give it to {} and keep it out of logs):",
+        args.name
+    );
+    println!("{token}");
+    eprintln!("\nAdd this to lockscope.toml (it holds only the token's hash), then restart:\n");
+    eprintln!("{entry}");
+    Ok(())
+}
+
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (file, path) = FileConfig::load(args.config.as_deref())?;
+    if let Some(path) = &path {
+        println!("configuration from {}", path.display());
+    }
+    let listen = args.listen.or(file.listen).unwrap_or(([127, 0, 0, 1], 3000).into());
+    if file.auth.is_none() && !listen.ip().is_loopback() {
+        bail!(
+            "refusing to serve on {listen} without authentication: anyone who could reach it would be admin. \
+             Configure [auth] in lockscope.toml (docs/operations.md), or listen on a loopback address."
+        );
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
+    // Fleets named on the command line or in the environment replace the file's.
     let mut fleets = args.stores.clone();
+    if fleets.is_empty() && args.etcd.is_empty() {
+        for f in &file.fleets {
+            fleets.push(
+                parse_fleet(&format!("{}={}", f.name, f.store)).map_err(|e| anyhow::anyhow!("lockscope.toml: {e}"))?,
+            );
+        }
+    }
     if !args.etcd.is_empty() {
         fleets.insert(
             0,
@@ -58,10 +94,23 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if hubs.is_empty() {
         hubs.push(embedded_default(&args, stop_rx.clone()).await?);
     }
-    let state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone());
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let audit_url = args
+        .audit
+        .clone()
+        .or(file.audit.clone())
+        .unwrap_or_else(|| format!("sqlite:{}", args.embedded_db.display()));
+    if let Some(dir) = args.embedded_db.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let audit = AuditLog::open(&audit_url).await.context("opening the audit log")?;
+    let auth = Auth::new(file.auth.clone(), audit.clone());
+    if !auth.enabled() {
+        println!("no authentication: anyone who can reach {listen} is admin");
+    }
+    let state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone(), audit, auth);
+    let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .with_context(|| format!("binding {}", args.listen))?;
+        .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
     if !args.site_root.join("pkg").join("lockscope.wasm").exists() {
         tracing::warn!(site_root = %args.site_root.display(), "no built site here: the page renders but will not hydrate (run `scripts/build-site.sh`)");

@@ -309,6 +309,13 @@ impl Views {
         self.by_session.get(id).map_or(0, |s| s.len() as u64)
     }
 
+    /// The names of the locks session `id` holds.
+    pub fn lock_names_of_session(&self, id: &str) -> Vec<String> {
+        self.by_session
+            .get(id)
+            .map_or_else(Vec::new, |s| s.iter().map(|n| n.to_string()).collect())
+    }
+
     /// Counts per state (cheap: no services).
     pub fn counts(&self) -> Counts {
         let mut c = Counts {

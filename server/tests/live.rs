@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
+use lockscope::audit::AuditLog;
+use lockscope::auth::Auth;
 use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
 use lockscope_model::view::{Sort, SortKey, ViewSpec};
@@ -38,7 +40,7 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
     };
     let hub = HubHandle::spawn("it", "etcd under test", spec.open().unwrap());
     let (stop, stop_rx) = watch::channel(false);
-    let state = AppState::new(Fleets::new(vec![hub.clone()]), "target/site".into(), stop_rx.clone());
+    let state = app_state(Fleets::new(vec![hub.clone()]), stop_rx.clone()).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
@@ -49,6 +51,16 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
         addr,
         _stop: stop,
     }
+}
+
+/// The server's state without authentication, its audit log in a temporary file.
+async fn app_state(fleets: Fleets, stop: watch::Receiver<bool>) -> AppState {
+    let dir = tempfile::tempdir().unwrap().keep();
+    let audit = AuditLog::open(&format!("sqlite:{}", dir.join("audit.db").display()))
+        .await
+        .unwrap();
+    let auth = Auth::new(None, audit.clone());
+    AppState::new(fleets, "target/site".into(), stop, audit, auth)
 }
 
 impl Stack {
@@ -300,7 +312,7 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(lockscope::serve(
         listener,
-        AppState::new(fleets, "target/site".into(), stop_rx.clone()),
+        app_state(fleets, stop_rx.clone()).await,
         stop_rx,
         Duration::from_secs(1),
     ));

@@ -1,0 +1,268 @@
+//! Admin actions (force-release, blacklist, lift a blacklist), whichever way
+//! they come (the JSON API, the browser's forms, the CLI through the API): one
+//! function checks each attempt — credentials, CSRF, fleet, role and scope,
+//! input, whether the store is writable — acts through the fleet's store
+//! handle, and records the attempt in the audit log, allowed or refused.
+//!
+//! A release is a compare-and-set on the fencing token the actor saw: if the
+//! lock is no longer that acquisition nothing is deleted, and the answer says
+//! what is there now.
+
+use axum::http::StatusCode;
+use lockscope_model::admin::{in_scope, Action, AuditEntry, Outcome};
+use lockscope_model::record::BlacklistRecord;
+use lockscope_model::{LockBody, LockEntry};
+use lockscope_store::fleet::Release;
+use lockscope_store::{now_ms, StoreError};
+
+use crate::auth::{Identity, Who, UNAUTHENTICATED};
+use crate::http::AppState;
+
+/// Longest reason accepted (bytes).
+pub const MAX_REASON_BYTES: usize = 2000;
+/// Longest lock name or session id accepted (bytes).
+pub const MAX_TARGET_BYTES: usize = 512;
+
+/// One attempt, as the request stated it.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub action: Action,
+    pub fleet: String,
+    /// Lock name (release) or session id.
+    pub target: String,
+    /// The fencing token the actor saw (release).
+    pub fence: Option<i64>,
+    pub reason: String,
+    /// "api" or "browser".
+    pub via: &'static str,
+    /// What was wrong with the request's body, if it could not be read (refused
+    /// with 400 once the caller is known to be allowed to act at all).
+    pub invalid: Option<String>,
+}
+
+/// How an attempt ended: the HTTP status, the audit entry as stored, and for a
+/// release that found another acquisition, that acquisition.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub entry: AuditEntry,
+    pub current: Option<LockEntry>,
+}
+
+impl Answer {
+    /// The JSON the API answers with.
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "outcome": self.entry.outcome.map(|o| o.as_str()),
+            "detail": self.entry.detail,
+            "audit_id": self.entry.id,
+        });
+        if self.entry.action == Some(Action::Release) {
+            v["released"] = (self.entry.outcome == Some(Outcome::Done)).into();
+            if self.entry.outcome == Some(Outcome::Changed) {
+                v["current"] = serde_json::to_value(&self.current).unwrap_or_default();
+            }
+        }
+        v
+    }
+}
+
+/// Not done, and why.
+struct Refusal {
+    status: StatusCode,
+    outcome: Outcome,
+    why: String,
+    current: Option<LockEntry>,
+}
+
+fn refuse(status: StatusCode, why: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        outcome: Outcome::Refused,
+        why: why.into(),
+        current: None,
+    }
+}
+
+fn changed(why: String, current: Option<LockEntry>) -> Refusal {
+    Refusal {
+        status: StatusCode::CONFLICT,
+        outcome: Outcome::Changed,
+        why,
+        current,
+    }
+}
+
+/// Checks, performs and records one attempt. `csrf` is the result of the
+/// request's CSRF check (`Ok` for requests that need none).
+pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: Attempt) -> Answer {
+    let at = now_ms();
+    let result = match who {
+        Who::Nobody(why) => Err(refuse(StatusCode::UNAUTHORIZED, why.clone())),
+        Who::Known(id) => match csrf {
+            Err(why) => Err(refuse(StatusCode::FORBIDDEN, why)),
+            Ok(()) => act(state, id, &a, at).await,
+        },
+    };
+    let (status, outcome, detail, current) = match result {
+        Ok(done) => (StatusCode::OK, Outcome::Done, done, None),
+        Err(r) => (r.status, r.outcome, r.why, r.current),
+    };
+    let (actor, role) = match who {
+        Who::Known(id) => (id.actor.clone(), Some(id.role)),
+        Who::Nobody(_) => (UNAUTHENTICATED.to_string(), None),
+    };
+    let entry = AuditEntry {
+        id: 0,
+        at,
+        actor,
+        role,
+        via: a.via.into(),
+        action: Some(a.action),
+        fleet: a.fleet,
+        target: a.target,
+        fence: a.fence,
+        reason: a.reason,
+        outcome: Some(outcome),
+        detail,
+    };
+    match state.audit.append(&entry).await {
+        Ok(entry) => Answer { status, entry, current },
+        Err(e) => {
+            // The action (if any) happened; say so, and that it is unrecorded.
+            tracing::error!(error = %e, ?entry, "the audit log could not be written");
+            let mut entry = entry;
+            entry.detail = format!("{} — but the audit log could not be written: {e}", entry.detail);
+            Answer {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                entry,
+                current,
+            }
+        }
+    }
+}
+
+/// Everything after authentication: `Ok` says what was done.
+async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<String, Refusal> {
+    let hub = state.fleets.get(Some(&a.fleet)).ok_or_else(|| {
+        refuse(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no fleet named {:?}; this server has: {}",
+                a.fleet,
+                state.fleets.names().join(", ")
+            ),
+        )
+    })?;
+    if id.role < a.action.needs() {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} needs the {} role; {} is {}",
+                a.action.as_str(),
+                a.action.needs().as_str(),
+                id.actor,
+                id.role.as_str()
+            ),
+        ));
+    }
+    if let Some(why) = &a.invalid {
+        return Err(refuse(StatusCode::BAD_REQUEST, why.clone()));
+    }
+    if a.target.is_empty() || a.target.len() > MAX_TARGET_BYTES {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("name a lock or session of 1 to {MAX_TARGET_BYTES} bytes"),
+        ));
+    }
+    let reason = a.reason.trim();
+    if reason.is_empty() || reason.len() > MAX_REASON_BYTES {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("give a reason (1 to {MAX_REASON_BYTES} bytes): it goes in the audit log"),
+        ));
+    }
+    let out_of_scope = |what: String| {
+        refuse(
+            StatusCode::FORBIDDEN,
+            format!("{what} is outside {}'s scope on fleet {}", id.actor, a.fleet),
+        )
+    };
+    let store = hub
+        .store()
+        .ok_or_else(|| refuse(StatusCode::CONFLICT, "this fleet has no store handle to act through"))?;
+    match a.action {
+        Action::Release => {
+            if !in_scope(&id.scope, &a.fleet, Some(&a.target)) {
+                return Err(out_of_scope(format!("lock {:?}", a.target)));
+            }
+            let fence = a
+                .fence
+                .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "give the fencing token you saw (fence)"))?;
+            match store.release(&a.target, fence).await.map_err(store_failed)? {
+                Release::Released => Ok(format!("released fence {fence} of {}", a.target)),
+                Release::NotHeld => Err(changed(format!("nothing released: {} is not held now", a.target), None)),
+                Release::Changed(now) => Err(changed(
+                    format!("nothing released: {} is now {}", a.target, describe(&now)),
+                    Some(now),
+                )),
+            }
+        }
+        Action::Blacklist | Action::Unblacklist => {
+            let session = hub
+                .session_now(&a.target)
+                .await
+                .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"))?;
+            if !in_scope(&id.scope, &a.fleet, None) {
+                return Err(out_of_scope("this fleet".into()));
+            }
+            if let Some(lock) = session.locks.iter().find(|l| !in_scope(&id.scope, &a.fleet, Some(l))) {
+                return Err(out_of_scope(format!("the session's lock {lock:?}")));
+            }
+            if a.action == Action::Blacklist {
+                if let Some(bl) = &session.blacklist {
+                    let by = bl.body.value().map_or_else(
+                        || "a malformed entry".to_string(),
+                        |r| format!("by {} for {:?}", r.by, r.reason),
+                    );
+                    return Err(changed(format!("already blacklisted {by}"), None));
+                }
+                if !session.known && session.locks.is_empty() {
+                    return Err(refuse(
+                        StatusCode::NOT_FOUND,
+                        format!("fleet {} knows no session {:?}", a.fleet, a.target),
+                    ));
+                }
+                let record = BlacklistRecord::new(&a.target, &id.actor, reason, at);
+                store.blacklist(&record).await.map_err(store_failed)?;
+                Ok(format!(
+                    "blacklisted session {} (holding {} locks)",
+                    a.target,
+                    session.locks.len()
+                ))
+            } else if store.lift_blacklist(&a.target).await.map_err(store_failed)? {
+                Ok(format!("lifted the blacklist of session {}", a.target))
+            } else {
+                Err(changed(format!("session {} is not blacklisted", a.target), None))
+            }
+        }
+    }
+}
+
+fn store_failed(e: StoreError) -> Refusal {
+    match e {
+        StoreError::ReadOnly { .. } => refuse(StatusCode::CONFLICT, e.to_string()),
+        e => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("nothing done: the store failed: {}", e.describe()),
+        ),
+    }
+}
+
+/// "fence 7 held by svc@host:1 (session s)" / "fence 7 holding a malformed record".
+fn describe(e: &LockEntry) -> String {
+    match &e.body {
+        LockBody::Held(r) => format!("fence {} held by {} (session {})", e.fence, r.holder(), r.session),
+        LockBody::Malformed { .. } => format!("fence {} holding a malformed record", e.fence),
+    }
+}

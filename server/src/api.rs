@@ -1,0 +1,324 @@
+//! The JSON API under `/api/v1` (documented in `docs/api.md`): fleets, one
+//! lock, sessions, the admin actions, and the audit log with CSV and NDJSON
+//! export. Scripts and `lockscope admin` authenticate with
+//! `Authorization: Bearer`; a browser's cookie works too, with the CSRF token in
+//! `X-CSRF-Token` on every state-changing request.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lockscope_model::admin::{in_scope, Action, AuditQuery, Role};
+use lockscope_store::now_ms;
+use serde::Deserialize;
+
+use crate::admin::{self, Attempt};
+use crate::audit::{to_csv, to_ndjson};
+use crate::auth::{check_csrf, Identity, Via, Who, CSRF_HEADER};
+use crate::http::AppState;
+
+/// Largest request body the API reads.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/fleets", get(fleets))
+        .route("/api/v1/fleets/{fleet}/locks/{name}", get(lock))
+        .route("/api/v1/fleets/{fleet}/locks/{name}/release", post(release))
+        .route("/api/v1/fleets/{fleet}/sessions", get(sessions))
+        .route(
+            "/api/v1/fleets/{fleet}/sessions/{session}/blacklist",
+            post(blacklist).delete(unblacklist),
+        )
+        .route("/api/v1/audit", get(audit))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// Who sent a request: resolved once per request from its headers and peer.
+pub struct Caller {
+    pub who: Who,
+    pub headers: HeaderMap,
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, Self::Rejection> {
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        let who = state.auth.identify(&parts.headers, peer, now_ms()).await;
+        Ok(Caller {
+            who,
+            headers: parts.headers.clone(),
+        })
+    }
+}
+
+impl Caller {
+    /// The identity of a read request, or the 401 that refuses it.
+    pub fn reader(&self) -> Result<&Identity, Unauthorized> {
+        match &self.who {
+            Who::Known(id) => Ok(id),
+            Who::Nobody(why) => Err(Unauthorized(why.clone())),
+        }
+    }
+
+    /// The CSRF check of a state-changing API request. Bearer tokens need none;
+    /// any request a browser sent (it names an origin or carries cookies) must
+    /// carry the page's token in `X-CSRF-Token`; a script on loopback without
+    /// authentication sends neither and needs none.
+    fn csrf(&self) -> Result<(), String> {
+        let Who::Known(id) = &self.who else { return Ok(()) };
+        let from_browser = matches!(id.via, Via::Session { .. })
+            || [header::ORIGIN, header::COOKIE]
+                .iter()
+                .any(|h| self.headers.contains_key(h))
+            || self.headers.contains_key("sec-fetch-site");
+        if !from_browser {
+            return Ok(());
+        }
+        let sent = self.headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+        check_csrf(id, &self.headers, sent)
+    }
+}
+
+/// A request without an identity, and why: answered 401.
+pub struct Unauthorized(pub String);
+
+impl IntoResponse for Unauthorized {
+    fn into_response(self) -> Response {
+        error(StatusCode::UNAUTHORIZED, &self.0)
+    }
+}
+
+/// `{"error": why}` with `status`.
+pub fn error(status: StatusCode, why: &str) -> Response {
+    (status, Json(serde_json::json!({ "error": why }))).into_response()
+}
+
+async fn fleets(State(state): State<AppState>, caller: Caller) -> Response {
+    if let Err(r) = caller.reader() {
+        return r.into_response();
+    }
+    Json(state.fleets.summaries()).into_response()
+}
+
+async fn lock(State(state): State<AppState>, caller: Caller, Path((fleet, name)): Path<(String, String)>) -> Response {
+    if let Err(r) = caller.reader() {
+        return r.into_response();
+    }
+    let Some(hub) = state.fleets.get(Some(&fleet)) else {
+        return no_fleet(&state, &fleet);
+    };
+    match hub.watch_lock(&name).await {
+        Ok(rx) => match rx.borrow().clone() {
+            Some(d) if d.entry.is_some() => Json(d).into_response(),
+            _ => error(StatusCode::NOT_FOUND, &format!("{name:?} is not held")),
+        },
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"),
+    }
+}
+
+async fn sessions(State(state): State<AppState>, caller: Caller, Path(fleet): Path<String>) -> Response {
+    if let Err(r) = caller.reader() {
+        return r.into_response();
+    }
+    let Some(hub) = state.fleets.get(Some(&fleet)) else {
+        return no_fleet(&state, &fleet);
+    };
+    match hub.watch_sessions().await {
+        Ok(rx) => Json(rx.borrow().clone().unwrap_or_default()).into_response(),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"),
+    }
+}
+
+fn no_fleet(state: &AppState, fleet: &str) -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        &format!(
+            "no fleet named {fleet:?}; this server has: {}",
+            state.fleets.names().join(", ")
+        ),
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    fence: i64,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    reason: String,
+}
+
+/// A JSON body, or why it is not one.
+fn parse<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, String> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.split(';').next().is_some_and(|m| m.trim() == "application/json"));
+    if !json {
+        return Err("send the body as Content-Type: application/json".into());
+    }
+    serde_json::from_slice(body).map_err(|e| format!("the body is not what this call takes: {e}"))
+}
+
+async fn release(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let parsed = parse::<ReleaseBody>(&caller.headers, &body);
+    let (fence, reason) = match &parsed {
+        Ok(b) => (Some(b.fence), b.reason.clone()),
+        Err(_) => (None, String::new()),
+    };
+    act(
+        &state,
+        &caller,
+        Action::Release,
+        fleet,
+        name,
+        fence,
+        reason,
+        parsed.err(),
+    )
+    .await
+}
+
+async fn blacklist(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, session)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    session_action(state, caller, Action::Blacklist, fleet, session, body).await
+}
+
+async fn unblacklist(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, session)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    session_action(state, caller, Action::Unblacklist, fleet, session, body).await
+}
+
+async fn session_action(
+    state: AppState,
+    caller: Caller,
+    action: Action,
+    fleet: String,
+    session: String,
+    body: Bytes,
+) -> Response {
+    let parsed = parse::<ReasonBody>(&caller.headers, &body);
+    let reason = parsed.as_ref().map(|b| b.reason.clone()).unwrap_or_default();
+    act(&state, &caller, action, fleet, session, None, reason, parsed.err()).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn act(
+    state: &AppState,
+    caller: &Caller,
+    action: Action,
+    fleet: String,
+    target: String,
+    fence: Option<i64>,
+    reason: String,
+    invalid: Option<String>,
+) -> Response {
+    let attempt = Attempt {
+        action,
+        fleet,
+        target,
+        fence,
+        reason,
+        via: "api",
+        invalid,
+    };
+    let answer = admin::attempt(state, &caller.who, caller.csrf(), attempt).await;
+    (answer.status, Json(answer.json())).into_response()
+}
+
+/// `GET /api/v1/audit`: JSON (an array), CSV or NDJSON by `?format=` or
+/// `Accept`. Admins only; a scoped admin sees the fleets of their scope.
+async fn audit(State(state): State<AppState>, caller: Caller, Query(pairs): Query<Vec<(String, String)>>) -> Response {
+    let id = match caller.reader() {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    if id.role < Role::Admin {
+        return error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "reading the audit log needs the admin role; {} is {}",
+                id.actor,
+                id.role.as_str()
+            ),
+        );
+    }
+    let query = match AuditQuery::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        Ok(q) => q,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let format = pairs.iter().find(|(k, _)| k == "format").map(|(_, v)| v.as_str());
+    let accept = caller
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok())
+        .unwrap_or("");
+    let format = match format {
+        Some(f) => f,
+        None if accept.contains("text/csv") => "csv",
+        None if accept.contains("application/x-ndjson") => "ndjson",
+        None => "json",
+    };
+    let mut entries = match state.audit.query(&query).await {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(error = %e, "reading the audit log");
+            return error(StatusCode::SERVICE_UNAVAILABLE, "the audit log cannot be read now");
+        }
+    };
+    entries.retain(|e| in_scope(&id.scope, &e.fleet, None));
+    match format {
+        "json" => Json(entries).into_response(),
+        "csv" => (
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"lockscope-audit.csv\"",
+                ),
+            ],
+            to_csv(&entries),
+        )
+            .into_response(),
+        "ndjson" => (
+            [
+                (header::CONTENT_TYPE, "application/x-ndjson"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"lockscope-audit.ndjson\"",
+                ),
+            ],
+            to_ndjson(&entries),
+        )
+            .into_response(),
+        other => error(
+            StatusCode::BAD_REQUEST,
+            &format!("format={other:?}: use json, csv or ndjson"),
+        ),
+    }
+}

@@ -1,0 +1,394 @@
+//! Who is asking, and what they may do: identities from API tokens
+//! (`Authorization: Bearer`), browser sign-in sessions (an HttpOnly,
+//! SameSite=Strict cookie), or a trusted reverse proxy's header; their roles
+//! and scopes from `lockscope.toml`; and the CSRF token every state-changing
+//! browser request must carry.
+//!
+//! With no `[auth]` configured everyone is the anonymous admin, which the
+//! server allows on loopback addresses only (see `main.rs`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use axum::http::{header, HeaderMap};
+use lockscope_model::admin::{Role, Viewer};
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
+
+use crate::audit::{AuditError, AuditLog, NewSession};
+use crate::settings::{AuthFile, TokenFile};
+
+/// The browser's sign-in session.
+pub const SESSION_COOKIE: &str = "lockscope_session";
+/// The CSRF token of a browser without a sign-in session (no authentication,
+/// or a proxy identity): a double-submit cookie, HttpOnly, SameSite=Strict.
+pub const CSRF_COOKIE: &str = "lockscope_csrf";
+/// Where API requests made with a browser's cookie carry the CSRF token.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// The actor of requests when no authentication is configured.
+pub const ANONYMOUS: &str = "anonymous";
+/// The actor the audit log names for requests without credentials.
+pub const UNAUTHENTICATED: &str = "(unauthenticated)";
+
+/// Someone the server recognised.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub actor: String,
+    pub role: Role,
+    /// Fleet → lock-name prefixes; empty: everything.
+    pub scope: Vec<(String, Vec<String>)>,
+    pub via: Via,
+}
+
+/// How an identity was established, which decides where its CSRF token is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// No authentication configured.
+    NoAuth,
+    /// `Authorization: Bearer` (browsers never send it on their own: no CSRF).
+    Token,
+    /// A browser sign-in session, with its CSRF token.
+    Session { csrf: String },
+    /// A trusted proxy's header.
+    Proxy,
+}
+
+/// The result of looking at a request's credentials.
+#[derive(Clone, Debug)]
+pub enum Who {
+    Known(Identity),
+    /// No usable credentials, and why.
+    Nobody(String),
+}
+
+pub struct Auth {
+    config: Option<AuthFile>,
+    audit: AuditLog,
+    /// token id → SHA-256 of the token that verified: a repeat bearer skips the
+    /// (deliberately slow) password hash.
+    verified: Mutex<HashMap<String, [u8; 32]>>,
+    /// Bounds the CPU spent on password hashing (a flood of bad tokens queues
+    /// here instead of starving the hub tasks).
+    hashing: Semaphore,
+}
+
+impl Auth {
+    pub fn new(config: Option<AuthFile>, audit: AuditLog) -> Auth {
+        Auth {
+            config,
+            audit,
+            verified: Mutex::new(HashMap::new()),
+            hashing: Semaphore::new(1),
+        }
+    }
+
+    /// Whether any authentication is configured.
+    pub fn enabled(&self) -> bool {
+        self.config.is_some()
+    }
+
+    pub fn session_ttl(&self) -> Duration {
+        let hours = self.config.as_ref().and_then(|c| c.session_hours).unwrap_or(12);
+        Duration::from_secs(hours * 3600)
+    }
+
+    /// Who sent a request with these headers from `peer`.
+    pub async fn identify(&self, headers: &HeaderMap, peer: Option<IpAddr>, now_ms: i64) -> Who {
+        let Some(config) = &self.config else {
+            return Who::Known(Identity {
+                actor: ANONYMOUS.into(),
+                role: Role::Admin,
+                scope: Vec::new(),
+                via: Via::NoAuth,
+            });
+        };
+        if let Some(auth) = headers.get(header::AUTHORIZATION) {
+            let token = auth
+                .to_str()
+                .ok()
+                .and_then(|a| a.strip_prefix("Bearer "))
+                .map(str::trim);
+            return match token {
+                None => Who::Nobody("the Authorization header is not `Bearer TOKEN`".into()),
+                Some(token) => match self.verify_token(token).await {
+                    Some(t) => Who::Known(token_identity(t, Via::Token)),
+                    None => Who::Nobody("the API token is not valid".into()),
+                },
+            };
+        }
+        if let Some(proxy) = &config.proxy {
+            if let Some(user) = headers.get(proxy.header.as_str()) {
+                let trusted = peer.is_some_and(|p| proxy.trusted.contains(&p));
+                let user = user.to_str().unwrap_or("").trim();
+                if !trusted {
+                    return Who::Nobody(format!(
+                        "the {} header came from {}, which is not a trusted proxy",
+                        proxy.header,
+                        peer.map_or("an unknown address".into(), |p| p.to_string())
+                    ));
+                }
+                if user.is_empty() {
+                    return Who::Nobody(format!("the proxy's {} header names nobody", proxy.header));
+                }
+                let known = config.users.iter().find(|u| u.name == user);
+                return Who::Known(Identity {
+                    actor: user.to_string(),
+                    role: known.and_then(|u| u.role).unwrap_or_default(),
+                    scope: known.map(|u| scope(&u.scope)).unwrap_or_default(),
+                    via: Via::Proxy,
+                });
+            }
+        }
+        if let Some(cookie) = cookie(headers, SESSION_COOKIE) {
+            return match self.audit.session(cookie, now_ms).await {
+                Ok(Some(s)) => match config.tokens.iter().find(|t| t.id == s.actor) {
+                    Some(t) => Who::Known(token_identity(t, Via::Session { csrf: s.csrf })),
+                    None => Who::Nobody("the token this browser signed in with is no longer configured".into()),
+                },
+                Ok(None) => Who::Nobody("the sign-in has expired or was signed out".into()),
+                Err(e) => {
+                    tracing::error!(error = %e, "reading a sign-in session");
+                    Who::Nobody("sign-in sessions cannot be read now".into())
+                }
+            };
+        }
+        Who::Nobody("no credentials: sign in, or send `Authorization: Bearer TOKEN`".into())
+    }
+
+    /// The configured token `token` is, if it is one.
+    async fn verify_token(&self, token: &str) -> Option<&TokenFile> {
+        let config = self.config.as_ref()?;
+        let (id, _) = token.split_once('.')?;
+        let entry = config.tokens.iter().find(|t| t.id == id)?;
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if self.verified.lock().unwrap().get(id) == Some(&digest) {
+            return Some(entry);
+        }
+        let _permit = self.hashing.acquire().await.ok()?;
+        let (hash, token) = (entry.hash.clone(), token.to_string());
+        let ok = tokio::task::spawn_blocking(move || {
+            PasswordHash::new(&hash).is_ok_and(|h| Argon2::default().verify_password(token.as_bytes(), &h).is_ok())
+        })
+        .await
+        .unwrap_or(false);
+        if ok {
+            self.verified.lock().unwrap().insert(id.to_string(), digest);
+        }
+        ok.then_some(entry)
+    }
+
+    /// Signs a browser in with `token`: a new sign-in session.
+    pub async fn sign_in(&self, token: &str, now_ms: i64) -> Result<(Identity, NewSession), SignInError> {
+        let entry = self.verify_token(token.trim()).await.ok_or(SignInError::BadToken)?;
+        let session = self
+            .audit
+            .create_session(&entry.id, self.session_ttl(), now_ms)
+            .await
+            .map_err(SignInError::Store)?;
+        let identity = token_identity(
+            entry,
+            Via::Session {
+                csrf: session.csrf.clone(),
+            },
+        );
+        Ok((identity, session))
+    }
+
+    /// Ends the browser's sign-in session, if it has one.
+    pub async fn sign_out(&self, headers: &HeaderMap) {
+        if let Some(cookie) = cookie(headers, SESSION_COOKIE) {
+            if let Err(e) = self.audit.delete_session(cookie).await {
+                tracing::error!(error = %e, "signing out");
+            }
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SignInError {
+    #[error("that token is not valid")]
+    BadToken,
+    #[error("sign-in sessions cannot be stored now")]
+    Store(#[source] AuditError),
+}
+
+fn token_identity(t: &TokenFile, via: Via) -> Identity {
+    Identity {
+        actor: t.name.clone(),
+        role: t.role.unwrap_or_default(),
+        scope: scope(&t.scope),
+        via,
+    }
+}
+
+fn scope(map: &BTreeMap<String, Vec<String>>) -> Vec<(String, Vec<String>)> {
+    map.iter().map(|(f, p)| (f.clone(), p.clone())).collect()
+}
+
+/// A cookie's value from the request.
+pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+        .filter(|v| !v.is_empty())
+}
+
+/// A `Set-Cookie` value for one of our cookies: HttpOnly, SameSite=Strict, and
+/// Secure when the request came over HTTPS (through a proxy that says so).
+pub fn set_cookie(headers: &HeaderMap, name: &str, value: &str, max_age: Duration) -> String {
+    let secure = headers
+        .get("x-forwarded-proto")
+        .is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"));
+    format!(
+        "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        max_age.as_secs(),
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// The CSRF token a browser request of `identity` must carry, if any: its
+/// sign-in session's, or the double-submit cookie's (which must exist).
+/// `Err` says why the request cannot have a valid one.
+pub fn expected_csrf(identity: &Identity, headers: &HeaderMap) -> Result<Option<String>, String> {
+    match &identity.via {
+        Via::Token => Ok(None),
+        Via::Session { csrf } => Ok(Some(csrf.clone())),
+        Via::NoAuth | Via::Proxy => cookie(headers, CSRF_COOKIE)
+            .map(|c| Some(c.to_string()))
+            .ok_or_else(|| "no CSRF cookie: reload the page and try again".into()),
+    }
+}
+
+/// Checks a browser request's CSRF token (`sent`: the form field or the
+/// `X-CSRF-Token` header).
+pub fn check_csrf(identity: &Identity, headers: &HeaderMap, sent: Option<&str>) -> Result<(), String> {
+    match expected_csrf(identity, headers)? {
+        None => Ok(()),
+        Some(expected) => match sent {
+            None | Some("") => Err("the request carries no CSRF token".into()),
+            Some(sent) if constant_time_eq(sent.as_bytes(), expected.as_bytes()) => Ok(()),
+            Some(_) => Err("the CSRF token does not match this browser's session: reload the page".into()),
+        },
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// What a page tells its viewer about themselves, and the `Set-Cookie` that
+/// gives a browser its double-submit CSRF cookie when it has none yet.
+pub fn viewer(identity: &Identity, headers: &HeaderMap) -> (Viewer, Option<String>) {
+    let (csrf, set) = match expected_csrf(identity, headers) {
+        Ok(Some(c)) => (c, None),
+        _ => {
+            let c = random_hex(16);
+            let set = set_cookie(headers, CSRF_COOKIE, &c, Duration::from_secs(30 * 86_400));
+            (c, Some(set))
+        }
+    };
+    let viewer = Viewer {
+        actor: identity.actor.clone(),
+        role: identity.role,
+        no_auth: identity.via == Via::NoAuth,
+        signed_in: matches!(identity.via, Via::Session { .. }),
+        scope: identity.scope.clone(),
+        csrf,
+    };
+    (viewer, set)
+}
+
+/// `n` random bytes from the operating system, hex-encoded.
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    getrandom::fill(&mut bytes).expect("the operating system's random source");
+    hex::encode(bytes)
+}
+
+/// A new API token for `name` and the `[[auth.tokens]]` entry that accepts it
+/// (`lockscope token`). The token is shown once; the file keeps its hash.
+pub fn new_token(name: &str, role: Role) -> (String, String) {
+    let id = random_hex(4);
+    let token = format!("{id}.{}", random_hex(32));
+    let mut salt = [0u8; 16];
+    getrandom::fill(&mut salt).expect("the operating system's random source");
+    let salt = SaltString::encode_b64(&salt).expect("16 bytes is a valid salt");
+    let hash = Argon2::default()
+        .hash_password(token.as_bytes(), &salt)
+        .expect("Argon2 with default parameters")
+        .to_string();
+    let entry = format!(
+        "[[auth.tokens]]\nname = {name:?}\nid = {id:?}\nhash = {hash:?}\nrole = {:?}\n",
+        role.as_str()
+    );
+    (token, entry)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookies_are_found_among_others() {
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, "a=1; lockscope_session=abc; b=2".parse().unwrap());
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
+        assert_eq!(cookie(&h, CSRF_COOKIE), None);
+        let set = set_cookie(&h, CSRF_COOKIE, "x", Duration::from_secs(60));
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && !set.contains("Secure"));
+        h.insert("x-forwarded-proto", "https".parse().unwrap());
+        assert!(set_cookie(&h, CSRF_COOKIE, "x", Duration::from_secs(60)).ends_with("; Secure"));
+    }
+
+    #[test]
+    fn csrf_is_bound_to_the_session_or_the_cookie() {
+        let session = Identity {
+            actor: "a".into(),
+            role: Role::Operator,
+            scope: vec![],
+            via: Via::Session { csrf: "s3cr3t".into() },
+        };
+        let h = HeaderMap::new();
+        assert!(check_csrf(&session, &h, Some("s3cr3t")).is_ok());
+        assert!(check_csrf(&session, &h, Some("other")).is_err());
+        assert!(check_csrf(&session, &h, None).is_err());
+        let anon = Identity {
+            via: Via::NoAuth,
+            ..session.clone()
+        };
+        assert!(check_csrf(&anon, &h, Some("x")).is_err(), "no cookie, no CSRF token");
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, format!("{CSRF_COOKIE}=c00kie").parse().unwrap());
+        assert!(check_csrf(&anon, &h, Some("c00kie")).is_ok());
+        assert!(check_csrf(&anon, &h, Some("c00kiE")).is_err());
+        let token = Identity {
+            via: Via::Token,
+            ..session
+        };
+        assert!(
+            check_csrf(&token, &HeaderMap::new(), None).is_ok(),
+            "bearer tokens need none"
+        );
+    }
+
+    #[test]
+    fn a_new_token_verifies_against_its_own_entry_only() {
+        let (token, entry) = new_token("alice", Role::Operator);
+        let file: crate::settings::FileConfig = crate::settings::FileConfig::parse(&entry).unwrap();
+        let t = &file.auth.unwrap().tokens[0];
+        assert!(token.starts_with(&format!("{}.", t.id)));
+        let hash = PasswordHash::new(&t.hash).unwrap();
+        assert!(Argon2::default().verify_password(token.as_bytes(), &hash).is_ok());
+        assert!(Argon2::default().verify_password(b"nope", &hash).is_err());
+        assert_eq!(t.role, Some(Role::Operator));
+    }
+}

@@ -1,0 +1,261 @@
+//! The browser's side of the admin console: plain HTML form posts (they work
+//! before the page hydrates, and without JavaScript) for the admin actions and
+//! for signing in and out. Every state-changing form carries the page's CSRF
+//! token. An action that was done, or found the lock changed, answers 303 back
+//! to the page it came from with `audit=ID` added, and that page shows the
+//! outcome from the audit log; a refused one answers its status (401, 403, …)
+//! and the reason.
+
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Form, Router};
+use lockscope_model::admin::{Action, Role};
+use lockscope_model::{Page, Screen};
+use lockscope_store::now_ms;
+use serde::Deserialize;
+
+use crate::admin::{self, Attempt};
+use crate::api::Caller;
+use crate::auth::{check_csrf, cookie, set_cookie, Identity, Via, Who, CSRF_COOKIE, SESSION_COOKIE};
+use crate::http::{encode, render, AppState};
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/actions/release", post(release))
+        .route("/actions/blacklist", post(blacklist))
+        .route("/actions/unblacklist", post(unblacklist))
+        .route("/signin", get(signin_page).post(signin))
+        .route("/signout", post(signout))
+}
+
+/// Every action form's fields (missing ones are empty: the checks say what is
+/// wrong, and the attempt is audited like any other).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct ActionForm {
+    csrf: String,
+    back: String,
+    fleet: String,
+    /// Release: the lock.
+    name: String,
+    /// Blacklist, unblacklist: the session.
+    session: String,
+    fence: String,
+    reason: String,
+    /// Release: the lock's name typed again.
+    confirm: String,
+}
+
+async fn release(State(state): State<AppState>, caller: Caller, Form(f): Form<ActionForm>) -> Response {
+    let fence = f.fence.trim().parse::<i64>();
+    let invalid = match (&fence, f.confirm.trim() == f.name) {
+        (Err(_), _) => Some(format!("fence {:?} is not a fencing token", f.fence)),
+        (_, false) => Some("type the lock's name exactly to confirm the release".to_string()),
+        _ => None,
+    };
+    let fence = fence.ok();
+    let target = f.name.clone();
+    act(state, caller, Action::Release, f, target, fence, invalid).await
+}
+
+async fn blacklist(State(state): State<AppState>, caller: Caller, Form(f): Form<ActionForm>) -> Response {
+    let target = f.session.clone();
+    act(state, caller, Action::Blacklist, f, target, None, None).await
+}
+
+async fn unblacklist(State(state): State<AppState>, caller: Caller, Form(f): Form<ActionForm>) -> Response {
+    let target = f.session.clone();
+    act(state, caller, Action::Unblacklist, f, target, None, None).await
+}
+
+async fn act(
+    state: AppState,
+    caller: Caller,
+    action: Action,
+    f: ActionForm,
+    target: String,
+    fence: Option<i64>,
+    invalid: Option<String>,
+) -> Response {
+    let csrf = match &caller.who {
+        Who::Known(id) => check_csrf(id, &caller.headers, Some(&f.csrf)),
+        Who::Nobody(_) => Ok(()),
+    };
+    let attempt = Attempt {
+        action,
+        fleet: f.fleet,
+        target,
+        fence,
+        reason: f.reason,
+        via: "browser",
+        invalid,
+    };
+    let answer = admin::attempt(&state, &caller.who, csrf, attempt).await;
+    let back = with_audit(&f.back, answer.entry.id);
+    match answer.status {
+        // Done, or nothing done because the lock changed: the page shows the
+        // outcome (from the audit log) beside what is there now.
+        StatusCode::OK | StatusCode::CONFLICT if answer.entry.id != 0 => Redirect::to(&back).into_response(),
+        // Refused: said here, with the status the API would answer.
+        status => {
+            let body = format!(
+                "<!doctype html><meta charset=utf-8><title>Refused · lockscope</title>\
+                 <p role=alert>✖ Refused ({status}): {}</p><p>Nothing was changed. <a href=\"{}\">Back</a></p>",
+                escape(&answer.entry.detail),
+                escape(&back)
+            );
+            (status, axum::response::Html(body)).into_response()
+        }
+    }
+}
+
+/// Text made safe inside HTML.
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// `back` (a path on this server; anything else becomes `/`) with `audit=ID`.
+fn with_audit(back: &str, id: i64) -> String {
+    let local = back.starts_with('/') && !back.starts_with("//") && !back.contains('\\');
+    let back = if local { back } else { "/" };
+    let sep = if back.contains('?') { '&' } else { '?' };
+    format!("{back}{sep}audit={id}")
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SignInQuery {
+    next: String,
+}
+
+async fn signin_page(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<SignInQuery>,
+    req: Request<Body>,
+) -> Response {
+    if !state.auth.enabled() {
+        return Redirect::to("/").into_response();
+    }
+    signin_screen(&state, &caller, q.next, None, req).await
+}
+
+/// The sign-in form (to someone not yet known: they get a CSRF cookie, and a
+/// page that names nobody).
+async fn signin_screen(
+    state: &AppState,
+    caller: &Caller,
+    next: String,
+    error: Option<String>,
+    req: Request<Body>,
+) -> Response {
+    let stranger = Identity {
+        actor: String::new(),
+        role: Role::Viewer,
+        scope: Vec::new(),
+        via: Via::Proxy,
+    };
+    let page = Page {
+        screen: Screen::SignIn {
+            next,
+            error: error.clone(),
+        },
+        server_time: now_ms(),
+        fleets: state.fleets.summaries(),
+        ..Page::default()
+    };
+    let mut response = render(state, stranger, caller, page, req).await;
+    if error.is_some() {
+        *response.status_mut() = StatusCode::UNAUTHORIZED;
+    }
+    response
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SignInForm {
+    token: String,
+    next: String,
+    csrf: String,
+}
+
+async fn signin(State(state): State<AppState>, caller: Caller, req: Request<Body>) -> Response {
+    let (parts, body) = req.into_parts();
+    let form = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .ok()
+        .and_then(|b| serde_urlencoded::from_bytes::<SignInForm>(&b).ok())
+        .unwrap_or_default();
+    let req = Request::from_parts(parts, Body::empty());
+    // Login CSRF: the form must come from our own sign-in page.
+    if cookie(&caller.headers, CSRF_COOKIE) != Some(form.csrf.as_str()) || form.csrf.is_empty() {
+        return signin_screen(
+            &state,
+            &caller,
+            form.next,
+            Some("the form expired: try again".into()),
+            req,
+        )
+        .await;
+    }
+    match state.auth.sign_in(&form.token, now_ms()).await {
+        Ok((id, session)) => {
+            tracing::info!(actor = %id.actor, role = id.role.as_str(), "signed in");
+            let next = if form.next.starts_with('/') && !form.next.starts_with("//") {
+                form.next
+            } else {
+                "/".into()
+            };
+            let mut r = Redirect::to(&next).into_response();
+            let ttl = state.auth.session_ttl();
+            if let Ok(c) = HeaderValue::from_str(&set_cookie(&caller.headers, SESSION_COOKIE, &session.cookie, ttl)) {
+                r.headers_mut().append(header::SET_COOKIE, c);
+            }
+            r
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "sign-in refused");
+            signin_screen(&state, &caller, form.next, Some(e.to_string()), req).await
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct SignOutForm {
+    csrf: String,
+}
+
+async fn signout(State(state): State<AppState>, caller: Caller, Form(f): Form<SignOutForm>) -> Response {
+    if let Who::Known(id) = &caller.who {
+        if let Err(why) = check_csrf(id, &caller.headers, Some(&f.csrf)) {
+            return (StatusCode::FORBIDDEN, why).into_response();
+        }
+    }
+    state.auth.sign_out(&caller.headers).await;
+    let mut r = Redirect::to(&format!("/signin?next={}", encode("/"))).into_response();
+    let gone = set_cookie(&caller.headers, SESSION_COOKIE, "", std::time::Duration::ZERO);
+    if let Ok(c) = HeaderValue::from_str(&gone) {
+        r.headers_mut().append(header::SET_COOKIE, c);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn back_stays_on_this_server() {
+        assert_eq!(with_audit("/lock?fleet=a&name=b", 7), "/lock?fleet=a&name=b&audit=7");
+        assert_eq!(with_audit("/sessions", 7), "/sessions?audit=7");
+        assert_eq!(with_audit("https://evil.example/", 7), "/?audit=7");
+        assert_eq!(with_audit("//evil.example/", 7), "/?audit=7");
+    }
+}

@@ -1,0 +1,132 @@
+//! `lockscope admin …`: the admin actions from a shell, through a running
+//! server's JSON API (so the server checks the token's role and scope and
+//! records the attempt in its audit log, exactly as for the page).
+//!
+//! The client speaks plain HTTP: point `--server` at the dashboard itself or at
+//! a proxy on the same network (docs/operations.md).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// The dashboard's URL, e.g. `http://127.0.0.1:3000`.
+    #[arg(long, env = "LOCKSCOPE_SERVER", default_value = "http://127.0.0.1:3000")]
+    pub server: String,
+    /// A file holding an API token (`lockscope token`); none: a server without
+    /// authentication.
+    #[arg(long, env = "LOCKSCOPE_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    #[command(subcommand)]
+    pub action: AdminAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminAction {
+    /// Release a lock only if it is still the acquisition with this fencing token.
+    Release {
+        #[arg(long)]
+        fleet: String,
+        /// The lock's name.
+        name: String,
+        /// The fencing token you saw (the page and `GET …/locks/NAME` show it).
+        #[arg(long)]
+        fence: i64,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Blacklist a session: its heartbeats fail and its locks run out.
+    Blacklist {
+        #[arg(long)]
+        fleet: String,
+        session: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Lift a session's blacklist entry (admin role).
+    Unblacklist {
+        #[arg(long)]
+        fleet: String,
+        session: String,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+/// Runs one admin action; the server's answer is printed, and a refusal or a
+/// changed lock is an error (exit status 1).
+pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
+    let token = match &args.token_file {
+        Some(f) => Some(
+            std::fs::read_to_string(f)
+                .with_context(|| format!("reading the token file {}", f.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let enc = crate::http::encode;
+    let base = args.server.trim_end_matches('/');
+    let (method, path, body) = match &args.action {
+        AdminAction::Release {
+            fleet,
+            name,
+            fence,
+            reason,
+        } => (
+            "POST",
+            format!("/api/v1/fleets/{}/locks/{}/release", enc(fleet), enc(name)),
+            serde_json::json!({ "fence": fence, "reason": reason }),
+        ),
+        AdminAction::Blacklist { fleet, session, reason } => (
+            "POST",
+            format!("/api/v1/fleets/{}/sessions/{}/blacklist", enc(fleet), enc(session)),
+            serde_json::json!({ "reason": reason }),
+        ),
+        AdminAction::Unblacklist { fleet, session, reason } => (
+            "DELETE",
+            format!("/api/v1/fleets/{}/sessions/{}/blacklist", enc(fleet), enc(session)),
+            serde_json::json!({ "reason": reason }),
+        ),
+    };
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("{base}{path}"))
+        .header("content-type", "application/json");
+    if let Some(t) = &token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = req
+        .body(Full::new(Bytes::from(body.to_string())))
+        .context("building the request")?;
+    let client = Client::builder(TokioExecutor::new()).build_http();
+    let resp = client
+        .request(req)
+        .await
+        .with_context(|| format!("calling {base} (plain HTTP)"))?;
+    let status = resp.status();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .context("reading the answer")?
+        .to_bytes();
+    let answer: serde_json::Value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| serde_json::json!({ "detail": String::from_utf8_lossy(&bytes) }));
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    if !status.is_success() {
+        let why = answer["detail"]
+            .as_str()
+            .or(answer["error"].as_str())
+            .unwrap_or("no reason given")
+            .to_string();
+        bail!("{status}: {why}");
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! `lockscope.toml`: the fleet list, where the audit log lives, and who may do
+//! what. Flags and environment variables override the file (see
+//! [`crate::config::ServeArgs`]); `docs/operations.md` documents every key.
+//!
+//! ```toml
+//! listen = "0.0.0.0:3000"
+//! audit = "postgres://lockscope@db/lockscope"
+//!
+//! [[fleets]]
+//! name = "prod"
+//! store = "etcd:http://10.0.0.5:2379"
+//!
+//! [[auth.tokens]]          # made by `lockscope token --name alice --role operator`
+//! name = "alice"
+//! id = "3f9a0c1e"
+//! hash = "$argon2id$v=19$m=19456,t=2,p=1$…"
+//! role = "operator"
+//! scope = { prod = ["billing/"] }
+//!
+//! [auth.proxy]             # a reverse proxy that authenticates users itself
+//! header = "X-Forwarded-User"
+//! trusted = ["127.0.0.1"]
+//!
+//! [[auth.users]]           # roles of proxy users (others are viewers)
+//! name = "bob@example.com"
+//! role = "admin"
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use lockscope_model::admin::Role;
+use serde::Deserialize;
+
+/// The file as written. Unknown keys are errors, so a typo never silently
+/// weakens the configuration.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    /// The audit log's (and sign-in sessions') database: `sqlite:PATH` or `postgres://…`.
+    pub audit: Option<String>,
+    #[serde(default)]
+    pub fleets: Vec<FileFleet>,
+    pub auth: Option<AuthFile>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileFleet {
+    pub name: String,
+    /// A store spec, as `--store NAME=STORE` takes it.
+    pub store: String,
+}
+
+/// `[auth]`: when present, every request needs an identity.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthFile {
+    #[serde(default)]
+    pub tokens: Vec<TokenFile>,
+    pub proxy: Option<ProxyFile>,
+    #[serde(default)]
+    pub users: Vec<UserFile>,
+    /// How long a browser sign-in lasts (default 12).
+    pub session_hours: Option<u64>,
+}
+
+/// An API token: its public id (the part before the `.`) and a password hash
+/// of the whole token.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenFile {
+    /// The actor the audit log names.
+    pub name: String,
+    pub id: String,
+    /// PHC string (Argon2id).
+    pub hash: String,
+    /// Absent: viewer.
+    pub role: Option<Role>,
+    /// Fleet → lock-name prefixes; absent: every fleet and lock.
+    #[serde(default)]
+    pub scope: BTreeMap<String, Vec<String>>,
+}
+
+/// A reverse proxy that authenticates users and names them in a header.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyFile {
+    pub header: String,
+    /// Peer addresses whose header is believed; from anywhere else it is ignored.
+    pub trusted: Vec<IpAddr>,
+}
+
+/// The role of a user the proxy names.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserFile {
+    pub name: String,
+    pub role: Option<Role>,
+    #[serde(default)]
+    pub scope: BTreeMap<String, Vec<String>>,
+}
+
+/// The default file, read when present and `--config` names none.
+pub const DEFAULT_PATH: &str = "lockscope.toml";
+
+impl FileConfig {
+    /// Reads `path`, or `lockscope.toml` if it exists, or nothing.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<(FileConfig, Option<PathBuf>)> {
+        let path = match path {
+            Some(p) => p.to_path_buf(),
+            None if Path::new(DEFAULT_PATH).exists() => PathBuf::from(DEFAULT_PATH),
+            None => return Ok((FileConfig::default(), None)),
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("reading {}: {e}", path.display()))?;
+        let config = FileConfig::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        Ok((config, Some(path)))
+    }
+
+    pub fn parse(text: &str) -> Result<FileConfig, String> {
+        let config: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(auth) = &config.auth {
+            auth.check()?;
+        }
+        Ok(config)
+    }
+}
+
+impl AuthFile {
+    fn check(&self) -> Result<(), String> {
+        let mut ids = std::collections::HashSet::new();
+        for t in &self.tokens {
+            if !ids.insert(t.id.as_str()) {
+                return Err(format!("[[auth.tokens]]: two tokens have id {:?}", t.id));
+            }
+            if t.id.is_empty() || t.id.contains('.') {
+                return Err(format!(
+                    "[[auth.tokens]] {:?}: id must be non-empty, without '.'",
+                    t.name
+                ));
+            }
+            if !t.hash.starts_with("$argon2") {
+                return Err(format!(
+                    "[[auth.tokens]] {:?}: hash must be an Argon2 PHC string (made by `lockscope token`)",
+                    t.name
+                ));
+            }
+        }
+        if self.tokens.is_empty() && self.proxy.is_none() {
+            return Err("[auth] configures neither tokens nor a proxy: nobody could sign in".into());
+        }
+        if let Some(p) = &self.proxy {
+            if p.trusted.is_empty() {
+                return Err("[auth.proxy]: trusted lists no address, so the header would never be believed".into());
+            }
+            axum::http::HeaderName::try_from(p.header.as_str())
+                .map_err(|e| format!("[auth.proxy] header {:?}: {e}", p.header))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let text = r#"
+            listen = "0.0.0.0:3000"
+            audit = "postgres://lockscope@db/lockscope"
+            [[fleets]]
+            name = "prod"
+            store = "etcd:http://10.0.0.5:2379"
+            [[auth.tokens]]
+            name = "alice"
+            id = "3f9a0c1e"
+            hash = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$aGFzaA"
+            role = "operator"
+            scope = { prod = ["billing/"] }
+            [auth.proxy]
+            header = "X-Forwarded-User"
+            trusted = ["127.0.0.1"]
+            [[auth.users]]
+            name = "bob@example.com"
+            role = "admin"
+        "#;
+        let c = FileConfig::parse(text).unwrap();
+        assert_eq!(c.fleets[0].name, "prod");
+        let auth = c.auth.unwrap();
+        assert_eq!(auth.tokens[0].role, Some(Role::Operator));
+        assert_eq!(auth.tokens[0].scope["prod"], ["billing/"]);
+        assert_eq!(auth.users[0].role, Some(Role::Admin));
+    }
+
+    #[test]
+    fn mistakes_are_errors_that_say_where() {
+        for (text, why) in [
+            ("lissen = \"x\"", "unknown field"),
+            ("[[auth.tokens]]\nname=\"a\"\nid=\"1\"\nhash=\"plain\"", "Argon2"),
+            (
+                "[[auth.tokens]]\nname=\"a\"\nid=\"1\"\nhash=\"$argon2id$x\"\nrole=\"root\"",
+                "unknown variant",
+            ),
+            ("[auth]\nsession_hours = 1", "nobody could sign in"),
+            (
+                "[auth.proxy]\nheader=\"X-User\"\ntrusted=[]",
+                "trusted lists no address",
+            ),
+        ] {
+            let err = FileConfig::parse(text).unwrap_err();
+            assert!(err.contains(why), "{text}: {err}");
+        }
+    }
+}

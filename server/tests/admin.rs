@@ -1,0 +1,654 @@
+//! Who may act: the role matrix over every state-changing endpoint (the JSON API
+//! and the browser's forms), against a real SQLite lock store and a real
+//! server. In each refused case nothing changes in the store and the attempt
+//! is in the audit log; allowed actions do exactly what they say.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use lockscope::audit::AuditLog;
+use lockscope::auth::{new_token, Auth};
+use lockscope::http::AppState;
+use lockscope::hub::{Fleets, HubHandle};
+use lockscope::settings::{AuthFile, TokenFile};
+use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome, Role};
+use lockscope_store::client::{LockGuard, LockOptions, Session, SessionConfig};
+use lockscope_store::protocol::LockStore;
+use lockscope_store::spec::{AnyLocks, StoreSpec};
+use tokio::sync::watch;
+
+struct Server {
+    base: String,
+    audit: AuditLog,
+    hub: HubHandle,
+    store: AnyLocks,
+    tokens: BTreeMap<&'static str, String>,
+    _dir: tempfile::TempDir,
+    _stop: watch::Sender<bool>,
+}
+
+struct Reply {
+    status: u16,
+    body: String,
+    headers: hyper::HeaderMap,
+}
+
+impl Server {
+    /// A server with authentication: tokens for a viewer, an operator, an
+    /// operator limited to `team-a/` locks, and an admin; one SQLite fleet and
+    /// one read-only (ShedLock) fleet.
+    async fn start() -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("locks.db");
+        let spec = StoreSpec::sqlite_file(&db);
+        let store = spec.connect().await.unwrap();
+        let shed = StoreSpec::parse(&format!("shedlock+sqlite:{}", dir.path().join("shed.db").display())).unwrap();
+        let mut tokens = BTreeMap::new();
+        let mut entries = Vec::new();
+        for (who, role, scope) in [
+            ("viewer", Role::Viewer, None),
+            ("operator", Role::Operator, None),
+            ("scoped", Role::Operator, Some("team-a/")),
+            ("admin", Role::Admin, None),
+        ] {
+            let (token, entry) = new_token(who, role);
+            let file: lockscope::settings::FileConfig = lockscope::settings::FileConfig::parse(&entry).unwrap();
+            let mut t: TokenFile = file.auth.unwrap().tokens.remove(0);
+            if let Some(prefix) = scope {
+                t.scope.insert("sql".into(), vec![prefix.into()]);
+            }
+            entries.push(t);
+            tokens.insert(who, token);
+        }
+        let auth_file = AuthFile {
+            tokens: entries,
+            ..AuthFile::default()
+        };
+        let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
+            .await
+            .unwrap();
+        let hub = HubHandle::spawn("sql", "sqlite under test", spec.open().unwrap());
+        let shed_hub = HubHandle::spawn("shed", "shedlock under test", shed.open().unwrap());
+        let (stop, stop_rx) = watch::channel(false);
+        let state = AppState::new(
+            Fleets::new(vec![hub.clone(), shed_hub]),
+            "target/site".into(),
+            stop_rx.clone(),
+            audit.clone(),
+            Auth::new(Some(auth_file), audit.clone()),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
+        Server {
+            base,
+            audit,
+            hub,
+            store,
+            tokens,
+            _dir: dir,
+            _stop: stop,
+        }
+    }
+
+    async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        let resp = client.request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        Reply {
+            status,
+            body: String::from_utf8_lossy(&body).into(),
+            headers,
+        }
+    }
+
+    fn bearer(&self, who: &str) -> String {
+        format!("Bearer {}", self.tokens[who])
+    }
+
+    /// Signs a browser in as `who`: its cookies (session and CSRF) and the
+    /// session's CSRF token.
+    async fn browser(&self, who: &str) -> (String, String) {
+        let page = self.send("GET", "/signin", &[], "").await;
+        let csrf_cookie = set_cookie(&page, "lockscope_csrf").expect("the sign-in page sets a CSRF cookie");
+        let form = format!("token={}&next=%2F&csrf={csrf_cookie}", self.tokens[who]);
+        let cookie = format!("lockscope_csrf={csrf_cookie}");
+        let signed = self
+            .send(
+                "POST",
+                "/signin",
+                &[
+                    ("content-type", "application/x-www-form-urlencoded"),
+                    ("cookie", &cookie),
+                ],
+                &form,
+            )
+            .await;
+        assert_eq!(signed.status, 303, "sign-in: {}", signed.body);
+        let session = set_cookie(&signed, "lockscope_session").expect("a session cookie");
+        // The session's CSRF token is in every form of the pages it renders.
+        let cookies = format!("lockscope_session={session}");
+        let page = self
+            .send("GET", "/sessions?fleet=sql", &[("cookie", &cookies)], "")
+            .await;
+        assert_eq!(page.status, 200, "a signed-in page: {}", page.body);
+        let csrf = page
+            .body
+            .split(r#"name="csrf" value=""#)
+            .nth(1)
+            .and_then(|s| s.split('"').next())
+            .unwrap_or_else(|| panic!("the page carries its CSRF token: {}", page.body))
+            .to_string();
+        (cookies, csrf)
+    }
+
+    async fn last_audit(&self) -> Option<AuditEntry> {
+        self.audit
+            .query(&AuditQuery {
+                limit: Some(1),
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap()
+            .pop()
+    }
+
+    async fn audit_count(&self) -> usize {
+        self.audit.query(&AuditQuery::default()).await.unwrap().len()
+    }
+
+    /// The hub's view of the fleet has caught up with the store.
+    async fn wait_hub(&self, ok: impl Fn(&lockscope::hub::SessionNow) -> bool, session: &str) {
+        for _ in 0..200 {
+            if ok(&self.hub.session_now(session).await.unwrap()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the hub never showed the expected state of session {session}");
+    }
+}
+
+fn set_cookie(r: &Reply, name: &str) -> Option<String> {
+    r.headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|v| {
+            v.strip_prefix(&format!("{name}="))
+                .map(|v| v.split(';').next().unwrap().to_string())
+        })
+}
+
+/// One request of the matrix: how it is sent.
+#[derive(Clone, Copy, Debug)]
+enum Ask<'a> {
+    NoCredentials,
+    Token(&'a str),
+    /// A signed-in browser's cookie, with or without the CSRF token.
+    Browser {
+        cookies: &'a str,
+        csrf: Option<&'a str>,
+    },
+}
+
+/// Sends `action` on `target` through the API or (`form`) the browser's form.
+async fn ask(s: &Server, how: Ask<'_>, form: bool, action: Action, target: &str, fence: i64) -> Reply {
+    let enc = lockscope::http::encode;
+    let mut headers: Vec<(&str, String)> = Vec::new();
+    let csrf_field = match how {
+        Ask::NoCredentials => String::new(),
+        Ask::Token(who) => {
+            headers.push(("authorization", s.bearer(who)));
+            String::new()
+        }
+        Ask::Browser { cookies, csrf } => {
+            headers.push(("cookie", cookies.to_string()));
+            headers.push(("origin", s.base.clone()));
+            if let (Some(c), false) = (csrf, form) {
+                headers.push(("x-csrf-token", c.to_string()));
+            }
+            csrf.unwrap_or("").to_string()
+        }
+    };
+    let (method, path, body) = if form {
+        headers.push(("content-type", "application/x-www-form-urlencoded".into()));
+        let key = if action == Action::Release { "name" } else { "session" };
+        let body = format!(
+            "fleet=sql&{key}={t}&confirm={t}&fence={fence}&reason=matrix&csrf={csrf_field}&back=%2F",
+            t = enc(target)
+        );
+        ("POST", format!("/actions/{}", action.as_str()), body)
+    } else {
+        headers.push(("content-type", "application/json".into()));
+        match action {
+            Action::Release => (
+                "POST",
+                format!("/api/v1/fleets/sql/locks/{}/release", enc(target)),
+                format!(r#"{{"fence": {fence}, "reason": "matrix"}}"#),
+            ),
+            Action::Blacklist | Action::Unblacklist => (
+                if action == Action::Blacklist { "POST" } else { "DELETE" },
+                format!("/api/v1/fleets/sql/sessions/{}/blacklist", enc(target)),
+                r#"{"reason": "matrix"}"#.to_string(),
+            ),
+        }
+    };
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    s.send(method, &path, &headers, &body).await
+}
+
+struct Fixture {
+    _session: Session<AnyLocks>,
+    _guards: Vec<LockGuard<AnyLocks>>,
+    session_a: String,
+    /// A blacklisted session (the target of unblacklist).
+    blacklisted: String,
+    fence_a: i64,
+}
+
+/// A session holding `team-a/1`, and another session that is blacklisted.
+async fn fixture(s: &Server) -> Fixture {
+    let session = Session::open(s.store.clone(), SessionConfig::new("matrix"))
+        .await
+        .unwrap();
+    let opts = LockOptions::new("matrix", Duration::from_secs(600));
+    let mut batch = session.try_lock_batch(&["team-a/1"], opts).await.unwrap();
+    let guard = batch.taken.pop().expect("team-a/1 taken");
+    let fence_a = guard.fence();
+    let other = Session::open(s.store.clone(), SessionConfig::new("other"))
+        .await
+        .unwrap();
+    let blacklisted = other.id().to_string();
+    s.store
+        .blacklist(&lockscope_model::record::BlacklistRecord::new(
+            &blacklisted,
+            "setup",
+            "setup",
+            0,
+        ))
+        .await
+        .unwrap();
+    let id = session.id().to_string();
+    s.wait_hub(|n| n.locks.len() == 1, &id).await;
+    s.wait_hub(|n| n.blacklist.is_some(), &blacklisted).await;
+    Fixture {
+        session_a: id,
+        blacklisted,
+        fence_a,
+        _session: session,
+        _guards: vec![guard],
+    }
+}
+
+/// Nothing changed: `team-a/1` is still `fence`, session A is not blacklisted,
+/// the blacklisted one still is.
+async fn unchanged(s: &Server, f: &Fixture, case: &str) {
+    let entry = s.store.get("team-a/1").await.unwrap();
+    assert_eq!(entry.map(|e| e.fence), Some(f.fence_a), "{case}: the lock changed");
+    let a = s.hub.session_now(&f.session_a).await.unwrap();
+    assert!(a.blacklist.is_none(), "{case}: session A was blacklisted");
+    tokio::time::sleep(Duration::from_millis(100)).await; // the observer's latency
+    let b = s.hub.session_now(&f.blacklisted).await.unwrap();
+    assert!(b.blacklist.is_some(), "{case}: the blacklist was lifted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_changes_nothing_and_is_audited() {
+    let s = Server::start().await;
+    let f = fixture(&s).await;
+    let (cookies, _) = s.browser("admin").await;
+    for form in [false, true] {
+        for action in Action::ALL {
+            let target = match action {
+                Action::Release => "team-a/1".to_string(),
+                Action::Blacklist => f.session_a.clone(),
+                Action::Unblacklist => f.blacklisted.clone(),
+            };
+            let mut cases: Vec<(Ask, u16, &str)> = vec![
+                (Ask::NoCredentials, 401, "no credentials"),
+                (Ask::Token("viewer"), 403, "viewer"),
+                (
+                    Ask::Browser {
+                        cookies: &cookies,
+                        csrf: None,
+                    },
+                    403,
+                    "browser without CSRF token",
+                ),
+                (
+                    Ask::Browser {
+                        cookies: &cookies,
+                        csrf: Some("forged"),
+                    },
+                    403,
+                    "browser with a forged CSRF token",
+                ),
+            ];
+            if action == Action::Unblacklist {
+                cases.push((Ask::Token("operator"), 403, "operator lifting a blacklist"));
+            }
+            if action == Action::Blacklist {
+                // Session A holds team-a/1, inside the scope: blacklisting
+                // another team's session is out of scope (checked below).
+            }
+            for (how, status, case) in cases {
+                let case = format!("{} {} as {case}", if form { "form" } else { "api" }, action.as_str());
+                let before = s.audit_count().await;
+                let r = ask(&s, how, form, action, &target, f.fence_a).await;
+                assert_eq!(r.status, status, "{case}: {}", r.body);
+                unchanged(&s, &f, &case).await;
+                assert_eq!(s.audit_count().await, before + 1, "{case}: not audited");
+                let last = s.last_audit().await.unwrap();
+                assert_eq!(last.outcome, Some(Outcome::Refused), "{case}");
+                assert_eq!(
+                    (last.action, last.target.as_str()),
+                    (Some(action), target.as_str()),
+                    "{case}"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scope_bad_input_and_read_only_fleets_are_refused() {
+    let s = Server::start().await;
+    let f = fixture(&s).await;
+    let session = Session::open(s.store.clone(), SessionConfig::new("team-b"))
+        .await
+        .unwrap();
+    let opts = LockOptions::new("b", Duration::from_secs(600));
+    let b = session
+        .try_lock_batch(&["team-b/1"], opts)
+        .await
+        .unwrap()
+        .taken
+        .pop()
+        .unwrap();
+    s.wait_hub(|n| n.locks.len() == 1, session.id()).await;
+    let bearer = s.bearer("scoped");
+    let json = [("authorization", bearer.as_str()), ("content-type", "application/json")];
+    let cases: Vec<(&str, String, String, u16, &str)> = vec![
+        (
+            "POST",
+            "/api/v1/fleets/sql/locks/team-b%2F1/release".into(),
+            format!(r#"{{"fence": {}, "reason": "x"}}"#, b.fence()),
+            403,
+            "outside",
+        ),
+        (
+            "POST",
+            format!("/api/v1/fleets/sql/sessions/{}/blacklist", session.id()),
+            r#"{"reason": "x"}"#.into(),
+            403,
+            "outside",
+        ),
+        (
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
+            r#"{"fence": "seven", "reason": "x"}"#.into(),
+            400,
+            "not what this call takes",
+        ),
+        (
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
+            format!(r#"{{"fence": {}}}"#, f.fence_a),
+            400,
+            "missing field `reason`",
+        ),
+        (
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
+            format!(r#"{{"fence": {}, "reason": "  "}}"#, f.fence_a),
+            400,
+            "give a reason",
+        ),
+        (
+            "POST",
+            "/api/v1/fleets/nope/locks/team-a%2F1/release".into(),
+            format!(r#"{{"fence": {}, "reason": "x"}}"#, f.fence_a),
+            404,
+            "no fleet named",
+        ),
+        (
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
+            format!(r#"{{"fence": {}, "reason": "{}"}}"#, f.fence_a, "x".repeat(20_000)),
+            413,
+            "",
+        ),
+    ];
+    for (method, path, body, status, why) in cases {
+        let before = s.audit_count().await;
+        let r = s.send(method, &path, &json, &body).await;
+        assert_eq!(r.status, status, "{path} {body:.80}: {}", r.body);
+        assert!(r.body.contains(why), "{path}: {} lacks {why:?}", r.body);
+        unchanged(&s, &f, &path).await;
+        assert_eq!(s.store.get("team-b/1").await.unwrap().map(|e| e.fence), Some(b.fence()));
+        // An oversized body is refused before anyone reads it; the rest are audited.
+        let audited = if status == 413 { 0 } else { 1 };
+        assert_eq!(s.audit_count().await, before + audited, "{path}: {}", r.body);
+    }
+    // Plain text is not JSON: a browser could send it cross-site without asking.
+    let r = s
+        .send(
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release",
+            &[("authorization", &s.bearer("operator")), ("content-type", "text/plain")],
+            &format!(r#"{{"fence": {}, "reason": "x"}}"#, f.fence_a),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    unchanged(&s, &f, "text/plain").await;
+    // A read-only fleet: 409 with the reason, nothing done.
+    let r = s
+        .send(
+            "POST",
+            "/api/v1/fleets/shed/locks/x/release",
+            &[
+                ("authorization", &s.bearer("admin")),
+                ("content-type", "application/json"),
+            ],
+            r#"{"fence": 0, "reason": "x"}"#,
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("read-only"), "{}", r.body);
+    drop(b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_actions_do_exactly_what_they_say() {
+    let s = Server::start().await;
+    let f = fixture(&s).await;
+    let op = s.bearer("scoped");
+    let json = [("authorization", op.as_str()), ("content-type", "application/json")];
+    // A stale fence: 409, the current acquisition in the answer, nothing deleted.
+    let r = s
+        .send(
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release",
+            &json,
+            &format!(r#"{{"fence": {}, "reason": "stale"}}"#, f.fence_a - 1),
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["released"], false);
+    assert_eq!(v["current"]["fence"], f.fence_a);
+    unchanged(&s, &f, "stale fence").await;
+    assert_eq!(s.last_audit().await.unwrap().outcome, Some(Outcome::Changed));
+    // The fence seen: released, audited as done.
+    let r = s
+        .send(
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release",
+            &json,
+            &format!(r#"{{"fence": {}, "reason": "stuck"}}"#, f.fence_a),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains(r#""released":true"#), "{}", r.body);
+    assert!(s.store.get("team-a/1").await.unwrap().is_none());
+    let last = s.last_audit().await.unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.role, last.fence, last.outcome),
+        ("scoped", Some(Role::Operator), Some(f.fence_a), Some(Outcome::Done))
+    );
+    // Blacklist through the browser's form, as the page does it.
+    let (cookies, csrf) = s.browser("admin").await;
+    let r = ask(
+        &s,
+        Ask::Browser {
+            cookies: &cookies,
+            csrf: Some(&csrf),
+        },
+        true,
+        Action::Blacklist,
+        &f.session_a,
+        0,
+    )
+    .await;
+    assert_eq!(r.status, 303, "{}", r.body);
+    let to = r.headers["location"].to_str().unwrap();
+    assert!(to.starts_with("/?audit="), "{to}");
+    s.wait_hub(|n| n.blacklist.is_some(), &f.session_a).await;
+    // The page it returns to shows the outcome to its actor.
+    let page = s.send("GET", to, &[("cookie", &cookies)], "").await;
+    assert!(page.body.contains("blacklisted session"), "the notice is on the page");
+    // Lifting needs admin; through the API with the browser's cookie and token.
+    let r = ask(
+        &s,
+        Ask::Browser {
+            cookies: &cookies,
+            csrf: Some(&csrf),
+        },
+        false,
+        Action::Unblacklist,
+        &f.blacklisted,
+        0,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    s.wait_hub(|n| n.blacklist.is_none(), &f.blacklisted).await;
+    // Only admins read the audit log; CSV and NDJSON on request.
+    let r = s
+        .send("GET", "/api/v1/audit", &[("authorization", &s.bearer("operator"))], "")
+        .await;
+    assert_eq!(r.status, 403);
+    let r = s
+        .send(
+            "GET",
+            "/api/v1/audit?format=csv",
+            &[("authorization", &s.bearer("admin"))],
+            "",
+        )
+        .await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.starts_with("id,at,actor"), "{}", r.body);
+    assert_eq!(r.body.lines().count(), 1 + 4, "{}", r.body);
+    let r = s
+        .send(
+            "GET",
+            "/api/v1/audit?action=release",
+            &[
+                ("authorization", &s.bearer("admin")),
+                ("accept", "application/x-ndjson"),
+            ],
+            "",
+        )
+        .await;
+    assert_eq!(r.body.lines().count(), 2, "{}", r.body);
+}
+
+#[tokio::test]
+async fn reads_need_an_identity() {
+    let s = Server::start().await;
+    for path in ["/api/v1/fleets", "/api/v1/fleets/sql/sessions", "/api/v1/audit"] {
+        assert_eq!(s.send("GET", path, &[], "").await.status, 401, "{path}");
+    }
+    let r = s.send("GET", "/sessions", &[], "").await;
+    assert_eq!(r.status, 303);
+    assert_eq!(r.headers["location"], "/signin?next=%2Fsessions");
+    let r = s
+        .send("GET", "/api/v1/fleets", &[("authorization", &s.bearer("viewer"))], "")
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = s
+        .send("GET", "/api/v1/fleets", &[("authorization", "Bearer nope.nope")], "")
+        .await;
+    assert_eq!(r.status, 401);
+}
+
+#[test]
+fn a_public_address_without_authentication_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(["--listen", "0.0.0.0:0", "--no-demo"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("without authentication"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_acts_through_the_api_with_its_token() {
+    let s = Server::start().await;
+    let f = fixture(&s).await;
+    let dir = tempfile::tempdir().unwrap();
+    let cli = |who: &str, args: &[&str]| {
+        let file = dir.path().join(who);
+        std::fs::write(&file, format!("{}\n", s.tokens[who])).unwrap();
+        let mut argv = vec!["admin", "--server", &s.base];
+        argv.extend(["--token-file", file.to_str().unwrap()]);
+        argv.extend(args);
+        std::process::Command::new(env!("CARGO_BIN_EXE_lockscope"))
+            .args(&argv)
+            .output()
+            .unwrap()
+    };
+    let fence = f.fence_a.to_string();
+    let release = [
+        "release",
+        "--fleet",
+        "sql",
+        "team-a/1",
+        "--fence",
+        &fence,
+        "--reason",
+        "from the shell",
+    ];
+    let out = tokio::task::block_in_place(|| cli("viewer", &release));
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("403"), "{out:?}");
+    unchanged(&s, &f, "cli as viewer").await;
+    let out = tokio::task::block_in_place(|| cli("operator", &release));
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(r#""released": true"#),
+        "{out:?}"
+    );
+    assert!(s.store.get("team-a/1").await.unwrap().is_none());
+    let last = s.last_audit().await.unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.reason.as_str()),
+        ("operator", "from the shell")
+    );
+}
