@@ -2,16 +2,20 @@
 //! and why, the record with absolute (UTC) and relative times, the backtrace as
 //! a list, the holder's session and its liveness, the waiters and how long each
 //! has waited, the fencing token and store revisions, and the raw stored value
-//! when it is malformed. Kept live over the websocket.
+//! when it is malformed. Kept live over the websocket. For those who may: the
+//! holder's session's blacklist form ([`crate::actions`]) and the force-release
+//! dialog ([`crate::release`]).
 
 use leptos::prelude::*;
 use lockscope_model::detail::LockDetail;
 use lockscope_model::time::{absolute_and_relative, human_duration, rfc3339, Millis};
 use lockscope_model::view::RowState;
-use lockscope_model::{LockBody, Screen};
+use lockscope_model::{Holder, LockBody, Screen};
 
+use crate::actions::SessionActions;
 use crate::live::LiveView;
-use crate::page::encode;
+use crate::page::{encode, sessions_href};
+use crate::release::ReleaseSection;
 use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
 
@@ -104,7 +108,7 @@ pub fn LockPage() -> impl IntoView {
                     <section class="record">
                         <dl>
                             <dt>"holder"</dt>
-                            <dd data-testid="detail-holder">{format!("{}@{}:{}", rec.service, rec.host, rec.pid)}</dd>
+                            <dd data-testid="detail-holder">{rec.holder()}</dd>
                             <dt>"purpose"</dt><dd>{rec.purpose.clone()}</dd>
                             <dt>"expected runtime"</dt><dd>{human_duration(rec.expected_runtime_ms as i64)}</dd>
                             {times}
@@ -137,7 +141,7 @@ pub fn LockPage() -> impl IntoView {
             .session
             .as_ref()
             .map(|entry| session_text(Some(entry), d.blacklist.as_ref(), now));
-        let sessions_href = format!("/sessions?fleet={}", encode(&fleet()));
+        let sessions_href = sessions_href(&fleet());
         Some(
             view! {
             <section class="holder-session">
@@ -157,6 +161,24 @@ pub fn LockPage() -> impl IntoView {
             </section>
         }
             .into_any(),
+        )
+    };
+    // The holder's session and whether it is blacklisted: its form re-renders
+    // only when these change, not with every heartbeat (an open form stays open).
+    let holder_session = Memo::new(move |_| {
+        detail.with(|d| {
+            let id = d
+                .entry
+                .as_ref()
+                .and_then(|e| e.record())
+                .map(|r| r.session.to_string())?;
+            // A store that keeps no sessions has none to blacklist.
+            (d.holder != Holder::Unknown).then_some((id, d.blacklist.is_some()))
+        })
+    });
+    let session_actions = move || {
+        holder_session.get().map(
+            |(session, blacklisted)| view! { <div class="holder-actions"><SessionActions session blacklisted/></div> },
         )
     };
     let waiters = move || {
@@ -192,10 +214,12 @@ pub fn LockPage() -> impl IntoView {
         {header}
         {record}
         {session}
+        {session_actions}
         <section>
             <h3>"Waiters"</h3>
             {waiters}
         </section>
+        <ReleaseSection detail/>
     }
     .into_any()
 }

@@ -9,16 +9,28 @@
 //! - [`rows`]: what a row says, as text (pure, tested natively).
 //! - [`page`]: the shell, the lock table page and what every page shares.
 //! - [`table`]: the lock table page; [`detail`]: one lock; [`sessions`]: the sessions.
+//! - [`viewer`]: who is looking (or the no-authentication warning) and the
+//!   notice of their last admin action.
+//! - [`actions`]: the admin forms (blacklist, lift a blacklist) the detail and
+//!   sessions pages share; [`release`]: the detail page's force-release dialog.
+//! - [`audit`]: the audit log page; [`signin`]: the sign-in form.
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
+pub mod actions;
+pub mod audit;
 pub mod detail;
 pub mod live;
 pub mod page;
+pub mod release;
+#[cfg(all(test, feature = "ssr"))]
+mod render_tests;
 pub mod rows;
 pub mod sessions;
+pub mod signin;
 #[cfg(feature = "hydrate")]
 mod socket;
 pub mod table;
+pub mod viewer;
 
 pub use page::{shell, App};
 

@@ -126,7 +126,7 @@ impl LiveView {
 
     /// Locks of the fleet on screen needing attention (every state but healthy).
     pub fn attention(&self) -> u64 {
-        if self.watch().is_none() {
+        if self.has_view() {
             return self.counts().attention();
         }
         let fleet = self.fleet.get();
@@ -185,7 +185,21 @@ impl LiveView {
                 name: detail.name.clone(),
             }),
             Screen::Sessions { .. } => Some(Watch::Sessions),
+            Screen::Audit { .. } | Screen::SignIn { .. } => None,
         })
+    }
+
+    /// Whether this page shows a view of the lock table (the others watch a
+    /// lock or the sessions, or are not live).
+    pub fn has_view(&self) -> bool {
+        self.screen.with_untracked(|s| matches!(s, Screen::Locks))
+    }
+
+    /// Whether the shown fleet's store accepts admin actions (reactive: follows
+    /// the overview).
+    pub fn writable(&self) -> bool {
+        let fleet = self.fleet.get();
+        self.overview.with(|o| o.iter().any(|f| f.name == fleet && f.writable))
     }
 
     /// The view to ask for on a new connection, and its id.
@@ -223,7 +237,7 @@ impl LiveView {
             ServerMsg::Overview { server_time, fleets } => {
                 self.sync_clock(server_time, local_now);
                 // Pages that watch instead of viewing learn the store status here.
-                if self.watch().is_some() {
+                if !self.has_view() {
                     let fleet = self.fleet.get_untracked();
                     if let Some(f) = fleets.iter().find(|f| f.name == fleet) {
                         self.status.set(f.status.clone());

@@ -1,16 +1,20 @@
-//! The document, the page frame every screen shares (header, connection
-//! indicator, fleet overview, footer) and the choice of screen: the lock table
-//! ([`crate::table`]), one lock ([`crate::detail`]) or the sessions
-//! ([`crate::sessions`]). Every element a test or a person looks for has a
+//! The document, the page frame every screen shares (header with who is
+//! looking, connection indicator, the notice of the viewer's last action, fleet
+//! overview, footer) and the choice of screen: the lock table
+//! ([`crate::table`]), one lock ([`crate::detail`]), the sessions
+//! ([`crate::sessions`]), the audit log ([`crate::audit`]) or the sign-in form
+//! ([`crate::signin`]). Every element a test or a person looks for has a
 //! `data-testid`; rows carry their lock name in `data-lock`.
 
 use leptos::prelude::*;
+use lockscope_model::admin::Role;
 use lockscope_model::time::{human_duration, utc_hms};
 use lockscope_model::view::{RowState, ViewSpec};
 use lockscope_model::{FleetSummary, Screen, StoreStatus};
 
 use crate::live::{Connection, LiveView};
 use crate::rows::state_icon;
+use crate::viewer::{NoAuthBanner, Notice, WhoAmI};
 
 /// The HTML document around [`App`], rendered on the server.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -46,57 +50,103 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     let page = SharedValue::new(|| use_context::<lockscope_model::Page>().unwrap_or_default()).into_inner();
+    let notice = page.notice.clone();
+    let viewer = page.viewer.clone();
+    let is_admin = viewer.role == Role::Admin;
+    provide_context(viewer);
     let live = LiveView::new(page);
     provide_context(live);
+
+    // A page shows one screen for its whole life (other screens are other URLs).
+    let kind = live.screen.with_untracked(Kind::of);
     #[cfg(feature = "hydrate")]
-    crate::socket::start(live);
+    if kind.is_live() {
+        crate::socket::start(live);
+    }
     #[cfg(feature = "hydrate")]
     Effect::new(move |_| {
         let title = tab_title(&live.fleet.get(), live.attention(), &live.screen.get());
         document().set_title(&title);
     });
 
-    // A page shows one screen for its whole life (other screens are other URLs).
-    let screen = live.screen.with_untracked(std::mem::discriminant);
-    let is = |s: Screen| std::mem::discriminant(&s) == screen;
-    let body = if is(Screen::Locks) {
-        view! { <Overview/><crate::table::States/><crate::table::Controls/><crate::table::LockTable/> }.into_any()
-    } else if is(Screen::Sessions {
-        sessions: Default::default(),
-    }) {
-        view! { <Overview/><crate::sessions::SessionsPage/> }.into_any()
-    } else {
-        view! { <crate::detail::LockPage/> }.into_any()
+    let body = match kind {
+        Kind::Locks => {
+            view! { <Overview/><crate::table::States/><crate::table::Controls/><crate::table::LockTable/> }.into_any()
+        }
+        Kind::Sessions => view! { <Overview/><crate::sessions::SessionsPage/> }.into_any(),
+        Kind::Lock => view! { <crate::detail::LockPage/> }.into_any(),
+        Kind::Audit => view! { <crate::audit::AuditPage/> }.into_any(),
+        Kind::SignIn => view! { <crate::signin::SignInPage/> }.into_any(),
     };
-    let on_sessions = live.watch() == Some(lockscope_model::Watch::Sessions);
+    let here = |k: Kind| kind == k;
     let locks_href = move || format!("/?fleet={}", encode(&live.fleet.get()));
-    let sessions_href = move || format!("/sessions?fleet={}", encode(&live.fleet.get()));
+    let sessions_href = move || sessions_href(&live.fleet.get());
     view! {
+        <NoAuthBanner/>
         <header class="top">
             <h1><a href=locks_href>"lockscope"</a></h1>
             <span class="fleet" data-testid="fleet">{move || live.fleet.get()}</span>
             <nav class="pages">
-                <a href=locks_href data-testid="nav-locks" class:here=is(Screen::Locks) aria-current=is(Screen::Locks).then_some("page")>"locks"</a>
+                <a href=locks_href data-testid="nav-locks" class:here=here(Kind::Locks) aria-current=here(Kind::Locks).then_some("page")>"locks"</a>
                 " "
-                <a href=sessions_href data-testid="nav-sessions" class:here=on_sessions aria-current=on_sessions.then_some("page")>"sessions"</a>
+                <a href=sessions_href data-testid="nav-sessions" class:here=here(Kind::Sessions) aria-current=here(Kind::Sessions).then_some("page")>"sessions"</a>
+                {is_admin.then(|| view! {
+                    " "
+                    <a href="/audit" data-testid="nav-audit" class:here=here(Kind::Audit) aria-current=here(Kind::Audit).then_some("page")>"audit"</a>
+                })}
             </nav>
             <span class="source" data-testid="source">{move || live.source()}</span>
-            <Indicator/>
+            {kind.is_live().then(|| view! { <Indicator/> })}
+            <WhoAmI signing_in=here(Kind::SignIn)/>
         </header>
-        <main>{body}</main>
+        <main>
+            {notice.map(|entry| view! { <Notice entry/> })}
+            {body}
+        </main>
         <footer>
-            {is(Screen::Locks).then(|| view! {
+            {here(Kind::Locks).then(|| view! {
                 <span data-testid="view-range">{move || range_text(live)}</span>
                 <span data-testid="view-total">{move || live.total.get()}</span>
                 {move || if live.view.with(|v| v.filter.is_empty()) { "" } else { " matching" }}
                 " · "
             })}
-            "times on the server's clock (UTC); browser offset "
-            <span data-testid="clock-offset">{move || format!("{:+} ms", live.clock_offset.get())}</span>
-            " · last update "
-            <span data-testid="lag">{move || format!("{} ms", live.lag_ms.get())}</span>
-            " after it reached the server"
+            "times on the server's clock (UTC)"
+            {kind.is_live().then(|| view! {
+                "; browser offset "
+                <span data-testid="clock-offset">{move || format!("{:+} ms", live.clock_offset.get())}</span>
+                " · last update "
+                <span data-testid="lag">{move || format!("{} ms", live.lag_ms.get())}</span>
+                " after it reached the server"
+            })}
         </footer>
+    }
+}
+
+/// Which screen a page shows (its [`Screen`] without the data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Locks,
+    Lock,
+    Sessions,
+    Audit,
+    SignIn,
+}
+
+impl Kind {
+    fn of(s: &Screen) -> Kind {
+        match s {
+            Screen::Locks => Kind::Locks,
+            Screen::Lock { .. } => Kind::Lock,
+            Screen::Sessions { .. } => Kind::Sessions,
+            Screen::Audit { .. } => Kind::Audit,
+            Screen::SignIn { .. } => Kind::SignIn,
+        }
+    }
+
+    /// Kept live over the websocket (the audit page is read once; the sign-in
+    /// page has nothing to show yet).
+    fn is_live(self) -> bool {
+        matches!(self, Kind::Locks | Kind::Lock | Kind::Sessions)
     }
 }
 
@@ -107,6 +157,8 @@ pub fn tab_title(fleet: &str, attention: u64, screen: &Screen) -> String {
         Screen::Locks => String::new(),
         Screen::Lock { detail } => format!("{} · ", detail.name),
         Screen::Sessions { .. } => "sessions · ".into(),
+        Screen::Audit { .. } => "audit · ".into(),
+        Screen::SignIn { .. } => "sign in · ".into(),
     };
     let alert = match attention {
         0 => String::new(),
@@ -145,6 +197,16 @@ pub(crate) fn href(fleet: &str, view: &ViewSpec) -> String {
         url.push_str(&encode(&v));
     }
     url
+}
+
+/// `/lock?fleet=…&name=…`: one lock's page.
+pub fn lock_href(fleet: &str, name: &str) -> String {
+    format!("/lock?fleet={}&name={}", encode(fleet), encode(name))
+}
+
+/// `/sessions?fleet=…`: the fleet's sessions page.
+pub fn sessions_href(fleet: &str) -> String {
+    format!("/sessions?fleet={}", encode(fleet))
 }
 
 /// Percent-encodes a query value.
@@ -219,7 +281,7 @@ fn Overview() -> impl IntoView {
         let current = live.fleet.with(|c| *c == f.name);
         // The fleet on screen counts from its live view, so the overview never
         // disagrees with the rows below it (pages without a view use the summary).
-        let from_view = current && live.watch().is_none();
+        let from_view = current && live.has_view();
         let counts = move || if from_view { live.counts() } else { f.counts };
         let (state, label) = match &f.status {
             StoreStatus::Live { .. } => ("live", "live".to_string()),

@@ -37,7 +37,7 @@ pub fn row_text(r: &WindowRow) -> RowText {
     };
     match &r.entry.body {
         LockBody::Held(rec) => RowText {
-            holder: format!("{}@{}:{}", rec.service, rec.host, rec.pid),
+            holder: rec.holder(),
             session: short(&rec.session),
             holder_title: format!(
                 "service {}, host {}, pid {}, session {}",

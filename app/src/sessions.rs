@@ -1,16 +1,22 @@
 //! The sessions page (`/sessions?fleet=`): every worker session of the fleet,
 //! blacklisted ones first, with its heartbeat age, the locks it holds and waits
 //! for, its contention counters and its clock-skew estimate. Kept live over the
-//! websocket (at most one update a second; the ages tick with the clock).
+//! websocket (at most one update a second; the ages tick with the clock). For
+//! those who may: a blacklist (or lift-the-blacklist) form per session
+//! ([`crate::actions`]).
+
+use std::collections::HashMap;
 
 use leptos::prelude::*;
+use lockscope_model::admin::Action;
 use lockscope_model::detail::{SessionList, SessionRow};
 use lockscope_model::session::SKEW_SHOWN_FROM_MS;
 use lockscope_model::time::{absolute_and_relative, human_duration, utc_datetime, utc_hms, Millis};
 use lockscope_model::{BlacklistEntry, Holder, Screen, SessionEntry};
 
+use crate::actions::{may_on_sessions, SessionActions, BLACKLIST_EXPLAINED};
 use crate::live::LiveView;
-use crate::page::encode;
+use crate::page::{encode, lock_href};
 use crate::rows::short as short_id;
 
 /// A session's liveness as a word and an icon (never colour alone).
@@ -60,7 +66,7 @@ pub fn session_text(entry: Option<&SessionEntry>, blacklist: Option<&BlacklistEn
         t.who = "malformed session record".into();
         return t;
     };
-    t.who = format!("{}@{}:{}", rec.service, rec.host, rec.pid);
+    t.who = rec.holder();
     // Both on the holder's clock: no comparison with ours.
     t.started = human_duration(rec.heartbeat_at - rec.started_at);
     t.started_title = format!(
@@ -122,33 +128,64 @@ pub fn SessionsPage() -> impl IntoView {
             _ => SessionList::default(),
         })
     });
+    // Rows are keyed by session id and follow their own data, so a heartbeat
+    // updates a row's cells instead of replacing the row (and closing a form
+    // someone is filling in).
+    let index = Memo::new(move |_| {
+        list.with(|l| {
+            l.rows
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (r.id.clone(), i))
+                .collect::<HashMap<_, _>>()
+        })
+    });
+    let ids = move || list.with(|l| l.rows.iter().map(|r| r.id.clone()).collect::<Vec<_>>());
+    let blacklist = may_on_sessions(Action::Blacklist);
+    let unblacklist = may_on_sessions(Action::Unblacklist);
+    let acts = Memo::new(move |_| blacklist.get() || unblacklist.get());
     let fleet = move || live.fleet.get();
-    let row = move |r: SessionRow| {
-        let id = r.id.clone();
-        let (word, icon) = holder_word(r.holder);
-        let text = {
-            let r = r.clone();
-            move || session_text(r.entry.as_ref(), r.blacklist.as_ref(), live.now.get())
+    let row = move |id: String| {
+        let r = {
+            let id = id.clone();
+            Memo::new(move |_| index.with(|ix| ix.get(&id).and_then(|&i| list.with(|l| l.rows.get(i).cloned()))))
         };
-        let text = Memo::new(move |_| text());
-        let locks_link = format!("/?fleet={}", encode(&fleet()));
-        let waiting = r
-            .waiting_for
-            .iter()
-            .map(|l| {
-                let href = format!("/lock?fleet={}&name={}", encode(&fleet()), encode(l));
-                view! { <a href=href class="lock-link">{l.clone()}</a>" " }
+        let text = Memo::new(move |_| {
+            r.with(|r| {
+                r.as_ref()
+                    .map(|r| session_text(r.entry.as_ref(), r.blacklist.as_ref(), live.now.get()))
+                    .unwrap_or_default()
             })
-            .collect_view();
+        });
+        let holder = Memo::new(move |_| field(r, |r| r.holder));
+        let deadlock = Memo::new(move |_| field(r, |r| r.deadlock));
+        let blacklisted = Memo::new(move |_| field(r, |r| r.blacklist.is_some()));
+        let word = move || holder_word(holder.get()).0;
+        let waiting = move || {
+            field(r, |r| r.waiting_for.clone())
+                .into_iter()
+                .map(|l| view! { <a href=lock_href(&fleet(), &l) class="lock-link">{l.clone()}</a>" " })
+                .collect_view()
+        };
+        let actions = {
+            let id = id.clone();
+            move || {
+                acts.get().then(|| {
+                    let session = id.clone();
+                    view! { <td class="act">{move || view! { <SessionActions session=session.clone() blacklisted=blacklisted.get()/> }}</td> }
+                })
+            }
+        };
         view! {
-            <tr data-testid="session-row" data-session=id.clone() data-state=word class=word class:deadlock=r.deadlock>
-                <td class="st" title=r.holder.reason()><span class="icon" aria-hidden="true">{icon}</span>{word}
-                    {r.deadlock.then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle: it and the sessions it waits for wait for each other">" ⟲ deadlock"</span> })}
+            <tr data-testid="session-row" data-session=id.clone() data-state=word class=word>
+                <td class="st" title=move || holder.get().reason()><span class="icon" aria-hidden="true">{move || holder_word(holder.get()).1}</span>{word}
+                    {move || deadlock.get().then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle: it and the sessions it waits for wait for each other">" ⟲ deadlock"</span> })}
                 </td>
                 <td class="who"><span class="where">{move || text.with(|t| t.who.clone())}</span>" "<span class="session" title=id.clone()>{short_id(&id)}</span></td>
+                {actions}
                 <td class="started" title=move || text.with(|t| t.started_title.clone())>{move || text.with(|t| t.started.clone())}</td>
                 <td class="beat" data-testid="heartbeat-age" title=move || text.with(|t| t.heartbeat_title.clone())>{move || text.with(|t| t.heartbeat.clone())}</td>
-                <td class="held"><a href=locks_link>{r.locks_held}</a></td>
+                <td class="held"><a href=move || format!("/?fleet={}", encode(&fleet()))>{move || field(r, |r| r.locks_held)}</a></td>
                 <td class="waiting">{waiting}</td>
                 <td class="contention" title=move || text.with(|t| t.contention_title.clone())>{move || text.with(|t| t.contention.clone())}</td>
                 <td class="skew" data-testid="skew" title=move || text.with(|t| t.skew_title.clone())>{move || text.with(|t| t.skew.clone())}</td>
@@ -166,12 +203,14 @@ pub fn SessionsPage() -> impl IntoView {
                 "This store keeps no sessions.".to_string()
             })}
         </p>
+        {move || blacklist.get().then(|| view! { <p class="hint">"Blacklisting a session: " {BLACKLIST_EXPLAINED}</p> })}
         <div class="wide">
             <table class="sessions" data-testid="sessions">
                 <thead>
                     <tr>
                         <th class="st">"state"</th>
                         <th class="who">"service@host:pid · session"</th>
+                        {move || acts.get().then(|| view! { <th class="act">"action"</th> })}
                         <th class="started">"up"</th>
                         <th class="beat">"heartbeat"</th>
                         <th class="held">"locks"</th>
@@ -182,8 +221,8 @@ pub fn SessionsPage() -> impl IntoView {
                     </tr>
                 </thead>
                 <tbody>
-                    <For each=move || list.get().rows key=|r| (r.id.clone(), r.entry.as_ref().map(|e| (e.revision, e.seen_at)), r.blacklist.as_ref().map(|b| b.revision), r.holder, r.locks_held, r.waiting_for.clone(), r.deadlock) let:r>
-                        {row(r)}
+                    <For each=ids key=|id| id.clone() let:id>
+                        {row(id)}
                     </For>
                 </tbody>
             </table>
@@ -193,6 +232,11 @@ pub fn SessionsPage() -> impl IntoView {
         }))}
     }
     .into_any()
+}
+
+/// One field of a row that may just have left the list (then the default).
+fn field<T: Default>(r: Memo<Option<SessionRow>>, f: impl Fn(&SessionRow) -> T) -> T {
+    r.with(|r| r.as_ref().map(f).unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -43,8 +43,8 @@ fn local_now() -> i64 {
 pub fn start(live: LiveView) {
     Effect::new(move |_| {
         connect(live);
-        let _ = set_interval(move || live.tick(local_now()), Duration::from_secs(1));
-        let _ = set_interval(ping, PING_EVERY);
+        set_interval(move || live.tick(local_now()), Duration::from_secs(1));
+        set_interval(ping, PING_EVERY);
     });
 }
 

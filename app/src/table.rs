@@ -9,7 +9,7 @@ use lockscope_model::view::{RowState, SortKey, ViewSpec};
 use lockscope_model::LockBody;
 
 use crate::live::{Connection, LiveView};
-use crate::page::{encode, href, set_view};
+use crate::page::{encode, href, lock_href, set_view};
 use crate::rows::{row_text, state_icon};
 
 /// Height of one table row, in CSS pixels (the stylesheet fixes it too).
@@ -402,7 +402,7 @@ fn LockRow(name: String) -> impl IntoView {
                 {move || state.get().as_str()}
             </td>
             <td class="name" title=name.clone()>
-                <a href=move || format!("/lock?fleet={}&name={}", encode(&live.fleet.get()), encode(&name_link)) data-testid="lock-link">{name.clone()}</a>
+                <a href=move || lock_href(&live.fleet.get(), &name_link) data-testid="lock-link">{name.clone()}</a>
                 {move || row.with(|r| r.deadlock).then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle">" ⟲"</span> })}
             </td>
             <td class="holder" title=move || text.with(|t| t.holder_title.clone())>

@@ -1,0 +1,240 @@
+//! Server-side renders of whole pages, checked as HTML: which admin controls a
+//! viewer gets, and what the forms post.
+
+use leptos::prelude::*;
+use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome, Role, Viewer};
+use lockscope_model::detail::{LockDetail, SessionList, SessionRow};
+use lockscope_model::{BlacklistEntry, FleetSummary, Holder, LockEntry, Page, Screen};
+
+use crate::App;
+
+fn render(page: Page) -> String {
+    let owner = Owner::new();
+    owner.with(|| {
+        provide_context(page);
+        view! { <App/> }.to_html()
+    })
+}
+
+fn lock_page(role: Role, writable: bool, holder: Holder) -> Page {
+    let rec = r#"{"v":1,"owner":"o","session":"sess-1","service":"billing","host":"h1","pid":7,"acquired_at":0,
+        "expected_runtime_ms":60000,"alert_at":60000,"auto_unlock_at":120000,"heartbeat_at":0}"#;
+    Page {
+        screen: Screen::Lock {
+            detail: Box::new(LockDetail {
+                name: "demo/job-3".into(),
+                entry: Some(LockEntry::from_stored("demo/job-3".into(), 5, 9, rec.as_bytes())),
+                holder,
+                ..LockDetail::default()
+            }),
+        },
+        fleet: "embedded".into(),
+        fleets: vec![FleetSummary {
+            name: "embedded".into(),
+            writable,
+            ..FleetSummary::default()
+        }],
+        viewer: Viewer {
+            actor: "alice".into(),
+            role,
+            signed_in: true,
+            csrf: "tok123".into(),
+            ..Viewer::default()
+        },
+        ..Page::default()
+    }
+}
+
+fn count(html: &str, needle: &str) -> usize {
+    html.matches(needle).count()
+}
+
+#[test]
+fn an_operator_gets_the_release_dialog_of_what_they_see() {
+    let html = render(lock_page(Role::Operator, true, Holder::Gone));
+    assert_eq!(count(&html, r#"data-testid="release-dialog""#), 1);
+    assert!(
+        html.contains(r#"<input type="hidden" name="fence" value="5">"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"<input type="hidden" name="revision" value="9">"#));
+    assert!(html.contains(r#"<input type="hidden" name="csrf" value="tok123">"#));
+    assert!(html.contains(r#"name="back" value="/lock?fleet=embedded&amp;name=demo/job-3""#));
+    assert!(html.contains(r#"name="confirm" required"#));
+    assert!(html.contains(r#"<textarea name="reason" required"#));
+    assert!(html.contains(">Force-release fence 5</button>"));
+    assert!(
+        !html.contains("release-alive"),
+        "a gone holder needs no blacklisting first"
+    );
+    assert!(!html.contains("release-stale"), "the server's render is the snapshot");
+    assert!(html.contains("signed in as <b>alice</b> (operator)"));
+    assert!(!html.contains("nav-audit"), "the audit log is for admins");
+}
+
+#[test]
+fn an_alive_holder_is_blacklisted_first() {
+    let html = render(lock_page(Role::Operator, true, Holder::Alive));
+    let alive = html.find(r#"data-testid="release-alive""#).expect("alive warning");
+    let blacklist = html[alive..]
+        .find(r#"action="/actions/blacklist""#)
+        .expect("its blacklist form");
+    let release = html[alive..].find(r#"action="/actions/release""#).unwrap();
+    assert!(blacklist < release, "blacklisting comes before releasing");
+    assert!(html.contains(r#"<input type="hidden" name="session" value="sess-1">"#));
+    assert!(!html.contains("unblacklist-form"), "lifting a blacklist needs an admin");
+}
+
+#[test]
+fn no_buttons_for_viewers_out_of_scope_or_on_read_only_fleets() {
+    for page in [
+        lock_page(Role::Viewer, true, Holder::Gone),
+        lock_page(Role::Admin, false, Holder::Gone),
+        Page {
+            viewer: Viewer {
+                role: Role::Operator,
+                scope: vec![("embedded".into(), vec!["billing/".into()])],
+                ..Viewer::default()
+            },
+            ..lock_page(Role::Operator, true, Holder::Gone)
+        },
+    ] {
+        assert!(!render(page).contains("release-dialog"));
+    }
+    for page in [
+        lock_page(Role::Viewer, true, Holder::Alive),
+        lock_page(Role::Admin, false, Holder::Alive),
+    ] {
+        assert!(!render(page).contains(r#"action="/actions/"#), "no action at all");
+    }
+}
+
+#[test]
+fn no_auth_is_announced_on_every_page_and_admins_see_the_audit_link() {
+    let mut page = lock_page(Role::Admin, true, Holder::Gone);
+    page.viewer.no_auth = true;
+    page.viewer.signed_in = false;
+    let html = render(page);
+    assert!(html.contains(r#"data-testid="no-auth-banner""#));
+    assert!(html.contains("No authentication: anyone who can reach this port is admin"));
+    assert!(!html.contains("whoami"));
+    assert!(html.contains(r#"href="/audit" data-testid="nav-audit""#));
+}
+
+#[test]
+fn the_notice_says_how_the_last_action_ended() {
+    let mut page = lock_page(Role::Operator, true, Holder::Gone);
+    page.server_time = 1_700_000_060_000;
+    page.notice = Some(AuditEntry {
+        at: 1_700_000_000_000,
+        action: Some(Action::Release),
+        outcome: Some(Outcome::Changed),
+        fleet: "embedded".into(),
+        target: "demo/job-3".into(),
+        fence: Some(4),
+        detail: "now fence 5 held by billing@h1:7".into(),
+        ..AuditEntry::default()
+    });
+    let html = render(page);
+    assert!(
+        html.contains(r#"data-testid="notice" data-outcome="changed" role="status""#),
+        "{html}"
+    );
+    assert!(html.contains("Nothing was released: now fence 5 held by billing@h1:7"));
+    assert!(html.contains("2023-11-14 22:13:20 UTC (1m 00s ago)"));
+}
+
+#[test]
+fn sessions_get_blacklist_or_lift_forms() {
+    let session = |id: &str, blacklisted: bool| SessionRow {
+        id: id.into(),
+        entry: None,
+        holder: if blacklisted {
+            Holder::Blacklisted
+        } else {
+            Holder::Alive
+        },
+        locks_held: 0,
+        waiting_for: vec![],
+        blacklist: blacklisted.then(|| BlacklistEntry::from_stored(id.into(), 1, b"{}")),
+        deadlock: false,
+    };
+    let mut page = lock_page(Role::Admin, true, Holder::Gone);
+    page.screen = Screen::Sessions {
+        sessions: SessionList {
+            total: 2,
+            rows: vec![session("bad", true), session("good", false)],
+            tracked: true,
+        },
+    };
+    let html = render(page.clone());
+    assert_eq!(count(&html, r#"data-testid="blacklist-form""#), 1);
+    assert_eq!(count(&html, r#"data-testid="unblacklist-form""#), 1);
+    assert!(html.contains(r#"name="back" value="/sessions?fleet=embedded""#));
+    assert!(html.contains("Lift blacklist…"));
+    page.viewer.role = Role::Viewer;
+    let html = render(page);
+    assert!(!html.contains(r#"action="/actions/"#), "a viewer gets no forms");
+    assert_eq!(count(&html, r#"data-testid="session-row""#), 2);
+}
+
+#[test]
+fn the_audit_page_lists_filters_and_exports() {
+    let mut page = lock_page(Role::Admin, true, Holder::Gone);
+    page.server_time = 1_700_000_000_000;
+    let query = AuditQuery {
+        fleet: Some("embedded".into()),
+        outcome: Some(Outcome::Done),
+        ..AuditQuery::default()
+    };
+    page.screen = Screen::Audit {
+        entries: vec![AuditEntry {
+            id: 7,
+            at: 1_700_000_000_000 - 5_000,
+            actor: "alice".into(),
+            role: Some(Role::Operator),
+            via: "browser".into(),
+            action: Some(Action::Release),
+            fleet: "embedded".into(),
+            target: "demo/job 3".into(),
+            fence: Some(5),
+            reason: "stuck".into(),
+            outcome: Some(Outcome::Done),
+            detail: "released".into(),
+        }],
+        query,
+        error: Some("bad from".into()),
+    };
+    let html = render(page);
+    assert_eq!(count(&html, r#"data-testid="audit-row""#), 1);
+    assert!(
+        html.contains(r#"href="/lock?fleet=embedded&amp;name=demo/job%203""#),
+        "{html}"
+    );
+    assert!(html.contains("/api/v1/audit?fleet=embedded&amp;outcome=done&amp;format=csv"));
+    assert!(html.contains("1 entry, newest first, as read at 22:13:20 UTC — reload for newer"));
+    assert!(html.contains("2023-11-14 22:13:15 UTC (5s ago)"));
+    assert!(html.contains(r#"data-testid="audit-error""#));
+    assert!(html.contains(r#"<option value="done" selected>"#));
+    assert!(
+        !html.contains(r#"data-testid="connection""#),
+        "the audit page is not live"
+    );
+}
+
+#[test]
+fn the_sign_in_form_posts_a_token() {
+    let mut page = lock_page(Role::Viewer, true, Holder::Gone);
+    page.viewer.signed_in = false;
+    page.screen = Screen::SignIn {
+        next: "/lock?fleet=embedded&name=x".into(),
+        error: Some("unknown token".into()),
+    };
+    let html = render(page);
+    assert!(html.contains(r#"<form method="post" action="/signin""#));
+    assert!(html.contains(r#"<input type="password" name="token" required"#));
+    assert!(html.contains(r#"name="next" value="/lock?fleet=embedded&amp;name=x""#));
+    assert!(html.contains("unknown token"));
+    assert!(html.contains("not signed in"));
+    assert!(!html.contains("signout"));
+}
