@@ -1,7 +1,7 @@
 // A real etcd and the real `lockscope` binary for browser tests, on free loopback
 // ports with a temporary data directory; `stop()` always cleans up.
 import { ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -45,7 +45,10 @@ function exited(p: ChildProcess): Promise<void> {
 export class Stack {
   private etcd?: ChildProcess;
   private server?: ChildProcess;
+  private demos: ChildProcess[] = [];
   private serverLog = '';
+  /** API tokens by name (`startEmbeddedWithAuth`). */
+  readonly tokens: Record<string, string> = {};
 
   private constructor(
     private dir: string,
@@ -79,6 +82,54 @@ export class Stack {
     const s = await Stack.prepare();
     await s.startServer(['--embedded-db', s.embeddedDb]);
     return s;
+  }
+
+  /**
+   * The embedded default with authentication: a token per `[name, role]` (made
+   * by `lockscope token`) in the stack's own lockscope.toml.
+   */
+  static async startEmbeddedWithAuth(users: [string, string][]): Promise<Stack> {
+    const s = await Stack.prepare();
+    let toml = '';
+    for (const [name, role] of users) {
+      const { stdout, stderr } = await run(bin, ['token', '--name', name, '--role', role]);
+      s.tokens[name] = stdout.trim();
+      toml += stderr.slice(stderr.indexOf('[[auth.tokens]]')) + '\n';
+    }
+    const config = join(s.dir, 'lockscope.toml');
+    writeFileSync(config, toml);
+    await s.startServer(['--embedded-db', s.embeddedDb, '--config', config], s.tokens[users[0][0]]);
+    return s;
+  }
+
+  /** Runs `lockscope demo` on the embedded store with `args` until `stop()`. */
+  spawnDemo(args: string[]): void {
+    const p = spawn(bin, ['demo', '--store', `sqlite:${this.embeddedDb}`, ...args], {
+      cwd: root,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    p.stderr!.on('data', (b: Buffer) => (this.serverLog += `[demo] ${b.toString()}`));
+    this.demos.push(p);
+  }
+
+  /** A call to the JSON API as `who` (a token name), or without credentials. */
+  async api(method: string, path: string, who?: string, body?: unknown): Promise<{ status: number; json: any }> {
+    const headers: Record<string, string> = {};
+    if (who) headers.authorization = `Bearer ${this.tokens[who]}`;
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const r = await fetch(`${this.url}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await r.text();
+    let json: any = text;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      /* not JSON */
+    }
+    return { status: r.status, json };
   }
 
   private static async prepare(): Promise<Stack> {
@@ -124,7 +175,7 @@ export class Stack {
     await exited(p);
   }
 
-  private async startServer(args: string[]): Promise<void> {
+  private async startServer(args: string[], probeToken?: string): Promise<void> {
     this.server = spawn(
       bin,
       [...args, '--listen', `127.0.0.1:${this.listenPort}`, '--site-root', join(root, 'target', 'site')],
@@ -134,7 +185,8 @@ export class Stack {
     this.server.stdout!.on('data', log);
     this.server.stderr!.on('data', log);
     await until('the server to see the store', 30_000, async () => {
-      const r = await fetch(`${this.url}/healthz`);
+      const headers: Record<string, string> = probeToken ? { authorization: `Bearer ${probeToken}` } : {};
+      const r = await fetch(`${this.url}/healthz`, { headers });
       const fleets: { status: { state: string } }[] = (await r.json()).fleets ?? [];
       return fleets.length > 0 && fleets.every((f) => f.status.state === 'live') ? true : undefined;
     });
@@ -201,6 +253,10 @@ export class Stack {
   }
 
   async stop(): Promise<void> {
+    for (const d of this.demos.splice(0)) {
+      d.kill('SIGTERM');
+      await exited(d);
+    }
     const server = this.server;
     this.server = undefined;
     if (server) {

@@ -167,7 +167,9 @@ impl AuditQuery {
             }
             let instant = || {
                 crate::time::parse_instant(v).ok_or_else(|| {
-                    format!("{k}={v:?}: not a time (use 2026-11-23T04:20:13Z, 2026-11-23 04:20 UTC or unix ms)")
+                    format!(
+                        "{k}={v:?}: not a time (use 2026-11-23T04:20:13Z, 2026-11-23T04:20 taken as UTC, or unix ms)"
+                    )
                 })
             };
             match k {
@@ -239,6 +241,8 @@ pub fn in_scope(scope: &[(String, Vec<String>)], fleet: &str, name: Option<&str>
 
 /// The most audit entries one query returns.
 pub const MAX_AUDIT_ROWS: u32 = 10_000;
+/// How many a query without a limit returns.
+pub const DEFAULT_AUDIT_ROWS: u32 = 1_000;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@
 //! what is there now.
 
 use axum::http::StatusCode;
-use lockscope_model::admin::{in_scope, Action, AuditEntry, Outcome};
+use lockscope_model::admin::{in_scope, Action, AuditEntry, AuditQuery, Outcome, DEFAULT_AUDIT_ROWS, MAX_AUDIT_ROWS};
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::{LockBody, LockEntry};
 use lockscope_store::fleet::Release;
@@ -32,6 +32,9 @@ pub struct Attempt {
     pub target: String,
     /// The fencing token the actor saw (release).
     pub fence: Option<i64>,
+    /// The store revision of the lock the actor saw, when the page sent it (for
+    /// the record: the release compares the fence, which a heartbeat does not change).
+    pub revision: Option<i64>,
     pub reason: String,
     /// "api" or "browser".
     pub via: &'static str,
@@ -112,6 +115,7 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
         Who::Known(id) => (id.actor.clone(), Some(id.role)),
         Who::Nobody(_) => (UNAUTHENTICATED.to_string(), None),
     };
+    // Anyone can make an attempt (and so an entry): what it stores is bounded.
     let entry = AuditEntry {
         id: 0,
         at,
@@ -119,10 +123,10 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
         role,
         via: a.via.into(),
         action: Some(a.action),
-        fleet: a.fleet,
-        target: a.target,
+        fleet: cut(a.fleet, MAX_TARGET_BYTES),
+        target: cut(a.target, MAX_TARGET_BYTES),
         fence: a.fence,
-        reason: a.reason,
+        reason: cut(a.reason, MAX_REASON_BYTES),
         outcome: Some(outcome),
         detail,
     };
@@ -140,6 +144,28 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
             }
         }
     }
+}
+
+/// The audit entries `q` selects that `id` may read: a scoped admin sees the
+/// fleets of their scope (the limit counts what they see). `None`: the log
+/// cannot be read now (logged).
+pub async fn audit_for(state: &AppState, id: &Identity, q: &AuditQuery) -> Option<Vec<AuditEntry>> {
+    let result = if id.scope.is_empty() {
+        state.audit.query(q).await
+    } else {
+        let wide = AuditQuery {
+            limit: Some(MAX_AUDIT_ROWS),
+            ..q.clone()
+        };
+        state.audit.query(&wide).await.map(|mut entries| {
+            entries.retain(|e| in_scope(&id.scope, &e.fleet, None));
+            entries.truncate(q.limit.unwrap_or(DEFAULT_AUDIT_ROWS) as usize);
+            entries
+        })
+    };
+    result
+        .map_err(|e| tracing::error!(error = %e, "reading the audit log"))
+        .ok()
 }
 
 /// Everything after authentication: `Ok` says what was done.
@@ -200,12 +226,9 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                 .fence
                 .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "give the fencing token you saw (fence)"))?;
             match store.release(&a.target, fence).await.map_err(store_failed)? {
-                Release::Released => Ok(format!("released fence {fence} of {}", a.target)),
-                Release::NotHeld => Err(changed(format!("nothing released: {} is not held now", a.target), None)),
-                Release::Changed(now) => Err(changed(
-                    format!("nothing released: {} is now {}", a.target, describe(&now)),
-                    Some(now),
-                )),
+                Release::Released => Ok(format!("released fence {fence} of {}{}", a.target, seen(a.revision))),
+                Release::NotHeld => Err(changed(format!("{} is not held now", a.target), None)),
+                Release::Changed(now) => Err(changed(format!("{} is now {}", a.target, describe(&now)), Some(now))),
             }
         }
         Action::Blacklist | Action::Unblacklist => {
@@ -235,10 +258,11 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                 }
                 let record = BlacklistRecord::new(&a.target, &id.actor, reason, at);
                 store.blacklist(&record).await.map_err(store_failed)?;
+                let n = session.locks.len();
                 Ok(format!(
-                    "blacklisted session {} (holding {} locks)",
+                    "blacklisted session {} (holding {n} lock{})",
                     a.target,
-                    session.locks.len()
+                    if n == 1 { "" } else { "s" }
                 ))
             } else if store.lift_blacklist(&a.target).await.map_err(store_failed)? {
                 Ok(format!("lifted the blacklist of session {}", a.target))
@@ -247,6 +271,23 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
             }
         }
     }
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), marked when cut.
+fn cut(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("… (cut)");
+    }
+    s
+}
+
+fn seen(revision: Option<i64>) -> String {
+    revision.map_or_else(String::new, |r| format!(" (seen at revision {r})"))
 }
 
 fn store_failed(e: StoreError) -> Refusal {

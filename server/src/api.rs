@@ -11,7 +11,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lockscope_model::admin::{in_scope, Action, AuditQuery, Role};
+use lockscope_model::admin::{Action, AuditQuery, Role};
 use lockscope_store::now_ms;
 use serde::Deserialize;
 
@@ -243,6 +243,7 @@ async fn act(
         fleet,
         target,
         fence,
+        revision: None,
         reason,
         via: "api",
         invalid,
@@ -284,14 +285,9 @@ async fn audit(State(state): State<AppState>, caller: Caller, Query(pairs): Quer
         None if accept.contains("application/x-ndjson") => "ndjson",
         None => "json",
     };
-    let mut entries = match state.audit.query(&query).await {
-        Ok(e) => e,
-        Err(e) => {
-            tracing::error!(error = %e, "reading the audit log");
-            return error(StatusCode::SERVICE_UNAVAILABLE, "the audit log cannot be read now");
-        }
+    let Some(entries) = admin::audit_for(&state, id, &query).await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the audit log cannot be read now");
     };
-    entries.retain(|e| in_scope(&id.scope, &e.fleet, None));
     match format {
         "json" => Json(entries).into_response(),
         "csv" => (

@@ -1,10 +1,10 @@
 //! The browser's side of the admin console: plain HTML form posts (they work
 //! before the page hydrates, and without JavaScript) for the admin actions and
 //! for signing in and out. Every state-changing form carries the page's CSRF
-//! token. An action that was done, or found the lock changed, answers 303 back
-//! to the page it came from with `audit=ID` added, and that page shows the
-//! outcome from the audit log; a refused one answers its status (401, 403, …)
-//! and the reason.
+//! token. An action that was done, or found its target changed, answers 303
+//! back to the page it came from with `audit=ID` added, and that page shows the
+//! outcome from the audit log; a refused one answers its status (401, 403, 409,
+//! …) and the reason.
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
@@ -12,7 +12,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
-use lockscope_model::admin::{Action, Role};
+use lockscope_model::admin::{Action, Outcome, Role};
 use lockscope_model::{Page, Screen};
 use lockscope_store::now_ms;
 use serde::Deserialize;
@@ -29,6 +29,7 @@ pub fn routes() -> Router<AppState> {
         .route("/actions/unblacklist", post(unblacklist))
         .route("/signin", get(signin_page).post(signin))
         .route("/signout", post(signout))
+        .layer(axum::extract::DefaultBodyLimit::max(crate::api::MAX_BODY_BYTES))
 }
 
 /// Every action form's fields (missing ones are empty: the checks say what is
@@ -44,6 +45,8 @@ struct ActionForm {
     /// Blacklist, unblacklist: the session.
     session: String,
     fence: String,
+    /// Release: the store revision the page showed.
+    revision: String,
     reason: String,
     /// Release: the lock's name typed again.
     confirm: String,
@@ -89,21 +92,29 @@ async fn act(
         fleet: f.fleet,
         target,
         fence,
+        revision: f.revision.trim().parse().ok(),
         reason: f.reason,
         via: "browser",
         invalid,
     };
     let answer = admin::attempt(&state, &caller.who, csrf, attempt).await;
     let back = with_audit(&f.back, answer.entry.id);
-    match answer.status {
-        // Done, or nothing done because the lock changed: the page shows the
+    let recorded = answer.entry.id != 0;
+    match answer.entry.outcome {
+        // Done, or nothing done because the target changed: the page shows the
         // outcome (from the audit log) beside what is there now.
-        StatusCode::OK | StatusCode::CONFLICT if answer.entry.id != 0 => Redirect::to(&back).into_response(),
-        // Refused: said here, with the status the API would answer.
-        status => {
+        Some(Outcome::Done | Outcome::Changed) if recorded => Redirect::to(&back).into_response(),
+        // Refused, or the log could not be written: said here, with the status
+        // the API would answer.
+        outcome => {
+            let (icon, word) = match outcome {
+                Some(Outcome::Refused) => ("✖", "Refused"),
+                _ => ("⚠", "Not recorded"),
+            };
+            let status = answer.status;
             let body = format!(
-                "<!doctype html><meta charset=utf-8><title>Refused · lockscope</title>\
-                 <p role=alert>✖ Refused ({status}): {}</p><p>Nothing was changed. <a href=\"{}\">Back</a></p>",
+                "<!doctype html><meta charset=utf-8><title>{word} · lockscope</title>\
+                 <p role=alert>{icon} {word} ({status}): {}</p><p><a href=\"{}\">Back</a></p>",
                 escape(&answer.entry.detail),
                 escape(&back)
             );

@@ -19,7 +19,7 @@ use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use leptos::prelude::{provide_context, LeptosOptions};
 use lockscope_app::shell;
-use lockscope_model::admin::{in_scope, AuditQuery, Role};
+use lockscope_model::admin::{AuditQuery, Role};
 use lockscope_model::view::ViewSpec;
 use lockscope_model::{Page, Screen};
 use lockscope_store::now_ms;
@@ -133,7 +133,44 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .nest_service("/pkg", ServeDir::new(site.join("pkg")))
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") })
+        .layer(axum::middleware::from_fn_with_state(state.clone(), loopback_names_only))
         .with_state(state)
+}
+
+/// Without authentication the server listens on loopback only, and answers only
+/// requests that name a loopback host: a page on another site whose name
+/// resolves to 127.0.0.1 (DNS rebinding) would otherwise be same-origin here,
+/// and its script the anonymous admin.
+async fn loopback_names_only(
+    State(state): State<AppState>,
+    req: Request<Body>,
+    next: axum::middleware::Next,
+) -> Response {
+    if state.auth.enabled() {
+        return next.run(req).await;
+    }
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("");
+    if is_loopback_name(host) {
+        next.run(req).await
+    } else {
+        AppError::Forbidden(format!(
+            "no authentication is configured, so only loopback host names are served (not {host:?})"
+        ))
+        .into_response()
+    }
+}
+
+/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
+fn is_loopback_name(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// One fleet's (`?fleet=`) view named by the URL (filter, sort, offset; see
@@ -236,11 +273,9 @@ async fn audit_page(
         Ok(q) => (q, None),
         Err(e) => (AuditQuery::default(), Some(e)),
     };
-    let mut entries = state.audit.query(&query).await.map_err(|e| {
-        tracing::error!(error = %e, "reading the audit log");
-        AppError::AuditUnavailable
-    })?;
-    entries.retain(|e| in_scope(&id.scope, &e.fleet, None));
+    let entries = crate::admin::audit_for(&state, &id, &query)
+        .await
+        .ok_or(AppError::AuditUnavailable)?;
     let hub = state.fleet(&FleetQuery::default())?;
     let page = Page {
         screen: Screen::Audit { entries, query, error },
@@ -387,6 +422,23 @@ async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_names() {
+        for ok in ["127.0.0.1:3000", "localhost", "LOCALHOST:80", "[::1]:3000", "127.1.2.3"] {
+            assert!(is_loopback_name(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:3000",
+            "10.0.0.1:3000",
+            "",
+            "[::2]:1",
+            "localhost.evil.example",
+        ] {
+            assert!(!is_loopback_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn origin_check() {

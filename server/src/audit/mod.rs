@@ -208,9 +208,15 @@ impl AuditLog {
             .bind(entry.reason.as_str())
             .bind(entry.outcome.map(|o| o.as_str()))
             .bind(entry.detail.as_str())
-            .fetch_one(&self.inner.pool)
+            // `fetch_all`, not `fetch_one`: SQLite hands out the RETURNING row
+            // before the statement completes and commits, so stopping at the row
+            // would drop a failure to commit (a full disk) on the floor.
+            .fetch_all(&self.inner.pool)
             .await
             .map_err(|e| self.error("appending an entry", e))?;
+        let row = row
+            .first()
+            .ok_or_else(|| self.error("appending an entry", sqlx::Error::RowNotFound))?;
         let id: i64 = row.try_get(0).map_err(|e| self.error("appending an entry", e))?;
         Ok(AuditEntry { id, ..entry.clone() })
     }

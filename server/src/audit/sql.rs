@@ -10,13 +10,10 @@
 
 use std::borrow::Cow;
 
-use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome, Role, MAX_AUDIT_ROWS};
+use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome, Role, DEFAULT_AUDIT_ROWS, MAX_AUDIT_ROWS};
 use lockscope_store::sql::Dialect;
 use sqlx::any::AnyRow;
 use sqlx::Row;
-
-/// How many entries a query without a limit returns.
-pub(super) const DEFAULT_LIMIT: u32 = 1000;
 
 /// Where the log lives, as sqlx opens it, and as it may be shown.
 pub(super) struct Target {
@@ -187,9 +184,9 @@ pub(super) fn select(q: &AuditQuery) -> (String, Vec<Bind>) {
     (sql, binds)
 }
 
-/// `q.limit` (default [`DEFAULT_LIMIT`]), at most [`MAX_AUDIT_ROWS`].
+/// `q.limit` (default [`DEFAULT_AUDIT_ROWS`]), at most [`MAX_AUDIT_ROWS`].
 pub(super) fn limit(q: &AuditQuery) -> u32 {
-    q.limit.unwrap_or(DEFAULT_LIMIT).min(MAX_AUDIT_ROWS)
+    q.limit.unwrap_or(DEFAULT_AUDIT_ROWS).min(MAX_AUDIT_ROWS)
 }
 
 /// A row of [`COLUMNS`] as an entry. A role, action or outcome this build does

@@ -35,7 +35,8 @@ const ETCD_LOAD_IN_FLIGHT: usize = 256;
 /// Where the fleet lives (cheap to clone: a client, or a connection pool).
 #[derive(Clone)]
 pub enum Target {
-    Etcd { client: Client, prefix: String },
+    /// Boxed: an etcd client is large beside a SQL pool handle.
+    Etcd { client: Box<Client>, prefix: String },
     Sql { store: SqlLocks },
 }
 
@@ -57,7 +58,7 @@ impl Target {
                     .await
                     .with_context(|| format!("connecting to etcd at {}", endpoints.join(",")))?;
                 Ok(Target::Etcd {
-                    client,
+                    client: Box::new(client),
                     prefix: prefix.unwrap_or_default(),
                 })
             }
