@@ -36,8 +36,13 @@ const ETCD_LOAD_IN_FLIGHT: usize = 256;
 #[derive(Clone)]
 pub enum Target {
     /// Boxed: an etcd client is large beside a SQL pool handle.
-    Etcd { client: Box<Client>, prefix: String },
-    Sql { store: SqlLocks },
+    Etcd {
+        client: Box<Client>,
+        prefix: String,
+    },
+    Sql {
+        store: SqlLocks,
+    },
 }
 
 impl Target {
