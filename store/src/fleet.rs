@@ -5,6 +5,14 @@
 //! Every action is a compare-and-set in the store: a release deletes the lock
 //! only if it is still the acquisition the operator saw (its fencing token), and
 //! says what is there instead when it is not.
+//!
+//! The **unlocker** role (auto-releasing expired locks) is held by one dashboard
+//! replica at a time, elected through the fleet's own store
+//! ([`FleetStore::campaign`]). Its releases are fenced twice in one store
+//! transaction: by the lock's fencing token, and by the leadership's term, so a
+//! replica that lost the role (paused past its lease, say) releases nothing.
+
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use lockscope_model::record::BlacklistRecord;
@@ -24,6 +32,56 @@ pub enum Release {
     NotHeld,
     /// Nothing deleted: the lock is now this other acquisition (or record).
     Changed(LockEntry),
+}
+
+/// What a release fenced by a [`Leadership`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fenced {
+    /// The leadership was current; the guarded release did this.
+    Done(Release),
+    /// The leadership is lost (its lease ran out, another replica was elected):
+    /// nothing deleted, and the caller must stop acting as the unlocker.
+    Deposed,
+}
+
+/// Who holds a fleet's unlocker role.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnlockerInfo {
+    /// The replica's name, as it campaigned.
+    pub candidate: String,
+    /// Its leadership's term ([`Leadership::term`]).
+    pub term: i64,
+}
+
+/// The unlocker role, held: returned by [`FleetStore::campaign`]. Keep it alive
+/// more often than its ttl (a third of it is usual); once [`keep_alive`] returns
+/// `false` or a release returns [`Fenced::Deposed`], the role is gone for good
+/// (campaign again for a new term). Dropped without [`resign`], it leaves the
+/// lease to run out (another replica is elected one ttl later).
+///
+/// [`keep_alive`]: Leadership::keep_alive
+/// [`resign`]: Leadership::resign
+pub trait Leadership: Send + Sync {
+    /// This leadership's term: larger than every earlier election's in this
+    /// fleet (etcd: the leader key's `create_revision`; SQL: a counter in the row).
+    fn term(&self) -> i64;
+
+    /// The name this leadership campaigned with.
+    fn candidate(&self) -> &str;
+
+    /// Renews the lease. `Ok(false)`: the role was lost (the lease ran out,
+    /// another replica was elected) – stop acting. An error says nothing either
+    /// way: try again, and stop acting when the ttl has passed without a success.
+    fn keep_alive(&self) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// Deletes lock `name` only if `fence` still holds it and this leadership is
+    /// still current (its term, unexpired), both compared in one store
+    /// transaction. A lost leadership returns [`Fenced::Deposed`] and deletes nothing.
+    fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Fenced, StoreError>>;
+
+    /// Gives the role up now, so another replica is elected without waiting for
+    /// the lease to run out (best effort: an error leaves the lease to expire).
+    fn resign(self: Box<Self>) -> BoxFuture<'static, Result<(), StoreError>>;
 }
 
 /// One fleet's store, as the dashboard uses it. Object-safe: the server holds
@@ -47,6 +105,21 @@ pub trait FleetStore: Send + Sync + 'static {
 
     /// Lifts a blacklist entry; `false`: there was none.
     fn lift_blacklist<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Campaigns for this fleet's unlocker role as `candidate` (a replica's name,
+    /// shown to people; 1–512 bytes): returns once elected, holding a lease of
+    /// `ttl` that the returned [`Leadership`] must keep alive. Waits as long as
+    /// another replica holds the role (drop the future to stop campaigning);
+    /// errors only when the store fails. Refused on read-only stores
+    /// ([`StoreError::ReadOnly`]).
+    fn campaign<'a>(
+        &'a self,
+        candidate: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>>;
+
+    /// Who holds the unlocker role now, if anyone (for the UI and other replicas).
+    fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>>;
 }
 
 /// A store lockscope may write: etcd, SQLite, PostgreSQL.
@@ -103,6 +176,41 @@ impl FleetStore for WritableFleet {
     fn lift_blacklist<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move { self.locks().await?.lift_blacklist(session).await })
     }
+
+    fn campaign<'a>(
+        &'a self,
+        candidate: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
+        Box::pin(async move {
+            validate_candidate(candidate)?;
+            self.locks().await?.campaign(candidate, ttl).await
+        })
+    }
+
+    fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
+        Box::pin(async move { self.locks().await?.unlocker().await })
+    }
+}
+
+/// A candidate's name: 1–512 bytes (it is shown, and stored in the store).
+fn validate_candidate(candidate: &str) -> Result<(), StoreError> {
+    if candidate.is_empty() || candidate.len() > 512 {
+        return Err(StoreError::Config(format!(
+            "an unlocker candidate is named by 1 to 512 bytes, not {}",
+            candidate.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The lock's state after a fenced release changed nothing although the
+/// leadership was current: free, or another acquisition.
+pub(crate) fn not_released(now: Option<LockEntry>) -> Fenced {
+    Fenced::Done(match now {
+        Some(now) => Release::Changed(now),
+        None => Release::NotHeld,
+    })
 }
 
 /// A store lockscope only reads (ShedLock): every action is refused.
@@ -143,6 +251,14 @@ impl FleetStore for ReadOnlyFleet {
     }
 
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        self.refuse()
+    }
+
+    fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
+        self.refuse()
+    }
+
+    fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
         self.refuse()
     }
 }

@@ -5,7 +5,8 @@
 //!   [`protocol::LockStore`] such as [`etcd::EtcdLocks`]);
 //! - the **dashboard's side**, one [`fleet::FleetStore`] per fleet: an
 //!   [`Observer`] (a snapshot, then a stream of [`ObserverEvent`]s, reconnecting
-//!   by itself) and the guarded admin actions.
+//!   by itself), the guarded admin actions, and the election of the one replica
+//!   that auto-releases expired locks ([`fleet::FleetStore::campaign`]).
 //!
 //! Layout:
 //! - [`protocol`]: the per-store operations of the lock protocol ([`protocol::LockStore`]).

@@ -18,7 +18,7 @@ use lockscope_model::record::{BlacklistRecord, SessionRecord};
 use lockscope_model::{LockEntry, LockRecord};
 
 use crate::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
-use crate::fleet::{FleetStore, ReadOnlyFleet, WritableFleet};
+use crate::fleet::{FleetStore, Leadership, ReadOnlyFleet, UnlockerInfo, WritableFleet};
 use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
 use crate::sql::{ShedLockObserver, SqlLocks, SqlObserver};
 use crate::{Observer, StoreError};
@@ -221,6 +221,22 @@ impl AnyLocks {
         match self {
             AnyLocks::Etcd(s) => s.put_raw(name, value).await.map(|_| ()),
             AnyLocks::Sql(s) => s.put_raw(name, value).await,
+        }
+    }
+
+    /// Campaigns for the fleet's unlocker role (see [`FleetStore::campaign`]).
+    pub async fn campaign(&self, candidate: &str, ttl: Duration) -> Result<Box<dyn Leadership>, StoreError> {
+        Ok(match self {
+            AnyLocks::Etcd(s) => Box::new(s.campaign(candidate, ttl).await?),
+            AnyLocks::Sql(s) => Box::new(s.campaign(candidate, ttl).await?),
+        })
+    }
+
+    /// Who holds the fleet's unlocker role now (see [`FleetStore::unlocker`]).
+    pub async fn unlocker(&self) -> Result<Option<UnlockerInfo>, StoreError> {
+        match self {
+            AnyLocks::Etcd(s) => s.unlocker().await,
+            AnyLocks::Sql(s) => s.unlocker().await,
         }
     }
 }

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use lockscope_model::{FleetEvent, FleetState, StoreStatus};
+use lockscope_store::fleet::{Fenced, Leadership, Release, UnlockerInfo};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::StoreSpec;
-use lockscope_store::sql::{SqlLocks, SqlObserver};
+use lockscope_store::sql::{SqlLocks, SqlObserver, SCHEMA_VERSION};
 use lockscope_store::testing::take;
 use lockscope_store::testing::PgServer;
 use lockscope_store::testing::{contract, observer_contract};
@@ -123,6 +124,12 @@ macro_rules! contract_tests {
             }
 
             #[tokio::test]
+            async fn a_v4_database_is_upgraded() {
+                let db = $server;
+                super::a_v4_database_is_upgraded(&db.url()).await;
+            }
+
+            #[tokio::test]
             async fn deadlines_are_exact() {
                 let db = $server;
                 contract::deadlines_are_exact(connect(&db.url()).await, Duration::from_millis(500)).await;
@@ -198,6 +205,54 @@ async fn a_newer_schema_is_refused_with_a_clear_message() {
         err.contains("version 99") && err.contains("newer than this lockscope"),
         "{err}"
     );
+}
+
+/// A database an older lockscope left at schema version 4 (before the unlocker
+/// role) is upgraded on connect, its locks kept, and the new table works.
+async fn a_v4_database_is_upgraded(url: &str) {
+    lockscope_store::testing::sql_schema_at(url, 4).await;
+    let pool = sqlx::AnyPool::connect(url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO lockscope_locks (name, fence, owner, session, record, revision) \
+         VALUES ('old/1', 7, 'o', 's', '{}', 3)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let version = async || {
+        sqlx::query_scalar::<_, i64>("SELECT MAX(version) FROM _sqlx_migrations")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    assert_eq!(version().await, 4);
+    assert!(
+        sqlx::query("SELECT 1 FROM lockscope_unlocker")
+            .fetch_optional(&pool)
+            .await
+            .is_err(),
+        "no unlocker table at version 4"
+    );
+
+    let store = connect(url).await;
+    assert_eq!(version().await, SCHEMA_VERSION);
+    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(store.get("old/1").await.unwrap().map(|e| e.fence), Some(7));
+    assert_eq!(store.unlocker().await.unwrap(), None);
+    let leader = store.campaign("replica-a", Duration::from_secs(5)).await.unwrap();
+    assert_eq!(leader.term(), 1);
+    assert_eq!(
+        store.unlocker().await.unwrap(),
+        Some(UnlockerInfo {
+            candidate: "replica-a".into(),
+            term: 1
+        })
+    );
+    assert_eq!(
+        leader.release("old/1", 7).await.unwrap(),
+        Fenced::Done(Release::Released)
+    );
+    assert_eq!(store.get("old/1").await.unwrap(), None);
 }
 
 /// Applies observer events until the observer is live and `done` holds (10 s at

@@ -17,24 +17,24 @@ use crate::{now_ms, validate_name, StoreError};
 /// what tests and the demo fleet write with.
 #[derive(Clone)]
 pub struct EtcdLocks {
-    client: Client,
-    cfg: EtcdConfig,
+    pub(super) client: Client,
+    pub(super) cfg: EtcdConfig,
 }
 
-fn absent(key: &str) -> Compare {
+pub(super) fn absent(key: &str) -> Compare {
     Compare::create_revision(key, CompareOp::Equal, 0)
 }
 
-fn held_by(key: &str, fence: i64) -> Compare {
+pub(super) fn held_by(key: &str, fence: i64) -> Compare {
     Compare::create_revision(key, CompareOp::Equal, fence)
 }
 
-fn json_of<T: serde::Serialize>(v: &T) -> Vec<u8> {
+pub(super) fn json_of<T: serde::Serialize>(v: &T) -> Vec<u8> {
     serde_json::to_vec(v).expect("records serialise")
 }
 
 /// The key-values the `n`-th operation of a failed txn read.
-fn read(resp: &TxnResponse, n: usize) -> Vec<etcd_client::KeyValue> {
+pub(super) fn read(resp: &TxnResponse, n: usize) -> Vec<etcd_client::KeyValue> {
     match resp.op_responses().into_iter().nth(n) {
         Some(TxnOpResponse::Get(g)) => g.kvs().to_vec(),
         _ => Vec::new(),
@@ -47,7 +47,7 @@ impl EtcdLocks {
         Ok(EtcdLocks { client, cfg })
     }
 
-    async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
+    pub(super) async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
         timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await
     }
 

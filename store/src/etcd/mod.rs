@@ -3,7 +3,8 @@
 //! Layout under a configurable prefix (default `/lockscope/`): `locks/<name>` holds
 //! the JSON [`LockRecord`](lockscope_model::LockRecord), `sessions/<id>` and
 //! `waiters/<name>/<id>` live on the session's lease, `blacklist/<id>` marks a
-//! refused session. The lock key's `create_revision` is the fencing token; its
+//! refused session; `unlocker` names the dashboard replica elected to release
+//! expired locks, on its lease (see `unlocker`). The lock key's `create_revision` is the fencing token; its
 //! `mod_revision` identifies the exact value a reader saw. `docs/protocol.md` is
 //! the authority.
 //!
@@ -12,9 +13,11 @@
 
 mod locks;
 mod observer;
+mod unlocker;
 
 pub use locks::EtcdLocks;
 pub use observer::EtcdObserver;
+pub use unlocker::EtcdLeadership;
 
 use std::future::Future;
 use std::time::Duration;
@@ -88,6 +91,11 @@ impl EtcdConfig {
 
     pub(crate) fn blacklist_key(&self, session: &str) -> String {
         format!("{}blacklist/{session}", self.prefix)
+    }
+
+    /// The unlocker role's key: the elected replica's record, on its lease.
+    pub(crate) fn unlocker_key(&self) -> String {
+        format!("{}unlocker", self.prefix)
     }
 
     pub(crate) fn waiter_key(&self, name: &str, session: &str) -> String {

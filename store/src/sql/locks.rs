@@ -13,6 +13,12 @@ use super::{entry_of, json_of, Change, SqlLocks};
 use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{validate_name, StoreError};
 
+/// Release: frees lock `$1` only if fence `$2` holds it. The unlocker's fenced
+/// release adds a condition on its leadership (`unlocker`).
+pub(super) const RELEASE: &str = "UPDATE lockscope_locks \
+     SET owner = NULL, session = NULL, record = NULL, revision = revision + 1 \
+     WHERE name = $1 AND fence = $2 AND owner IS NOT NULL";
+
 impl LockStore for SqlLocks {
     async fn open_session(&self, session: &SessionRecord, ttl: Duration) -> Result<SessionLease, StoreError> {
         let q = self.sql(
@@ -130,10 +136,7 @@ impl LockStore for SqlLocks {
 
     async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
         validate_name(name)?;
-        let q = self.sql(
-            "UPDATE lockscope_locks SET owner = NULL, session = NULL, record = NULL, revision = revision + 1 \
-             WHERE name = $1 AND fence = $2 AND owner IS NOT NULL",
-        );
+        let q = self.sql(RELEASE);
         Ok(self.exec(sqlx::query(&q).bind(name).bind(fence)).await?.rows_affected() == 1)
     }
 

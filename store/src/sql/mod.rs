@@ -13,18 +13,21 @@
 //! Here: the store ([`SqlLocks`]: connection, reads the observer uses). Beside
 //! it: `locks` (the protocol's writes), `observer` and `sessions` (what the
 //! dashboard reads), `listen` (PostgreSQL notifications), `schema` (migrations),
-//! `shedlock` (the read-only ShedLock observer).
+//! `shedlock` (the read-only ShedLock observer), `unlocker` (the unlocker
+//! election, on the database's own clock: [`Dialect::now_ms`]).
 
 mod listen;
 mod locks;
 mod observer;
-mod schema;
+pub(crate) mod schema;
 mod sessions;
 mod shedlock;
+mod unlocker;
 
 pub use observer::SqlObserver;
 pub(crate) use shedlock::validate_table;
 pub use shedlock::ShedLockObserver;
+pub use unlocker::SqlLeadership;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -48,6 +51,31 @@ use crate::StoreError;
 pub enum Dialect {
     Sqlite,
     Postgres,
+}
+
+impl Dialect {
+    /// The dialect of a `sqlite:…` or `postgres:…` URL.
+    pub fn of_url(url: &str) -> Result<Dialect, StoreError> {
+        if url.starts_with("sqlite:") {
+            Ok(Dialect::Sqlite)
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            Ok(Dialect::Postgres)
+        } else {
+            Err(StoreError::Config(format!("not a sqlite: or postgres: URL: {url}")))
+        }
+    }
+
+    /// The database's own clock, in unix ms, as a SQL expression: the one clock
+    /// the unlocker's lease is measured on (never a replica's: two replicas'
+    /// clocks are never compared). Statements write it as `DB_NOW_MS`
+    /// (`SqlLocks::sql_at_db_now`). PostgreSQL: `clock_timestamp()`, the time
+    /// of the call, not of the transaction's start.
+    pub fn now_ms(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "(extract(epoch from clock_timestamp()) * 1000)::bigint",
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)",
+        }
+    }
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -75,13 +103,7 @@ impl SqlLocks {
     /// Connects to `sqlite://path` or `postgres://…`, applying migrations.
     pub async fn connect(url: &str) -> Result<SqlLocks, StoreError> {
         sqlx::any::install_default_drivers();
-        let dialect = if url.starts_with("sqlite:") {
-            Dialect::Sqlite
-        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
-            Dialect::Postgres
-        } else {
-            return Err(StoreError::Config(format!("not a sqlite: or postgres: URL: {url}")));
-        };
+        let dialect = Dialect::of_url(url)?;
         let opts = AnyPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(3));
@@ -102,10 +124,20 @@ impl SqlLocks {
             .connect(url)
             .await
             .map_err(|e| StoreError::from(e).of(format!("opening {}", crate::spec::redact(url))))?;
-        schema::migrator(dialect)
-            .run(&pool)
-            .await
-            .map_err(|e| schema_error(e, url))?;
+        // Two processes opening a fresh SQLite file at once (a dashboard and a
+        // worker) both create the schema; sqlx locks only PostgreSQL, so the
+        // loser's migration fails and is rolled back, and a second run finds
+        // the schema there.
+        let mut tries = 0;
+        while let Err(e) = schema::migrator(dialect).run(&pool).await {
+            let retry =
+                dialect == Dialect::Sqlite && tries < 3 && !matches!(e, sqlx::migrate::MigrateError::VersionMissing(_));
+            if !retry {
+                return Err(schema_error(e, url));
+            }
+            tries += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
+        }
         let notified = match dialect {
             Dialect::Postgres => Some(listen(url).await?),
             Dialect::Sqlite => None,
@@ -144,6 +176,12 @@ impl SqlLocks {
             Dialect::Postgres => q,
             Dialect::Sqlite => q.replace('$', "?"),
         }
+    }
+
+    /// [`Self::sql`] for a statement that reads the database's clock, written
+    /// `DB_NOW_MS` ([`Dialect::now_ms`]).
+    fn sql_at_db_now(&self, q: &str) -> String {
+        self.sql_owned(q.replace("DB_NOW_MS", self.dialect.now_ms()))
     }
 
     async fn exec<'q>(&self, q: Query<'q>) -> Result<AnyQueryResult, StoreError> {

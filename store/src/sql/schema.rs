@@ -167,13 +167,40 @@ CREATE TRIGGER lockscope_blacklist_notify AFTER INSERT OR UPDATE OR DELETE ON lo
 FOR EACH STATEMENT EXECUTE FUNCTION lockscope_notify_sessions();
 "#;
 
-/// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 4;
+// The unlocker role (`super::unlocker`): one row, never deleted, naming the
+// elected dashboard replica, its term (bumped by every election) and when its
+// lease runs out, in unix ms on the database's own clock.
+const SQLITE_V5: &str = r#"
+CREATE TABLE lockscope_unlocker (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    candidate  TEXT,
+    term       INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+"#;
 
+const POSTGRES_V5: &str = r#"
+CREATE TABLE lockscope_unlocker (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    candidate  TEXT,
+    term       BIGINT NOT NULL,
+    expires_at BIGINT NOT NULL
+);
+"#;
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 5;
+
+/// Every migration this build knows, in order.
 pub fn migrator(dialect: Dialect) -> Migrator {
-    let (v1, v2, v3, v4) = match dialect {
-        Dialect::Sqlite => (SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4),
-        Dialect::Postgres => (POSTGRES_V1, POSTGRES_V2, POSTGRES_V3, POSTGRES_V4),
+    migrator_up_to(dialect, SCHEMA_VERSION)
+}
+
+/// The migrations up to `version` (tests of upgrading an older database).
+pub fn migrator_up_to(dialect: Dialect, version: i64) -> Migrator {
+    let (v1, v2, v3, v4, v5) = match dialect {
+        Dialect::Sqlite => (SQLITE_V1, SQLITE_V2, SQLITE_V3, SQLITE_V4, SQLITE_V5),
+        Dialect::Postgres => (POSTGRES_V1, POSTGRES_V2, POSTGRES_V3, POSTGRES_V4, POSTGRES_V5),
     };
     let migration = |version, description, sql| {
         Migration::new(
@@ -189,7 +216,9 @@ pub fn migrator(dialect: Dialect) -> Migrator {
         migration(2, "waiter notifications", v2),
         migration(3, "change sequence", v3),
         migration(4, "session and blacklist signals", v4),
+        migration(5, "unlocker role", v5),
     ];
+    let migrations = migrations.into_iter().filter(|m| m.version <= version).collect();
     Migrator {
         migrations: Cow::Owned(migrations),
         ..Migrator::DEFAULT

@@ -252,6 +252,20 @@ pub async fn take<S: crate::protocol::LockStore>(store: &S, name: &str) -> i64 {
     }
 }
 
+/// Creates lockscope's SQL tables in the database at `url` at schema `version`
+/// only, as an older lockscope left them (tests of upgrading; `SqlLocks::connect`
+/// then applies the rest).
+pub async fn sql_schema_at(url: &str, version: i64) {
+    sqlx::any::install_default_drivers();
+    let dialect = crate::sql::Dialect::of_url(url).unwrap();
+    let pool = sqlx::AnyPool::connect(url).await.unwrap();
+    crate::sql::schema::migrator_up_to(dialect, version)
+        .run(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+}
+
 /// A throwaway PostgreSQL (Debian's `postgresql`): `initdb` into a temporary
 /// directory, `pg_ctl` on a free loopback port, trust auth for user `lockscope`.
 /// PostgreSQL refuses to run as root, so as root it runs as the `postgres` user.
