@@ -1,0 +1,207 @@
+//! `GET /metrics`: every fleet's numbers for Prometheus, in the OpenMetrics text
+//! format, made with `prometheus-client` (the Prometheus project's Rust client).
+//! Every metric is named `lockscope_…` and labelled by `fleet`; each one is
+//! documented in `docs/operations.md` ("Metrics").
+//!
+//! Where the numbers come from — nothing is counted or scanned per scrape:
+//! - lock counts and the store status: the summary each hub already publishes
+//!   ([`crate::hub::HubHandle::summary`]), read at scrape time;
+//! - the oldest lock, contention counters and the wait histogram, store
+//!   reconnects, websocket connections and lag drops: each hub's [`FleetStats`],
+//!   written by the hub task ([`HubFeed`]) and by websocket connections;
+//! - the unlocker: counted here as it acts ([`Metrics::unlocker_released`],
+//!   [`Metrics::unlocker_failed`], [`Metrics::set_unlocker_active`]).
+//!
+//! The server serves [`Metrics::for_fleets`] (made by `AppState::new`, shared as
+//! `AppState::metrics`); [`Metrics::new`] holds the unlocker's metrics alone.
+//!
+//! Layout: `contention.rs` turns the sessions' cumulative counters into counters
+//! that never go down; `fleet.rs` is the hub's side ([`HubFeed`], [`FleetStats`]);
+//! `collect.rs` encodes the per-fleet families at scrape time.
+//!
+//! With authentication configured, a scrape needs an identity like the read API
+//! (Prometheus sends `Authorization: Bearer TOKEN`, any role); without it the
+//! server is on loopback only and `/metrics` is open.
+
+mod collect;
+pub mod contention;
+mod fleet;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+pub use fleet::{FleetStats, HubFeed, StatsNow, WebsocketOpen};
+
+use crate::api::Caller;
+use crate::http::AppState;
+use crate::hub::Fleets;
+
+/// What `/metrics` answers with (the format `prometheus-client` writes).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Every metric's name starts with this (and `_`).
+pub const PREFIX: &str = "lockscope";
+
+/// Outcomes of the unlocker's releases, present at zero for every fleet from
+/// the start (others appear when first counted): the lock was released; it was
+/// not held any more; it had changed (another acquisition); this replica had
+/// lost the unlocker role (nothing released).
+pub const UNLOCKER_OUTCOMES: [&str; 4] = ["released", "not_held", "changed", "deposed"];
+
+/// Reasons of the unlocker's failures, present at zero for every fleet from the
+/// start (others appear when first counted): a release the store refused or
+/// could not answer; renewing the unlocker role failed.
+pub const UNLOCKER_FAILURE_REASONS: [&str; 2] = ["store", "renew"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FleetLabels {
+    fleet: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    fleet: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    fleet: String,
+    reason: String,
+}
+
+/// The server's metrics: the registry `/metrics` encodes, and the unlocker's
+/// counters. Shared (`Arc`) by the HTTP layer and the unlockers; every method
+/// takes `&self`.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    releases: Family<OutcomeLabels, Counter>,
+    failures: Family<ReasonLabels, Counter>,
+    active: Family<FleetLabels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// The unlocker's metrics alone, watching no fleet (a fleet's unlocker
+    /// series appear when first counted). The server uses [`Metrics::for_fleets`].
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix(PREFIX);
+        let releases = Family::<OutcomeLabels, Counter>::default();
+        let failures = Family::<ReasonLabels, Counter>::default();
+        let active = Family::<FleetLabels, Gauge>::default();
+        registry.register(
+            "unlocker_releases",
+            "Locks the unlocker of this replica tried to release, by outcome",
+            releases.clone(),
+        );
+        registry.register(
+            "unlocker_failures",
+            "Unlocker operations that failed, by reason",
+            failures.clone(),
+        );
+        registry.register(
+            "unlocker_active",
+            "1 when this replica is the fleet's active unlocker, else 0",
+            active.clone(),
+        );
+        Metrics {
+            registry,
+            releases,
+            failures,
+            active,
+        }
+    }
+
+    /// The metrics of `fleets`, every series present (at zero) from the start.
+    pub fn for_fleets(fleets: &Fleets) -> Metrics {
+        let mut m = Metrics::new();
+        m.registry
+            .register_collector(Box::new(collect::FleetCollector { fleets: fleets.clone() }));
+        for fleet in fleets.names() {
+            for outcome in UNLOCKER_OUTCOMES {
+                let _ = m.releases.get_or_create(&outcome_labels(&fleet, outcome));
+            }
+            for reason in UNLOCKER_FAILURE_REASONS {
+                let _ = m.failures.get_or_create(&reason_labels(&fleet, reason));
+            }
+            let _ = m.active.get_or_create(&FleetLabels { fleet: fleet.clone() });
+        }
+        m
+    }
+
+    /// The unlocker tried to release a lock of `fleet`, with `outcome` (one of
+    /// [`UNLOCKER_OUTCOMES`], or another word).
+    pub fn unlocker_released(&self, fleet: &str, outcome: &str) {
+        self.releases.get_or_create(&outcome_labels(fleet, outcome)).inc();
+    }
+
+    /// An unlocker operation on `fleet` failed for `reason` (one of
+    /// [`UNLOCKER_FAILURE_REASONS`], or another word).
+    pub fn unlocker_failed(&self, fleet: &str, reason: &str) {
+        self.failures.get_or_create(&reason_labels(fleet, reason)).inc();
+    }
+
+    /// Whether this replica is `fleet`'s active unlocker now.
+    pub fn set_unlocker_active(&self, fleet: &str, active: bool) {
+        self.active
+            .get_or_create(&FleetLabels { fleet: fleet.into() })
+            .set(active as i64);
+    }
+
+    /// The whole exposition, `# EOF` included.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+fn outcome_labels(fleet: &str, outcome: &str) -> OutcomeLabels {
+    OutcomeLabels {
+        fleet: fleet.into(),
+        outcome: outcome.into(),
+    }
+}
+
+fn reason_labels(fleet: &str, reason: &str) -> ReasonLabels {
+    ReasonLabels {
+        fleet: fleet.into(),
+        reason: reason.into(),
+    }
+}
+
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/metrics", get(scrape))
+}
+
+/// `GET /metrics`: with authentication configured, for any identity (a
+/// Prometheus bearer token); without, open (the server is on loopback only).
+async fn scrape(State(state): State<AppState>, caller: Caller) -> Response {
+    if let Err(r) = caller.reader() {
+        return r.into_response();
+    }
+    match state.metrics.encode() {
+        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Err(_) => {
+            tracing::error!("encoding the metrics failed");
+            crate::api::error(StatusCode::INTERNAL_SERVER_ERROR, "encoding the metrics failed")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

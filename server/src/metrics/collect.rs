@@ -1,0 +1,232 @@
+//! The per-fleet families, encoded at scrape time from what the hubs publish:
+//! their summaries (counts, store status) and their [`FleetStats`]. A scrape
+//! reads a few numbers per fleet; nothing is counted or scanned here.
+
+use std::fmt;
+
+use lockscope_model::record::WAIT_BUCKETS_MS;
+use lockscope_model::time::Millis;
+use lockscope_model::{FleetSummary, StoreStatus};
+use lockscope_store::now_ms;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use super::fleet::StatsNow;
+use crate::hub::Fleets;
+
+/// Encodes every fleet's families (registered with the [`super::Metrics`] registry).
+#[derive(Clone)]
+pub(super) struct FleetCollector {
+    pub(super) fleets: Fleets,
+}
+
+impl fmt::Debug for FleetCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetCollector")
+            .field("fleets", &self.fleets.names())
+            .finish()
+    }
+}
+
+/// One fleet at scrape time.
+struct Row {
+    summary: FleetSummary,
+    stats: StatsNow,
+}
+
+impl Row {
+    /// Seconds since the oldest held lock was taken, on this server's clock
+    /// (0 when none is held).
+    fn oldest_age_seconds(&self, now: Millis) -> f64 {
+        self.stats
+            .oldest_acquired_at
+            .map_or(0.0, |at| (now - at).max(0) as f64 / 1000.0)
+    }
+}
+
+/// Encodes one family: a descriptor, then one sample per fleet.
+fn family(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    kind: MetricType,
+    rows: &[Row],
+    mut sample: impl FnMut(&Row, MetricEncoder) -> fmt::Result,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, unit, kind)?;
+    for row in rows {
+        let labels = [("fleet", row.summary.name.as_str())];
+        sample(row, m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[Row],
+    value: impl Fn(&Row) -> u64,
+) -> fmt::Result {
+    family(enc, name, help, None, MetricType::Gauge, rows, |r, m| {
+        ConstGauge::new(value(r) as i64).encode(m)
+    })
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[Row],
+    value: impl Fn(&Row) -> u64,
+) -> fmt::Result {
+    family(enc, name, help, None, MetricType::Counter, rows, |r, m| {
+        ConstCounter::new(value(r)).encode(m)
+    })
+}
+
+impl Collector for FleetCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let now = now_ms();
+        let rows: Vec<Row> = self
+            .fleets
+            .all()
+            .iter()
+            .map(|h| Row {
+                summary: h.summary(),
+                stats: h.stats().now(),
+            })
+            .collect();
+        let e = &mut enc;
+        gauge(
+            e,
+            "locks_held",
+            "Locks held (every lock entry, malformed ones included).",
+            &rows,
+            |r| r.summary.counts.held,
+        )?;
+        gauge(e, "lock_waiters", "Sessions waiting for a lock.", &rows, |r| {
+            r.summary.counts.waiters
+        })?;
+        gauge(e, "locks_overdue", "Locks held past their alert_at.", &rows, |r| {
+            r.summary.counts.overdue
+        })?;
+        gauge(
+            e,
+            "locks_expired",
+            "Locks past their auto_unlock_at, not extended by their holder.",
+            &rows,
+            |r| r.summary.counts.expired,
+        )?;
+        gauge(
+            e,
+            "locks_orphaned",
+            "Locks whose holder's session is gone.",
+            &rows,
+            |r| r.summary.counts.orphaned,
+        )?;
+        gauge(
+            e,
+            "locks_blacklisted",
+            "Locks whose holder's session is blacklisted.",
+            &rows,
+            |r| r.summary.counts.blacklisted,
+        )?;
+        gauge(
+            e,
+            "locks_malformed",
+            "Lock entries whose value is not a readable lock record.",
+            &rows,
+            |r| r.summary.counts.malformed,
+        )?;
+        family(
+            e,
+            "oldest_lock_age",
+            "Age of the oldest held lock (now on this server's clock minus its acquired_at); 0 when none is held.",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+            &rows,
+            |r, m| ConstGauge::new(r.oldest_age_seconds(now)).encode(m),
+        )?;
+        counter(
+            e,
+            "lock_acquisitions",
+            "Locks acquired, from the sessions' counters (increases seen by this server).",
+            &rows,
+            |r| r.stats.contention.acquired,
+        )?;
+        counter(
+            e,
+            "lock_conflicts",
+            "Acquisition attempts that found the lock held, from the sessions' counters.",
+            &rows,
+            |r| r.stats.contention.conflicts,
+        )?;
+        counter(
+            e,
+            "lock_attempts",
+            "Acquisition attempts (including retries after a wait), from the sessions' counters.",
+            &rows,
+            |r| r.stats.contention.attempts,
+        )?;
+        counter(
+            e,
+            "locks_lost",
+            "Locks their holder lost (taken away, or refused as blacklisted), from the sessions' counters.",
+            &rows,
+            |r| r.stats.contention.lost,
+        )?;
+        family(
+            e,
+            "lock_wait",
+            "Time from a lock call's first attempt to acquiring the lock or giving up, from the sessions' histograms.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+            &rows,
+            |r, mut m| {
+                let c = &r.stats.contention;
+                let buckets: Vec<(f64, u64)> = WAIT_BUCKETS_MS
+                    .iter()
+                    .map(|ms| *ms as f64 / 1000.0)
+                    .chain([f64::INFINITY])
+                    .zip(c.wait_buckets)
+                    .collect();
+                m.encode_histogram::<NoLabelSet>(c.wait_sum_ms as f64 / 1000.0, c.waits(), &buckets, None)
+            },
+        )?;
+        gauge(
+            e,
+            "store_up",
+            "1 when the store connection is live, else 0.",
+            &rows,
+            |r| matches!(r.summary.status, StoreStatus::Live { .. }) as u64,
+        )?;
+        counter(
+            e,
+            "store_reconnects",
+            "Times the store connection came back live after being unreachable.",
+            &rows,
+            |r| r.stats.reconnects,
+        )?;
+        gauge(
+            e,
+            "websocket_subscribers",
+            "Open websocket connections (browsers) on the fleet.",
+            &rows,
+            |r| r.stats.websockets,
+        )?;
+        counter(
+            e,
+            "websocket_lag_drops",
+            "Websocket subscribers dropped because their queue was full (not reading).",
+            &rows,
+            |r| r.stats.lag_drops,
+        )?;
+        Ok(())
+    }
+}
