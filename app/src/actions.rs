@@ -13,6 +13,7 @@
 //! would close, and lose its typed reason, on the next heartbeat.
 
 use leptos::prelude::*;
+use lockscope_model::admin::MAX_REASON_BYTES;
 use lockscope_model::admin::{Action, Viewer};
 use lockscope_model::Screen;
 
@@ -68,7 +69,7 @@ fn Reason(testid: &'static str) -> impl IntoView {
     view! {
         <label class="field">
             <span>"Reason (kept in the audit log)"</span>
-            <input type="text" name="reason" required autocomplete="off" data-testid=testid/>
+            <input type="text" name="reason" required maxlength=MAX_REASON_BYTES autocomplete="off" data-testid=testid/>
         </label>
     }
 }

@@ -14,6 +14,7 @@
 //! - [`actions`]: the admin forms (blacklist, lift a blacklist) the detail and
 //!   sessions pages share; [`release`]: the detail page's force-release dialog.
 //! - [`audit`]: the audit log page; [`signin`]: the sign-in form.
+//! - [`unlocker`]: the overview's unlocker cell (mode, active replica, what is due).
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
 pub mod actions;
@@ -30,6 +31,7 @@ pub mod signin;
 #[cfg(feature = "hydrate")]
 mod socket;
 pub mod table;
+pub mod unlocker;
 pub mod viewer;
 
 pub use page::{shell, App};

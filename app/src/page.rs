@@ -14,6 +14,7 @@ use lockscope_model::{FleetSummary, Screen, StoreStatus};
 
 use crate::live::{Connection, LiveView};
 use crate::rows::state_icon;
+use crate::unlocker::UnlockerCell;
 use crate::viewer::{NoAuthBanner, Notice, WhoAmI};
 
 /// The HTML document around [`App`], rendered on the server.
@@ -277,6 +278,7 @@ fn lag_text(ms: i64) -> String {
 #[component]
 fn Overview() -> impl IntoView {
     let live = expect_context::<LiveView>();
+    let now = Signal::derive(move || live.now.get());
     let row = move |f: FleetSummary| {
         let current = live.fleet.with(|c| *c == f.name);
         // The fleet on screen counts from its live view, so the overview never
@@ -314,6 +316,7 @@ fn Overview() -> impl IntoView {
                 <td data-testid="fleet-overdue">{move || counts().overdue}</td>
                 <td data-testid="fleet-malformed">{move || counts().malformed}</td>
                 <td data-testid="fleet-waiters">{move || counts().waiters}</td>
+                <UnlockerCell unlocker=f.unlocker.clone() now=now/>
                 <td class="source">{f.source}</td>
             </tr>
         }
@@ -333,6 +336,7 @@ fn Overview() -> impl IntoView {
                         <th>"overdue"</th>
                         <th>"malformed"</th>
                         <th>"waiters"</th>
+                        <th>"unlocker"</th>
                         <th class="source">"source"</th>
                     </tr>
                 </thead>

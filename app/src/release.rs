@@ -14,6 +14,7 @@
 //! form before the release form.
 
 use leptos::prelude::*;
+use lockscope_model::admin::MAX_REASON_BYTES;
 use lockscope_model::admin::{Action, Viewer};
 use lockscope_model::detail::LockDetail;
 use lockscope_model::time::{absolute_and_relative, rfc3339, Millis};
@@ -172,7 +173,7 @@ fn ReleaseForm(seen: Memo<LockDetail>) -> impl IntoView {
             </p>
             <label class="field">
                 <span>"Reason (kept in the audit log)"</span>
-                <textarea name="reason" required rows="2" data-testid="release-reason"></textarea>
+                <textarea name="reason" required maxlength=MAX_REASON_BYTES rows="2" data-testid="release-reason"></textarea>
             </label>
             <label class="field">
                 <span>"Type the lock's name to confirm: " <code class="confirm-name">{name}</code></span>

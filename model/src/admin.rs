@@ -217,11 +217,23 @@ pub struct Viewer {
 }
 
 impl Viewer {
-    /// May this viewer take `action` on lock `name` (or, for session actions,
-    /// anything in) `fleet`? Mirrors the server's check.
+    /// May this viewer take `action` on lock `name` of `fleet` (`None`: a
+    /// session action, which needs the whole fleet in scope)? Mirrors the
+    /// server's check.
     pub fn may(&self, action: Action, fleet: &str, name: Option<&str>) -> bool {
-        self.role >= action.needs() && in_scope(&self.scope, fleet, name)
+        self.role >= action.needs()
+            && match name {
+                Some(_) => in_scope(&self.scope, fleet, name),
+                None => whole_fleet(&self.scope, fleet),
+            }
     }
+}
+
+/// Whether `scope` admits every lock of `fleet`. A session action (blacklist,
+/// lift) needs this: it acts on every lock the session holds or will take,
+/// which no prefix can bound.
+pub fn whole_fleet(scope: &[(String, Vec<String>)], fleet: &str) -> bool {
+    scope.is_empty() || scope.iter().any(|(f, prefixes)| f == fleet && prefixes.is_empty())
 }
 
 /// Whether `scope` (fleet → lock-name prefixes; empty: everything) admits lock
@@ -238,6 +250,9 @@ pub fn in_scope(scope: &[(String, Vec<String>)], fleet: &str, name: Option<&str>
         Some(name) => prefixes.is_empty() || prefixes.iter().any(|p| name.starts_with(p.as_str())),
     }
 }
+
+/// Longest reason an admin action accepts (bytes; the page's inputs cap it too).
+pub const MAX_REASON_BYTES: usize = 2000;
 
 /// The most audit entries one query returns.
 pub const MAX_AUDIT_ROWS: u32 = 10_000;
@@ -306,5 +321,11 @@ mod tests {
         assert!(op.may(Action::Release, "prod", Some("billing/1")));
         assert!(!op.may(Action::Unblacklist, "prod", Some("billing/1")));
         assert!(!op.may(Action::Release, "prod", Some("orders/1")));
+        assert!(
+            !op.may(Action::Blacklist, "prod", None),
+            "a prefix scope does not bound a session"
+        );
+        assert!(op.may(Action::Blacklist, "dev", None));
+        assert!(!op.may(Action::Blacklist, "staging", None));
     }
 }

@@ -16,6 +16,7 @@
 //! - [`view`]: what one browser looks at (filter, sort, window of rows), the
 //!   severity order, and the window reducer the browser runs.
 //! - [`wire`]: the versioned websocket messages.
+//! - [`unlock`]: the unlocker's release decision and status.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 
 pub mod admin;
@@ -25,6 +26,7 @@ mod intern;
 pub mod record;
 pub mod session;
 pub mod time;
+pub mod unlock;
 pub mod view;
 pub mod wire;
 

@@ -20,6 +20,7 @@ use crate::admin::{AuditEntry, AuditQuery, Viewer};
 use crate::detail::{LockDetail, SessionList};
 use crate::fleet::{Counts, StoreStatus};
 use crate::time::Millis;
+use crate::unlock::UnlockerStatus;
 use crate::view::{ViewSpec, WindowFrame};
 
 pub const PROTOCOL_VERSION: u32 = 3;
@@ -89,6 +90,9 @@ pub struct FleetSummary {
     /// Whether the fleet's store accepts admin actions (a ShedLock table does not).
     #[serde(default)]
     pub writable: bool,
+    /// What the fleet's unlocker is doing, as this server's replica sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unlocker: Option<UnlockerStatus>,
     #[serde(flatten)]
     pub counts: Counts,
 }

@@ -9,7 +9,7 @@
 //! what is there now.
 
 use axum::http::StatusCode;
-use lockscope_model::admin::{in_scope, Action, AuditEntry, AuditQuery, Outcome, DEFAULT_AUDIT_ROWS, MAX_AUDIT_ROWS};
+use lockscope_model::admin::{in_scope, whole_fleet, Action, AuditEntry, AuditQuery, Outcome};
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::{LockBody, LockEntry};
 use lockscope_store::fleet::Release;
@@ -18,8 +18,7 @@ use lockscope_store::{now_ms, StoreError};
 use crate::auth::{Identity, Who, UNAUTHENTICATED};
 use crate::http::AppState;
 
-/// Longest reason accepted (bytes).
-pub const MAX_REASON_BYTES: usize = 2000;
+pub use lockscope_model::admin::MAX_REASON_BYTES;
 /// Longest lock name or session id accepted (bytes).
 pub const MAX_TARGET_BYTES: usize = 512;
 
@@ -128,7 +127,7 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
         fence: a.fence,
         reason: cut(a.reason, MAX_REASON_BYTES),
         outcome: Some(outcome),
-        detail,
+        detail: cut(detail, MAX_REASON_BYTES),
     };
     match state.audit.append(&entry).await {
         Ok(entry) => Answer { status, entry, current },
@@ -153,15 +152,8 @@ pub async fn audit_for(state: &AppState, id: &Identity, q: &AuditQuery) -> Optio
     let result = if id.scope.is_empty() {
         state.audit.query(q).await
     } else {
-        let wide = AuditQuery {
-            limit: Some(MAX_AUDIT_ROWS),
-            ..q.clone()
-        };
-        state.audit.query(&wide).await.map(|mut entries| {
-            entries.retain(|e| in_scope(&id.scope, &e.fleet, None));
-            entries.truncate(q.limit.unwrap_or(DEFAULT_AUDIT_ROWS) as usize);
-            entries
-        })
+        let fleets: Vec<String> = id.scope.iter().map(|(f, _)| f.clone()).collect();
+        state.audit.query_fleets(q, &fleets).await
     };
     result
         .map_err(|e| tracing::error!(error = %e, "reading the audit log"))
@@ -236,11 +228,10 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                 .session_now(&a.target)
                 .await
                 .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"))?;
-            if !in_scope(&id.scope, &a.fleet, None) {
-                return Err(out_of_scope("this fleet".into()));
-            }
-            if let Some(lock) = session.locks.iter().find(|l| !in_scope(&id.scope, &a.fleet, Some(l))) {
-                return Err(out_of_scope(format!("the session's lock {lock:?}")));
+            // A session acts on every lock it holds or will take: no prefix
+            // bounds that, so session actions need the whole fleet in scope.
+            if !whole_fleet(&id.scope, &a.fleet) {
+                return Err(out_of_scope("a session action (it covers the whole fleet)".into()));
             }
             if a.action == Action::Blacklist {
                 if let Some(bl) = &session.blacklist {
@@ -293,6 +284,7 @@ fn seen(revision: Option<i64>) -> String {
 fn store_failed(e: StoreError) -> Refusal {
     match e {
         StoreError::ReadOnly { .. } => refuse(StatusCode::CONFLICT, e.to_string()),
+        StoreError::InvalidName { .. } => refuse(StatusCode::BAD_REQUEST, e.to_string()),
         e => refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("nothing done: the store failed: {}", e.describe()),

@@ -45,7 +45,8 @@ pub struct Identity {
 }
 
 /// How an identity was established, which decides where its CSRF token is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// (`Debug` leaves the token out.)
+#[derive(Clone, PartialEq, Eq)]
 pub enum Via {
     /// No authentication configured.
     NoAuth,
@@ -55,6 +56,17 @@ pub enum Via {
     Session { csrf: String },
     /// A trusted proxy's header.
     Proxy,
+}
+
+impl std::fmt::Debug for Via {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Via::NoAuth => "NoAuth",
+            Via::Token => "Token",
+            Via::Session { .. } => "Session",
+            Via::Proxy => "Proxy",
+        })
+    }
 }
 
 /// The result of looking at a request's credentials.
@@ -174,7 +186,10 @@ impl Auth {
             PasswordHash::new(&hash).is_ok_and(|h| Argon2::default().verify_password(token.as_bytes(), &h).is_ok())
         })
         .await
-        .unwrap_or(false);
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "verifying a token");
+            false
+        });
         if ok {
             self.verified.lock().unwrap().insert(id.to_string(), digest);
         }
@@ -243,11 +258,13 @@ pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// A `Set-Cookie` value for one of our cookies: HttpOnly, SameSite=Strict, and
-/// Secure when the request came over HTTPS (through a proxy that says so).
-pub fn set_cookie(headers: &HeaderMap, name: &str, value: &str, max_age: Duration) -> String {
-    let secure = headers
-        .get("x-forwarded-proto")
-        .is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"));
+/// Secure when `secure` or the request came over HTTPS (through a proxy that
+/// says so with `X-Forwarded-Proto: https`).
+fn set_cookie(secure: bool, headers: &HeaderMap, name: &str, value: &str, max_age: Duration) -> String {
+    let secure = secure
+        || headers
+            .get("x-forwarded-proto")
+            .is_some_and(|p| p.as_bytes().eq_ignore_ascii_case(b"https"));
     format!(
         "{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
         max_age.as_secs(),
@@ -268,9 +285,37 @@ pub fn expected_csrf(identity: &Identity, headers: &HeaderMap) -> Result<Option<
     }
 }
 
-/// Checks a browser request's CSRF token (`sent`: the form field or the
-/// `X-CSRF-Token` header).
+/// When a browser names the request's origin (`Origin`, `Sec-Fetch-Site`),
+/// it must be this server: another site's page (even one on another port of
+/// this host, which shares our cookies) cannot act or read through it.
+pub fn same_origin(headers: &HeaderMap) -> Result<(), String> {
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        if !matches!(site, "same-origin" | "none") {
+            return Err(format!(
+                "a {site} request refused: only this server's own pages may send it"
+            ));
+        }
+    }
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
+        return Ok(()); // not a browser, or a same-origin GET
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);
+    if origin_host.eq_ignore_ascii_case(host) {
+        Ok(())
+    } else {
+        Err(format!(
+            "a request from {origin} refused: only this server's own pages may send it"
+        ))
+    }
+}
+
+/// Checks a browser request: its origin ([`same_origin`]) and its CSRF token
+/// (`sent`: the form field or the `X-CSRF-Token` header).
 pub fn check_csrf(identity: &Identity, headers: &HeaderMap, sent: Option<&str>) -> Result<(), String> {
+    if identity.via != Via::Token {
+        same_origin(headers)?;
+    }
     match expected_csrf(identity, headers)? {
         None => Ok(()),
         Some(expected) => match sent {
@@ -281,19 +326,34 @@ pub fn check_csrf(identity: &Identity, headers: &HeaderMap, sent: Option<&str>) 
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// What a page tells its viewer about themselves, and the `Set-Cookie` that
-/// gives a browser its double-submit CSRF cookie when it has none yet.
-pub fn viewer(identity: &Identity, headers: &HeaderMap) -> (Viewer, Option<String>) {
+impl Auth {
+    /// A `Set-Cookie` value for one of our cookies (`[auth] secure_cookies`
+    /// marks every one Secure; otherwise only over HTTPS).
+    pub fn set_cookie(&self, headers: &HeaderMap, name: &str, value: &str, max_age: Duration) -> String {
+        let secure = self.config.as_ref().is_some_and(|c| c.secure_cookies);
+        set_cookie(secure, headers, name, value, max_age)
+    }
+
+    /// What a page tells its viewer about themselves, and the `Set-Cookie` that
+    /// gives a browser its double-submit CSRF cookie when it has none yet.
+    pub fn viewer(&self, identity: &Identity, headers: &HeaderMap) -> (Viewer, Option<String>) {
+        viewer(identity, headers, |c| {
+            self.set_cookie(headers, CSRF_COOKIE, c, Duration::from_secs(30 * 86_400))
+        })
+    }
+}
+
+fn viewer(identity: &Identity, headers: &HeaderMap, set: impl Fn(&str) -> String) -> (Viewer, Option<String>) {
     let (csrf, set) = match expected_csrf(identity, headers) {
         Ok(Some(c)) => (c, None),
         _ => {
             let c = random_hex(16);
-            let set = set_cookie(headers, CSRF_COOKIE, &c, Duration::from_secs(30 * 86_400));
-            (c, Some(set))
+            let cookie = set(&c);
+            (c, Some(cookie))
         }
     };
     let viewer = Viewer {
@@ -343,10 +403,11 @@ mod tests {
         h.insert(header::COOKIE, "a=1; lockscope_session=abc; b=2".parse().unwrap());
         assert_eq!(cookie(&h, SESSION_COOKIE), Some("abc"));
         assert_eq!(cookie(&h, CSRF_COOKIE), None);
-        let set = set_cookie(&h, CSRF_COOKIE, "x", Duration::from_secs(60));
+        let set = set_cookie(false, &h, CSRF_COOKIE, "x", Duration::from_secs(60));
+        assert!(set_cookie(true, &h, CSRF_COOKIE, "x", Duration::from_secs(60)).ends_with("; Secure"));
         assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict") && !set.contains("Secure"));
         h.insert("x-forwarded-proto", "https".parse().unwrap());
-        assert!(set_cookie(&h, CSRF_COOKIE, "x", Duration::from_secs(60)).ends_with("; Secure"));
+        assert!(set_cookie(false, &h, CSRF_COOKIE, "x", Duration::from_secs(60)).ends_with("; Secure"));
     }
 
     #[test]

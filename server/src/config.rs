@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use lockscope_store::spec::{StoreSpec, DEFAULT_ETCD_PREFIX};
 
 use lockscope_model::admin::Role;
+use lockscope_model::unlock::Mode;
 
 use crate::demo::DemoConfig;
 
@@ -59,6 +60,16 @@ pub struct TokenArgs {
     /// viewer, operator or admin.
     #[arg(long, default_value = "viewer", value_parser = parse_role)]
     pub role: Role,
+}
+
+/// `MODE` or `FLEET=MODE` (see `--unlocker`).
+fn parse_unlocker(s: &str) -> Result<(Option<String>, Mode), String> {
+    let (fleet, mode) = match s.split_once('=') {
+        Some((f, m)) => (Some(parse_fleet_name(f)?), m),
+        None => (None, s),
+    };
+    let mode = Mode::parse(mode.trim()).ok_or_else(|| format!("unlocker mode {mode:?}: use off, dry-run or on"))?;
+    Ok((fleet, mode))
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -134,6 +145,23 @@ pub struct ServeArgs {
     /// `postgres://…`; default the embedded default's SQLite file.
     #[arg(long, env = "LOCKSCOPE_AUDIT")]
     pub audit: Option<String>,
+    /// The unlocker's mode, `off`, `dry-run` or `on`: for every fleet (`MODE`)
+    /// or one (`FLEET=MODE`); repeatable. Default: `on` for the embedded
+    /// default, else the config file's `unlocker`, else `dry-run`.
+    #[arg(long = "unlocker", env = "LOCKSCOPE_UNLOCKER", value_delimiter = ',', value_parser = parse_unlocker)]
+    pub unlocker: Vec<(Option<String>, Mode)>,
+    /// How long past a lock's `auto_unlock_at` (on this server's clock) the
+    /// unlocker waits before releasing it: covers the holders' clock skew.
+    #[arg(long, env = "LOCKSCOPE_UNLOCKER_GRACE_SECS")]
+    pub unlocker_grace_secs: Option<u64>,
+    /// The unlocker role's lease: a replica that stops renewing it (killed,
+    /// paused) hands the role over this long after its last renewal.
+    #[arg(long, env = "LOCKSCOPE_UNLOCKER_LEASE_SECS")]
+    pub unlocker_lease_secs: Option<u64>,
+    /// This replica's name, as other replicas and the UI show the active
+    /// unlocker (default HOST:PORT).
+    #[arg(long, env = "LOCKSCOPE_REPLICA")]
+    pub replica: Option<String>,
     /// Name of the `--etcd` fleet.
     #[arg(long, env = "LOCKSCOPE_FLEET", default_value = "etcd", value_parser = parse_fleet_name)]
     pub fleet: String,
@@ -289,6 +317,17 @@ mod tests {
     fn cli_is_consistent() {
         use clap::CommandFactory;
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn unlocker_modes_for_all_or_one_fleet() {
+        let cli = Cli::try_parse_from(["lockscope", "--unlocker", "on", "--unlocker", "prod=dry-run"]).unwrap();
+        assert_eq!(
+            cli.serve.unlocker,
+            [(None, Mode::On), (Some("prod".to_string()), Mode::DryRun)]
+        );
+        assert!(Cli::try_parse_from(["lockscope", "--unlocker", "yes"]).is_err());
+        assert!(Cli::try_parse_from(["lockscope", "--unlocker", "bad name=on"]).is_err());
     }
 
     #[test]

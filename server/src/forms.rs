@@ -19,7 +19,7 @@ use serde::Deserialize;
 
 use crate::admin::{self, Attempt};
 use crate::api::Caller;
-use crate::auth::{check_csrf, cookie, set_cookie, Identity, Via, Who, CSRF_COOKIE, SESSION_COOKIE};
+use crate::auth::{check_csrf, constant_time_eq, cookie, Identity, Via, Who, CSRF_COOKIE, SESSION_COOKIE};
 use crate::http::{encode, render, AppState};
 
 pub fn routes() -> Router<AppState> {
@@ -52,26 +52,42 @@ struct ActionForm {
     confirm: String,
 }
 
-async fn release(State(state): State<AppState>, caller: Caller, Form(f): Form<ActionForm>) -> Response {
+/// A form that could not be read is still an attempt: audited, refused (400).
+type Posted = Result<Form<ActionForm>, axum::extract::rejection::FormRejection>;
+
+fn read(posted: Posted) -> (ActionForm, Option<String>) {
+    match posted {
+        Ok(Form(f)) => (f, None),
+        Err(e) => (
+            ActionForm::default(),
+            Some(format!("the form could not be read: {}", e.body_text())),
+        ),
+    }
+}
+
+async fn release(State(state): State<AppState>, caller: Caller, posted: Posted) -> Response {
+    let (f, unreadable) = read(posted);
     let fence = f.fence.trim().parse::<i64>();
-    let invalid = match (&fence, f.confirm.trim() == f.name) {
+    let invalid = unreadable.or(match (&fence, f.confirm.trim() == f.name) {
         (Err(_), _) => Some(format!("fence {:?} is not a fencing token", f.fence)),
         (_, false) => Some("type the lock's name exactly to confirm the release".to_string()),
         _ => None,
-    };
+    });
     let fence = fence.ok();
     let target = f.name.clone();
     act(state, caller, Action::Release, f, target, fence, invalid).await
 }
 
-async fn blacklist(State(state): State<AppState>, caller: Caller, Form(f): Form<ActionForm>) -> Response {
+async fn blacklist(State(state): State<AppState>, caller: Caller, posted: Posted) -> Response {
+    let (f, invalid) = read(posted);
     let target = f.session.clone();
-    act(state, caller, Action::Blacklist, f, target, None, None).await
+    act(state, caller, Action::Blacklist, f, target, None, invalid).await
 }
 
-async fn unblacklist(State(state): State<AppState>, caller: Caller, Form(f): Form<ActionForm>) -> Response {
+async fn unblacklist(State(state): State<AppState>, caller: Caller, posted: Posted) -> Response {
+    let (f, invalid) = read(posted);
     let target = f.session.clone();
-    act(state, caller, Action::Unblacklist, f, target, None, None).await
+    act(state, caller, Action::Unblacklist, f, target, None, invalid).await
 }
 
 async fn act(
@@ -133,10 +149,24 @@ fn escape(s: &str) -> String {
 
 /// `back` (a path on this server; anything else becomes `/`) with `audit=ID`.
 fn with_audit(back: &str, id: i64) -> String {
-    let local = back.starts_with('/') && !back.starts_with("//") && !back.contains('\\');
-    let back = if local { back } else { "/" };
+    let back = local_path(back);
     let sep = if back.contains('?') { '&' } else { '?' };
     format!("{back}{sep}audit={id}")
+}
+
+/// `path` if it is a path on this server, else `/`: it starts with one `/`
+/// (not `//` or `/\`, which browsers take for another host) and holds no
+/// whitespace or control characters (which browsers drop before deciding).
+fn local_path(path: &str) -> &str {
+    let mut chars = path.chars();
+    let local = chars.next() == Some('/')
+        && !matches!(chars.next(), Some('/' | '\\'))
+        && !path.chars().any(|c| c.is_whitespace() || c.is_control());
+    if local {
+        path
+    } else {
+        "/"
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -188,7 +218,8 @@ async fn signin_screen(
     response
 }
 
-#[derive(Debug, Default, Deserialize)]
+/// (No `Debug`: it holds a token.)
+#[derive(Default, Deserialize)]
 #[serde(default)]
 struct SignInForm {
     token: String,
@@ -198,14 +229,17 @@ struct SignInForm {
 
 async fn signin(State(state): State<AppState>, caller: Caller, req: Request<Body>) -> Response {
     let (parts, body) = req.into_parts();
-    let form = axum::body::to_bytes(body, 16 * 1024)
+    let form = axum::body::to_bytes(body, crate::api::MAX_BODY_BYTES)
         .await
         .ok()
         .and_then(|b| serde_urlencoded::from_bytes::<SignInForm>(&b).ok())
         .unwrap_or_default();
     let req = Request::from_parts(parts, Body::empty());
     // Login CSRF: the form must come from our own sign-in page.
-    if cookie(&caller.headers, CSRF_COOKIE) != Some(form.csrf.as_str()) || form.csrf.is_empty() {
+    let from_our_page = cookie(&caller.headers, CSRF_COOKIE)
+        .is_some_and(|c| !form.csrf.is_empty() && constant_time_eq(c.as_bytes(), form.csrf.as_bytes()))
+        && crate::auth::same_origin(&caller.headers).is_ok();
+    if !from_our_page {
         return signin_screen(
             &state,
             &caller,
@@ -218,14 +252,15 @@ async fn signin(State(state): State<AppState>, caller: Caller, req: Request<Body
     match state.auth.sign_in(&form.token, now_ms()).await {
         Ok((id, session)) => {
             tracing::info!(actor = %id.actor, role = id.role.as_str(), "signed in");
-            let next = if form.next.starts_with('/') && !form.next.starts_with("//") {
-                form.next
-            } else {
-                "/".into()
-            };
+            let next = local_path(&form.next).to_string();
             let mut r = Redirect::to(&next).into_response();
             let ttl = state.auth.session_ttl();
-            if let Ok(c) = HeaderValue::from_str(&set_cookie(&caller.headers, SESSION_COOKIE, &session.cookie, ttl)) {
+            if let Ok(c) = HeaderValue::from_str(&state.auth.set_cookie(
+                &caller.headers,
+                SESSION_COOKIE,
+                &session.cookie,
+                ttl,
+            )) {
                 r.headers_mut().append(header::SET_COOKIE, c);
             }
             r
@@ -251,7 +286,9 @@ async fn signout(State(state): State<AppState>, caller: Caller, Form(f): Form<Si
     }
     state.auth.sign_out(&caller.headers).await;
     let mut r = Redirect::to(&format!("/signin?next={}", encode("/"))).into_response();
-    let gone = set_cookie(&caller.headers, SESSION_COOKIE, "", std::time::Duration::ZERO);
+    let gone = state
+        .auth
+        .set_cookie(&caller.headers, SESSION_COOKIE, "", std::time::Duration::ZERO);
     if let Ok(c) = HeaderValue::from_str(&gone) {
         r.headers_mut().append(header::SET_COOKIE, c);
     }
@@ -268,5 +305,15 @@ mod tests {
         assert_eq!(with_audit("/sessions", 7), "/sessions?audit=7");
         assert_eq!(with_audit("https://evil.example/", 7), "/?audit=7");
         assert_eq!(with_audit("//evil.example/", 7), "/?audit=7");
+        for evil in [
+            "/\\evil.example",
+            "/\t/evil.example",
+            "\t//evil.example",
+            "/a b",
+            "/\u{7f}",
+        ] {
+            assert_eq!(local_path(evil), "/", "{evil:?}");
+        }
+        assert_eq!(local_path("/lock?fleet=a&name=b%2Fc"), "/lock?fleet=a&name=b%2Fc");
     }
 }

@@ -1,6 +1,7 @@
 //! Routes: the server-rendered pages (`/` the lock table, `/lock?name=` one
 //! lock, `/sessions`, `/audit`, `/signin`), the live feed (`/ws`), the JSON API
 //! ([`crate::api`]), the browser's admin forms ([`crate::forms`]), `/healthz`,
+//! `/metrics` ([`crate::metrics`]),
 //! the favicon, and the built site's static files (`/pkg/...`).
 //!
 //! With authentication configured, every page and the websocket need an
@@ -30,6 +31,7 @@ use crate::api::Caller;
 use crate::audit::AuditLog;
 use crate::auth::{Auth, Identity, Who};
 use crate::hub::{Fleets, HubHandle, HubStopped};
+use crate::metrics::Metrics;
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
 #[derive(Clone)]
@@ -39,6 +41,8 @@ pub struct AppState {
     pub shutdown: watch::Receiver<bool>,
     pub audit: AuditLog,
     pub auth: Arc<Auth>,
+    /// `/metrics`; shared with whatever counts into it (the unlockers).
+    pub metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -54,13 +58,22 @@ impl AppState {
             .site_root(site_root.to_string_lossy().as_ref())
             .site_pkg_dir("pkg")
             .build();
+        let metrics = Arc::new(Metrics::for_fleets(&fleets));
         AppState {
             fleets,
             leptos,
             shutdown,
             audit,
             auth: Arc::new(auth),
+            metrics,
         }
+    }
+
+    /// The same state counting into `metrics` (made for the same fleets) rather
+    /// than its own.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> AppState {
+        self.metrics = metrics;
+        self
     }
 
     /// The fleet a request names (`?fleet=`), or the first.
@@ -128,6 +141,7 @@ pub fn app(state: AppState) -> Router {
         .route("/audit", get(audit_page))
         .merge(crate::api::routes())
         .merge(crate::forms::routes())
+        .merge(crate::metrics::routes())
         .route("/favicon.svg", get(favicon))
         .route("/ws", get(ws_upgrade))
         .route("/healthz", get(healthz))
@@ -140,7 +154,8 @@ pub fn app(state: AppState) -> Router {
 /// Without authentication the server listens on loopback only, and answers only
 /// requests that name a loopback host: a page on another site whose name
 /// resolves to 127.0.0.1 (DNS rebinding) would otherwise be same-origin here,
-/// and its script the anonymous admin.
+/// and its script the anonymous admin. Nor does it answer what a reverse proxy
+/// forwards (which would put the anonymous admin on the proxy's network).
 async fn loopback_names_only(
     State(state): State<AppState>,
     req: Request<Body>,
@@ -333,7 +348,7 @@ async fn favicon() -> Response {
 /// from it), with the outcome of their last action when the URL names it
 /// (`?audit=ID`, only their own).
 pub async fn render(state: &AppState, id: Identity, caller: &Caller, mut page: Page, req: Request<Body>) -> Response {
-    let (viewer, set_cookie) = crate::auth::viewer(&id, &caller.headers);
+    let (viewer, set_cookie) = state.auth.viewer(&id, &caller.headers);
     page.viewer = viewer;
     let notice = req
         .uri()
@@ -370,7 +385,8 @@ async fn ws_upgrade(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Result<Response, AppError> {
-    check_same_origin(&headers)?;
+    // A page on another site must not read the lock table through the visitor's browser.
+    crate::auth::same_origin(&headers).map_err(AppError::Forbidden)?;
     if let Err(r) = caller.reader() {
         return Ok(r.into_response());
     }
@@ -378,23 +394,6 @@ async fn ws_upgrade(
     Ok(upgrade
         .max_message_size(lockscope_model::wire::MAX_CLIENT_MSG_BYTES * 4)
         .on_upgrade(move |socket| subscriber(state, hub, socket)))
-}
-
-/// A page on another site must not read the lock table through the visitor's
-/// browser: when the browser names an origin, it must be this host.
-fn check_same_origin(headers: &HeaderMap) -> Result<(), AppError> {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok()) else {
-        return Ok(()); // not a browser
-    };
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    let origin_host = origin.split_once("://").map(|(_, rest)| rest).unwrap_or(origin);
-    if origin_host.eq_ignore_ascii_case(host) {
-        Ok(())
-    } else {
-        Err(AppError::Forbidden(format!(
-            "cross-origin websocket from {origin} refused"
-        )))
-    }
 }
 
 async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket) {
@@ -438,16 +437,5 @@ mod tests {
         ] {
             assert!(!is_loopback_name(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn origin_check() {
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, "127.0.0.1:3000".parse().unwrap());
-        assert!(check_same_origin(&h).is_ok());
-        h.insert(header::ORIGIN, "http://127.0.0.1:3000".parse().unwrap());
-        assert!(check_same_origin(&h).is_ok());
-        h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
-        assert!(matches!(check_same_origin(&h), Err(AppError::Forbidden(_))));
     }
 }

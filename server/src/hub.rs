@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::detail::{LockDetail, SessionList};
+use lockscope_model::unlock::UnlockerStatus;
 use lockscope_model::view::{ViewSpec, WindowFrame};
 use lockscope_model::{FleetEvent, FleetState, FleetSummary, ServerMsg, StoreStatus};
 use lockscope_store::fleet::FleetStore;
@@ -24,6 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::metrics::{FleetStats, HubFeed};
 use crate::views::{BuildId, Built, Now, SubId, Views};
 pub use fleets::Fleets;
 use watchers::Watchers;
@@ -57,6 +59,8 @@ pub struct HubHandle {
     summary: watch::Receiver<FleetSummary>,
     /// The fleet's store, for admin actions (`None` for a hub fed by hand).
     store: Option<Arc<dyn FleetStore>>,
+    /// The fleet's numbers for `/metrics` besides its summary.
+    stats: Arc<FleetStats>,
 }
 
 enum Command {
@@ -91,6 +95,8 @@ enum Command {
         id: String,
         reply: oneshot::Sender<SessionNow>,
     },
+    /// What this fleet's unlocker is doing (shown with the fleet's summary).
+    Unlocker(UnlockerStatus),
 }
 
 /// What the fleet knows of one session now (the admin checks act on it).
@@ -169,9 +175,12 @@ impl HubHandle {
             source: source.to_string(),
             status: status.clone(),
             writable: store.as_ref().is_some_and(|s| s.writable()),
+            unlocker: None,
             counts: Default::default(),
         });
         let (built_tx, built) = mpsc::channel(1);
+        let feed = HubFeed::new();
+        let stats = feed.stats();
         let hub = Hub {
             state: FleetState::default(),
             views,
@@ -183,6 +192,7 @@ impl HubHandle {
             building: false,
             built_tx,
             watchers: Watchers::default(),
+            feed,
         };
         tokio::spawn(hub.run(events, command_rx, built));
         HubHandle {
@@ -190,6 +200,7 @@ impl HubHandle {
             fleet: fleet.into(),
             summary,
             store,
+            stats,
         }
     }
 
@@ -200,6 +211,12 @@ impl HubHandle {
     /// The latest headline numbers (no round trip to the hub).
     pub fn summary(&self) -> FleetSummary {
         self.summary.borrow().clone()
+    }
+
+    /// The fleet's numbers for `/metrics` besides its summary (no round trip
+    /// to the hub).
+    pub fn stats(&self) -> &Arc<FleetStats> {
+        &self.stats
     }
 
     /// Subscribes to `view`; frames (and store status changes) arrive on the
@@ -248,6 +265,11 @@ impl HubHandle {
         rx.await.map_err(|_| HubStopped)
     }
 
+    /// Publishes what the fleet's unlocker is doing, with the fleet's summary.
+    pub async fn set_unlocker(&self, status: UnlockerStatus) {
+        let _ = self.send(Command::Unlocker(status)).await;
+    }
+
     /// Session `id` as the fleet knows it now.
     pub async fn session_now(&self, id: &str) -> Result<SessionNow, HubStopped> {
         let (reply, rx) = oneshot::channel();
@@ -279,6 +301,8 @@ struct Hub {
     building: bool,
     built_tx: mpsc::Sender<Result<Built, BuildId>>,
     watchers: Watchers,
+    /// What `/metrics` reads besides the summary ([`HubHandle::stats`]).
+    feed: HubFeed,
 }
 
 impl Hub {
@@ -350,6 +374,7 @@ impl Hub {
             self.deliver(id, &ServerMsg::Window(frame));
         }
         self.watchers.flush(&self.state, &self.views);
+        self.feed.turn(&self.views);
         let counts = self.views.counts();
         let status = self.status.clone();
         self.summary.send_if_modified(|s| {
@@ -372,10 +397,12 @@ impl Hub {
                         for change in self.state.apply(e) {
                             self.views.on_change(&self.state, &change, now);
                             self.watchers.on_change(&self.state, &change, now, from_reset);
+                            self.feed.on_change(&self.state, &change);
                         }
                     }
                 }
                 ObserverEvent::Status(status) => {
+                    self.feed.on_status(&status);
                     self.status = status.clone();
                     let msg = ServerMsg::Status {
                         server_time: now_ms(),
@@ -428,6 +455,13 @@ impl Hub {
             }
             Command::WatchSessions { reply } => {
                 let _ = reply.send(self.watchers.watch_sessions(&self.state, &self.views));
+            }
+            Command::Unlocker(status) => {
+                self.summary.send_if_modified(|s| {
+                    let changed = s.unlocker.as_ref() != Some(&status);
+                    s.unlocker = Some(status);
+                    changed
+                });
             }
             Command::SessionNow { id, reply } => {
                 let sessions = self.state.sessions();
@@ -503,6 +537,7 @@ impl Hub {
             Err(mpsc::error::TrySendError::Closed(_)) => self.drop_subscriber(id),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 warn!(subscriber = id, "subscriber queue full; dropping it");
+                self.feed.subscriber_lagged();
                 self.drop_subscriber(id);
             }
         }

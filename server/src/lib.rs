@@ -10,9 +10,12 @@
 //!   API under `/api/v1`; [`forms`]: the browser's admin and sign-in forms.
 //! - [`auth`]: identities (tokens, sign-in sessions, a trusted proxy), roles,
 //!   CSRF; [`admin`]: every admin attempt checked, performed and audited.
+//! - [`unlocker`]: per fleet, releases locks past `auto_unlock_at` plus grace,
+//!   while this replica holds the fleet's unlocker role (elected in the store).
 //! - [`remote`]: `lockscope admin`, the admin actions through a server's API.
 //! - [`demo`]: a simulated fleet of workers over the client library (`lockscope demo`).
 //! - [`audit`]: the append-only audit log of admin actions and the browser sign-in sessions (SQL).
+//! - [`metrics`]: `/metrics` for Prometheus, read from what the hubs publish.
 //!
 //! Data flows one way: store observer → hub reducer → view windows → browser.
 
@@ -25,8 +28,10 @@ pub mod demo;
 pub mod forms;
 pub mod http;
 pub mod hub;
+pub mod metrics;
 pub mod remote;
 pub mod settings;
+pub mod unlocker;
 pub mod views;
 pub mod ws;
 
@@ -36,8 +41,25 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// Without authentication only loopback addresses are served: anyone who could
+/// reach another would be admin.
+pub fn check_exposure(addr: std::net::SocketAddr, auth: bool) -> std::io::Result<()> {
+    if auth || addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        format!(
+            "refusing to serve on {addr} without authentication: anyone who could reach it would be admin. \
+             Configure [auth] in lockscope.toml (docs/operations.md), or listen on a loopback address."
+        ),
+    ))
+}
+
 /// Serves `state` on `listener` until `shutdown` turns true; open websockets are
-/// told to go away, and stragglers are cut after `grace`.
+/// told to go away, and stragglers are cut after `grace`. Without
+/// authentication only a loopback listener is served: anyone who could reach
+/// it would be admin.
 pub async fn serve(
     listener: TcpListener,
     state: http::AppState,
@@ -46,6 +68,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     // Peers' addresses reach the handlers: a proxy's identity header is believed
     // only from the addresses `[auth.proxy] trusted` names.
+    check_exposure(listener.local_addr()?, state.auth.enabled())?;
     let router = http::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let mut stop = shutdown.clone();
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {

@@ -12,6 +12,8 @@ use lockscope::demo::DemoConfig;
 use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
 use lockscope::settings::FileConfig;
+use lockscope::unlocker::{Deps, UnlockerConfig};
+use lockscope_model::unlock::{Mode, DEFAULT_GRACE_MS};
 use lockscope_store::client::{LockOptions, Session, SessionConfig};
 use lockscope_store::fleet::Release;
 use lockscope_store::spec::StoreSpec;
@@ -53,12 +55,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         println!("configuration from {}", path.display());
     }
     let listen = args.listen.or(file.listen).unwrap_or(([127, 0, 0, 1], 3000).into());
-    if file.auth.is_none() && !listen.ip().is_loopback() {
-        bail!(
-            "refusing to serve on {listen} without authentication: anyone who could reach it would be admin. \
-             Configure [auth] in lockscope.toml (docs/operations.md), or listen on a loopback address."
-        );
-    }
+    lockscope::check_exposure(listen, file.auth.is_some())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     // Fleets named on the command line or in the environment replace the file's.
     let mut fleets = args.stores.clone();
@@ -91,9 +88,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(fleet = %fleet.name, %source, "watching");
         hubs.push(HubHandle::spawn(&fleet.name, &source, store));
     }
+    // The embedded default's demo fleet leaves dead workers' locks behind: its
+    // unlocker is on unless said otherwise; other fleets' default is dry-run.
+    let mut default_mode = Mode::DryRun;
     if hubs.is_empty() {
         hubs.push(embedded_default(&args, stop_rx.clone()).await?);
+        default_mode = Mode::On;
     }
+    let modes = unlocker_modes(&args, &file, &hubs, default_mode)?;
     let audit_url = args
         .audit
         .clone()
@@ -112,6 +114,34 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding {listen}"))?;
     let addr = listener.local_addr()?;
+    let unlocker_file = file.unlocker.clone().unwrap_or_default();
+    let replica = args
+        .replica
+        .clone()
+        .or(unlocker_file.replica)
+        .unwrap_or_else(|| format!("{}:{}", lockscope_store::client::hostname(), addr.port()));
+    let secs = |flag: Option<u64>, file: Option<u64>, default: u64| {
+        Duration::from_secs(flag.or(file).unwrap_or(default).max(1))
+    };
+    for (hub, mode) in state.fleets.all().iter().zip(modes) {
+        let Some(store) = hub.store().cloned() else { continue };
+        let cfg = UnlockerConfig {
+            mode,
+            replica: replica.clone(),
+            grace: Duration::from_millis(
+                args.unlocker_grace_secs
+                    .or(unlocker_file.grace_secs)
+                    .map_or(DEFAULT_GRACE_MS as u64, |s| s * 1000),
+            ),
+            lease: secs(args.unlocker_lease_secs, unlocker_file.lease_secs, 10),
+        };
+        tracing::info!(fleet = %hub.fleet(), mode = mode.as_str(), %replica, "unlocker");
+        let deps = Deps {
+            audit: state.audit.clone(),
+            metrics: state.metrics.clone(),
+        };
+        tokio::spawn(lockscope::unlocker::run(hub.clone(), store, cfg, deps, stop_rx.clone()));
+    }
     if !args.site_root.join("pkg").join("lockscope.wasm").exists() {
         tracing::warn!(site_root = %args.site_root.display(), "no built site here: the page renders but will not hydrate (run `scripts/build-site.sh`)");
     }
@@ -124,6 +154,33 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     });
     lockscope::serve(listener, state, stop_rx, Duration::from_secs(10)).await?;
     Ok(())
+}
+
+/// Each fleet's unlocker mode, in `hubs` order: `--unlocker` for one fleet,
+/// else `--unlocker` for all, else the file's, else `default`.
+fn unlocker_modes(args: &ServeArgs, file: &FileConfig, hubs: &[HubHandle], default: Mode) -> anyhow::Result<Vec<Mode>> {
+    for (fleet, _) in &args.unlocker {
+        if let Some(f) = fleet.as_deref().filter(|f| !hubs.iter().any(|h| h.fleet() == *f)) {
+            bail!("--unlocker {f}=…: there is no fleet named {f:?}");
+        }
+    }
+    Ok(hubs
+        .iter()
+        .map(|h| {
+            let one = args
+                .unlocker
+                .iter()
+                .rev()
+                .find(|(f, _)| f.as_deref() == Some(h.fleet()));
+            let all = args.unlocker.iter().rev().find(|(f, _)| f.is_none());
+            let from_file = file
+                .fleets
+                .iter()
+                .find(|f| f.name == h.fleet())
+                .and_then(|f| f.unlocker);
+            one.or(all).map(|(_, m)| *m).or(from_file).unwrap_or(default)
+        })
+        .collect())
 }
 
 /// No store configured: a SQLite file (created if missing) with the demo fleet

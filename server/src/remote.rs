@@ -2,8 +2,9 @@
 //! server's JSON API (so the server checks the token's role and scope and
 //! records the attempt in its audit log, exactly as for the page).
 //!
-//! The client speaks plain HTTP: point `--server` at the dashboard itself or at
-//! a proxy on the same network (docs/operations.md).
+//! The client speaks plain HTTP: run it on the dashboard's host (or through an
+//! SSH tunnel); it refuses to send a token in clear to another host unless told
+//! `--insecure-http`.
 
 use std::path::PathBuf;
 
@@ -23,6 +24,10 @@ pub struct AdminArgs {
     /// authentication.
     #[arg(long, env = "LOCKSCOPE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// Send the token over plain HTTP to a host that is not this machine
+    /// (anyone on the path can read it; prefer running on the server's host).
+    #[arg(long)]
+    pub insecure_http: bool,
     #[command(subcommand)]
     pub action: AdminAction,
 }
@@ -73,6 +78,20 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
     };
     let enc = crate::http::encode;
     let base = args.server.trim_end_matches('/');
+    let uri: hyper::Uri = base
+        .parse()
+        .with_context(|| format!("--server {base:?} is not a URL"))?;
+    if uri.scheme_str() != Some("http") {
+        bail!("--server {base}: lockscope admin speaks plain HTTP only (run it where the server is, or through an SSH tunnel)");
+    }
+    let host = uri.host().unwrap_or("").trim_matches(|c| c == '[' || c == ']');
+    let loopback =
+        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if token.is_some() && !loopback && !args.insecure_http {
+        bail!(
+            "--server {base}: refusing to send the token in clear to another host; use --insecure-http to do it anyway"
+        );
+    }
     let (method, path, body) = match &args.action {
         AdminAction::Release {
             fleet,

@@ -9,6 +9,11 @@
 //! [[fleets]]
 //! name = "prod"
 //! store = "etcd:http://10.0.0.5:2379"
+//! unlocker = "on"          # off, dry-run (the default) or on
+//!
+//! [unlocker]
+//! grace_secs = 15          # past auto_unlock_at, on this server's clock
+//! lease_secs = 10          # the unlocker role's lease among replicas
 //!
 //! [[auth.tokens]]          # made by `lockscope token --name alice --role operator`
 //! name = "alice"
@@ -31,6 +36,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use lockscope_model::admin::Role;
+use lockscope_model::unlock::Mode;
 use serde::Deserialize;
 
 /// The file as written. Unknown keys are errors, so a typo never silently
@@ -44,6 +50,17 @@ pub struct FileConfig {
     #[serde(default)]
     pub fleets: Vec<FileFleet>,
     pub auth: Option<AuthFile>,
+    pub unlocker: Option<UnlockerFile>,
+}
+
+/// `[unlocker]`: settings shared by every fleet's unlocker.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnlockerFile {
+    pub grace_secs: Option<u64>,
+    pub lease_secs: Option<u64>,
+    /// This replica's name (default HOST:PORT).
+    pub replica: Option<String>,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -52,6 +69,8 @@ pub struct FileFleet {
     pub name: String,
     /// A store spec, as `--store NAME=STORE` takes it.
     pub store: String,
+    /// The fleet's unlocker: `off`, `dry-run` (the default) or `on`.
+    pub unlocker: Option<Mode>,
 }
 
 /// `[auth]`: when present, every request needs an identity.
@@ -65,6 +84,10 @@ pub struct AuthFile {
     pub users: Vec<UserFile>,
     /// How long a browser sign-in lasts (default 12).
     pub session_hours: Option<u64>,
+    /// Mark cookies Secure even without `X-Forwarded-Proto: https` (TLS is
+    /// terminated in front of lockscope).
+    #[serde(default)]
+    pub secure_cookies: bool,
 }
 
 /// An API token: its public id (the part before the `.`) and a password hash
@@ -174,6 +197,10 @@ mod tests {
             [[fleets]]
             name = "prod"
             store = "etcd:http://10.0.0.5:2379"
+            unlocker = "on"
+            [unlocker]
+            grace_secs = 15
+            lease_secs = 10
             [[auth.tokens]]
             name = "alice"
             id = "3f9a0c1e"
@@ -189,6 +216,8 @@ mod tests {
         "#;
         let c = FileConfig::parse(text).unwrap();
         assert_eq!(c.fleets[0].name, "prod");
+        assert_eq!(c.fleets[0].unlocker, Some(Mode::On));
+        assert_eq!(c.unlocker.unwrap().grace_secs, Some(15));
         let auth = c.auth.unwrap();
         assert_eq!(auth.tokens[0].role, Some(Role::Operator));
         assert_eq!(auth.tokens[0].scope["prod"], ["billing/"]);

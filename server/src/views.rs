@@ -329,6 +329,26 @@ impl Views {
         c
     }
 
+    /// The oldest `acquired_at` among held locks (malformed ones have none), for
+    /// `/metrics`. Read from the default view's index, which always exists and
+    /// orders by (state, `acquired_at`): each state's oldest lock is the first
+    /// of its run, so this is one lookup per state, O(log n), never a scan.
+    pub fn oldest_acquired_at(&self) -> Option<Millis> {
+        let index = self.indexes.get(&IndexSpec::default_view())?;
+        debug_assert_eq!(IndexSpec::default_view().key, SortKey::Severity);
+        let from: Arc<str> = Arc::from("");
+        RowState::ALL
+            .into_iter()
+            .filter(|s| *s != RowState::Malformed)
+            .filter_map(|s| {
+                let state = s as i64;
+                let first = index.set.get_index(index.set.rank(&(state, i64::MIN, from.clone())))?;
+                // Severity keys are (state, acquired_at); no time sorts as i64::MAX.
+                (first.0 == state && first.1 != i64::MAX).then_some(first.1)
+            })
+            .min()
+    }
+
     /// The fleet's headline numbers.
     pub fn aggregates(&self) -> Aggregates {
         let mut services: Vec<(String, u64)> = self.services.iter().map(|(k, v)| (k.to_string(), *v)).collect();

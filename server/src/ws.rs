@@ -94,6 +94,8 @@ pub async fn serve_subscriber<S, R>(
     S: Sink<WsOut> + Unpin,
     R: Stream<Item = WsIn> + Unpin,
 {
+    // Counted in `/metrics` while the connection lives.
+    let _open = hub.stats().websocket_opened();
     let hello = ServerMsg::Hello {
         protocol: PROTOCOL_VERSION,
         server_version: env!("CARGO_PKG_VERSION").into(),

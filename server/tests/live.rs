@@ -284,7 +284,7 @@ async fn a_cross_origin_websocket_is_refused_with_a_reason() {
         Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
             assert_eq!(resp.status(), 403);
             let body = String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into_owned();
-            assert!(body.contains("cross-origin"), "{body}");
+            assert!(body.contains("a request from https://evil.example refused"), "{body}");
         }
         other => panic!("expected 403, got {other:?}"),
     }

@@ -224,8 +224,18 @@ impl AuditLog {
     /// The entries `q` selects, newest first, at most `q.limit` (default 1000,
     /// never more than [`lockscope_model::admin::MAX_AUDIT_ROWS`]).
     pub async fn query(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, AuditError> {
+        self.select(q, None).await
+    }
+
+    /// Like [`AuditLog::query`], among the entries of `fleets` only (what a
+    /// reader limited to those fleets may see; the limit counts those).
+    pub async fn query_fleets(&self, q: &AuditQuery, fleets: &[String]) -> Result<Vec<AuditEntry>, AuditError> {
+        self.select(q, Some(fleets)).await
+    }
+
+    async fn select(&self, q: &AuditQuery, fleets: Option<&[String]>) -> Result<Vec<AuditEntry>, AuditError> {
         let what = "reading entries";
-        let (text, binds) = sql::select(q);
+        let (text, binds) = sql::select(q, fleets);
         let text = self.sql(&text);
         let mut query = sqlx::query(&text);
         for b in binds {

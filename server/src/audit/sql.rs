@@ -148,8 +148,9 @@ pub(super) enum Bind {
     Int(i64),
 }
 
-/// The `SELECT` for `q` (filters, newest first, capped) and its parameters in order.
-pub(super) fn select(q: &AuditQuery) -> (String, Vec<Bind>) {
+/// The `SELECT` for `q` (filters, newest first, capped) and its parameters in
+/// order; `fleets`, when given, limits the fleets (a scoped reader's).
+pub(super) fn select(q: &AuditQuery, fleets: Option<&[String]>) -> (String, Vec<Bind>) {
     let mut conds: Vec<String> = Vec::new();
     let mut binds: Vec<Bind> = Vec::new();
     let mut cond = |column_op: &str, b: Bind| {
@@ -173,6 +174,17 @@ pub(super) fn select(q: &AuditQuery) -> (String, Vec<Bind>) {
     }
     if let Some(to) = q.to {
         cond("at <", Bind::Int(to));
+    }
+    if let Some(fleets) = fleets {
+        let first = binds.len() + 1;
+        binds.extend(fleets.iter().map(|f| Bind::Text(f.clone())));
+        let params: Vec<String> = (first..first + fleets.len()).map(|i| format!("${i}")).collect();
+        // No fleets at all selects nothing.
+        conds.push(if fleets.is_empty() {
+            "1 = 0".into()
+        } else {
+            format!("fleet IN ({})", params.join(", "))
+        });
     }
     let mut sql = format!("SELECT {COLUMNS} FROM lockscope_audit");
     if !conds.is_empty() {
@@ -237,7 +249,7 @@ mod tests {
             to: Some(5),
             ..AuditQuery::default()
         };
-        let (s, binds) = select(&q);
+        let (s, binds) = select(&q, None);
         assert!(
             s.ends_with("WHERE fleet = $1 AND outcome = $2 AND at < $3 ORDER BY id DESC LIMIT $4"),
             "{s}"

@@ -25,6 +25,11 @@ impl Fleets {
         }
     }
 
+    /// Every fleet, in order.
+    pub fn all(&self) -> &[HubHandle] {
+        &self.0
+    }
+
     pub fn names(&self) -> Vec<String> {
         self.0.iter().map(|h| h.fleet().to_string()).collect()
     }

@@ -161,6 +161,27 @@ fn aggregates_equal_a_full_recount() {
     }
 }
 
+#[test]
+fn the_oldest_lock_equals_a_full_scan() {
+    for seed in 0..20 {
+        let mut sim = Sim::new(seed);
+        assert_eq!(sim.views.oldest_acquired_at(), None);
+        for step in 0..500 {
+            sim.step();
+            if step % 10 == 0 {
+                sim.views.advance(&sim.state, sim.now);
+                let scan = sim
+                    .state
+                    .locks()
+                    .filter_map(|e| e.record())
+                    .map(|r| r.acquired_at)
+                    .min();
+                assert_eq!(sim.views.oldest_acquired_at(), scan, "seed {seed}, step {step}");
+            }
+        }
+    }
+}
+
 /// A browser that applies what it is sent, and acknowledges when it likes.
 struct Browser {
     id: SubId,

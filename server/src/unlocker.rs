@@ -1,0 +1,433 @@
+//! The unlocker: per fleet, releases locks whose `auto_unlock_at` plus a grace
+//! margin has passed on this server's clock, by compare-and-set on the fencing
+//! token it saw, through the fleet's store handle — and only while this replica
+//! holds the fleet's unlocker role, elected through the store itself. Every
+//! release it makes is fenced by its leadership term in the same store
+//! transaction, so a replica that was paused past its lease and wakes up late
+//! releases nothing.
+//!
+//! Modes (per fleet): `off`; `dry-run` (says what it would release and when,
+//! releases nothing, needs no role); `on`. What it does reaches the overview
+//! through the hub ([`UnlockerStatus`]), the audit log (each release, as the
+//! actor `unlocker@REPLICA`), the log and the metrics.
+//!
+//! The decision itself is [`lockscope_model::unlock::verdict`]; which locks to
+//! look at comes from the hub's view sorted by `auto_unlock_at` (soonest first),
+//! rendered once per tick: the unlocker reads the same windows the browsers do.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockscope_model::admin::{Action, AuditEntry, Outcome};
+use lockscope_model::time::{human_duration, utc_datetime, Millis};
+use lockscope_model::unlock::{verdict, Mode, Pending, UnlockerStatus, Verdict, MAX_PENDING};
+use lockscope_model::view::{Sort, SortKey, ViewSpec, MAX_WINDOW};
+use lockscope_model::{LockBody, LockEntry};
+use lockscope_store::fleet::{Fenced, FleetStore, Leadership, Release};
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::audit::AuditLog;
+use crate::hub::HubHandle;
+use crate::metrics::Metrics;
+
+/// How often the unlocker looks at the fleet.
+pub const TICK: Duration = Duration::from_millis(500);
+/// A lock just released is not tried again for this long (the hub sees the
+/// release a moment later).
+const RECENT: Duration = Duration::from_secs(10);
+
+/// This server's wall clock, advanced by the monotonic clock: read once at
+/// start, so a step of the system clock later cannot make locks look expired
+/// (and tokio's paused time drives it in tests).
+#[derive(Clone, Copy, Debug)]
+pub struct ServerClock {
+    wall0: Millis,
+    t0: Instant,
+}
+
+impl ServerClock {
+    pub fn new() -> ServerClock {
+        ServerClock {
+            wall0: lockscope_store::now_ms(),
+            t0: Instant::now(),
+        }
+    }
+
+    /// A clock reading `wall0` now.
+    pub fn starting_at(wall0: Millis) -> ServerClock {
+        ServerClock {
+            wall0,
+            t0: Instant::now(),
+        }
+    }
+
+    pub fn now(&self) -> Millis {
+        self.wall0 + self.t0.elapsed().as_millis() as Millis
+    }
+}
+
+impl Default for ServerClock {
+    fn default() -> Self {
+        ServerClock::new()
+    }
+}
+
+/// One fleet's unlocker settings.
+#[derive(Clone, Debug)]
+pub struct UnlockerConfig {
+    pub mode: Mode,
+    /// This replica's name, as other replicas and the UI show it.
+    pub replica: String,
+    pub grace: Duration,
+    /// The unlocker role's lease: a replica that stops renewing it (killed,
+    /// paused) loses the role this long after its last renewal.
+    pub lease: Duration,
+}
+
+/// What the unlocker needs besides its fleet.
+#[derive(Clone)]
+pub struct Deps {
+    pub audit: AuditLog,
+    pub metrics: Arc<Metrics>,
+}
+
+/// Runs `fleet`'s unlocker until `stop` turns true.
+pub async fn run(
+    hub: HubHandle,
+    store: Arc<dyn FleetStore>,
+    cfg: UnlockerConfig,
+    deps: Deps,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut u = Unlocker {
+        status: UnlockerStatus {
+            mode: cfg.mode,
+            replica: cfg.replica.clone(),
+            grace_ms: cfg.grace.as_millis() as i64,
+            ..UnlockerStatus::default()
+        },
+        fleet: hub.fleet().to_string(),
+        hub,
+        store,
+        cfg,
+        deps,
+        clock: ServerClock::new(),
+        recent: HashMap::new(),
+    };
+    if !u.store.writable() && u.cfg.mode != Mode::Off {
+        u.status.mode = Mode::Off;
+        u.status.problem = Some("this fleet's store is read-only: nothing can be released".into());
+    }
+    u.deps.metrics.set_unlocker_active(&u.fleet, false);
+    u.publish().await;
+    match u.status.mode {
+        Mode::Off => {}
+        Mode::DryRun => u.dry_run(&mut stop).await,
+        Mode::On => u.serve(&mut stop).await,
+    }
+}
+
+struct Unlocker {
+    status: UnlockerStatus,
+    fleet: String,
+    hub: HubHandle,
+    store: Arc<dyn FleetStore>,
+    cfg: UnlockerConfig,
+    deps: Deps,
+    clock: ServerClock,
+    /// (name, fence) released (or tried) lately, and when.
+    recent: HashMap<(String, i64), Instant>,
+}
+
+/// What one look at the fleet found.
+#[derive(Default)]
+struct Scan {
+    due: Vec<LockEntry>,
+    pending: Vec<Pending>,
+}
+
+impl Unlocker {
+    async fn publish(&self) {
+        self.hub.set_unlocker(self.status.clone()).await;
+    }
+
+    /// The locks due now, and the next ones due, soonest first.
+    async fn scan(&mut self) -> Option<Scan> {
+        let view = ViewSpec {
+            sort: Sort {
+                key: SortKey::Expiry,
+                reverse: false,
+            },
+            limit: MAX_WINDOW,
+            ..ViewSpec::default()
+        };
+        let (frame, _) = self.hub.render(view).await.ok()?;
+        let now = self.clock.now();
+        let grace = self.status.grace_ms;
+        self.recent.retain(|_, at| at.elapsed() < RECENT);
+        let mut scan = Scan::default();
+        for row in frame.rows {
+            if self.recent.contains_key(&(row.entry.name.clone(), row.entry.fence)) {
+                continue;
+            }
+            match verdict(&row.entry, now, grace) {
+                Verdict::Release { release_at } => {
+                    scan.pending.push(pending(&row.entry, release_at));
+                    scan.due.push(row.entry);
+                }
+                Verdict::Expired { release_at } => scan.pending.push(pending(&row.entry, release_at)),
+                Verdict::Keep | Verdict::Overdue | Verdict::Malformed => {}
+            }
+        }
+        Some(scan)
+    }
+
+    /// Says what it would release, and when; releases nothing.
+    async fn dry_run(&mut self, stop: &mut watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut said: HashMap<(String, i64), Instant> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stopped(stop) => return,
+            }
+            let Some(scan) = self.scan().await else { continue };
+            said.retain(|_, at| at.elapsed() < RECENT * 6);
+            for e in &scan.due {
+                if said.insert((e.name.clone(), e.fence), Instant::now()).is_none() {
+                    tracing::info!(fleet = %self.fleet, lock = %e.name, fence = e.fence, "dry-run: would release now");
+                }
+            }
+            self.status.active = self.store.unlocker().await.ok().flatten().map(|u| u.candidate);
+            self.set_pending(scan.pending).await;
+        }
+    }
+
+    async fn set_pending(&mut self, mut pending: Vec<Pending>) {
+        pending.truncate(MAX_PENDING);
+        if pending != self.status.pending {
+            self.status.pending = pending;
+            self.publish().await;
+        }
+    }
+
+    /// Campaigns for the role; while holding it, releases what is due.
+    async fn serve(&mut self, stop: &mut watch::Receiver<bool>) {
+        loop {
+            let Some(leadership) = self.campaign(stop).await else {
+                return;
+            };
+            self.status.leading = true;
+            self.status.active = Some(self.cfg.replica.clone());
+            self.status.term = Some(leadership.term());
+            self.status.problem = None;
+            self.deps.metrics.set_unlocker_active(&self.fleet, true);
+            self.publish().await;
+            tracing::info!(fleet = %self.fleet, term = leadership.term(), "this replica is the active unlocker");
+            let stopped = self.lead(leadership.as_ref(), stop).await;
+            self.status.leading = false;
+            self.deps.metrics.set_unlocker_active(&self.fleet, false);
+            self.publish().await;
+            if stopped {
+                if let Err(e) = leadership.resign().await {
+                    tracing::warn!(fleet = %self.fleet, error = %e.describe(), "resigning the unlocker role");
+                }
+                return;
+            }
+            tracing::warn!(fleet = %self.fleet, "lost the unlocker role; campaigning again");
+        }
+    }
+
+    /// Waits to be elected, showing meanwhile who holds the role. `None`: stopped.
+    async fn campaign(&mut self, stop: &mut watch::Receiver<bool>) -> Option<Box<dyn Leadership>> {
+        let store = self.store.clone();
+        let (replica, lease) = (self.cfg.replica.clone(), self.cfg.lease);
+        // The campaign's last failure, shown with the status until it succeeds.
+        let failure = Arc::new(std::sync::Mutex::new(None::<String>));
+        let failed = failure.clone();
+        // Its own task: the loop below awaits the store too (who holds the
+        // role, what is due), and a campaign polled only between those awaits
+        // could hold up what they wait for (the store's lazy connection).
+        let mut campaign = tokio::spawn(async move {
+            loop {
+                match store.campaign(&replica, lease).await {
+                    Ok(l) => return l,
+                    Err(e) => {
+                        tracing::warn!(error = %e.describe(), "campaigning for the unlocker role");
+                        *failed.lock().unwrap() = Some(format!("campaigning: {}", e.describe()));
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        let _abort = AbortOnDrop(campaign.abort_handle());
+        let mut look = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                l = &mut campaign => match l {
+                    Ok(l) => return Some(l),
+                    Err(e) => {
+                        tracing::error!(fleet = %self.fleet, error = %e, "the unlocker's campaign failed");
+                        return None;
+                    }
+                },
+                _ = stopped(stop) => return None,
+                _ = look.tick() => {
+                    let active = self.store.unlocker().await;
+                    let mut problem = failure.lock().unwrap().clone();
+                    let (active, term) = match active {
+                        Ok(Some(u)) => (Some(u.candidate), Some(u.term)),
+                        Ok(None) => (None, None),
+                        Err(e) => {
+                            problem = Some(format!("cannot read the unlocker role: {}", e.describe()));
+                            (None, None)
+                        }
+                    };
+                    if (&active, term, &problem) != (&self.status.active, self.status.term, &self.status.problem) {
+                        self.status.active = active;
+                        self.status.term = term;
+                        self.status.problem = problem;
+                        self.publish().await;
+                    }
+                    if let Some(scan) = self.scan().await {
+                        self.set_pending(scan.pending).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Acts as the unlocker until the role is lost (`false`) or `stop` (`true`).
+    async fn lead(&mut self, leadership: &dyn Leadership, stop: &mut watch::Receiver<bool>) -> bool {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut renew = tokio::time::interval(self.cfg.lease / 3);
+        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stopped(stop) => return true,
+                _ = renew.tick() => match leadership.keep_alive().await {
+                    Ok(true) => {}
+                    Ok(false) => return false,
+                    Err(e) => {
+                        // The releases are fenced by the term: acting on is safe.
+                        tracing::warn!(fleet = %self.fleet, error = %e.describe(), "renewing the unlocker role");
+                        self.deps.metrics.unlocker_failed(&self.fleet, "renew");
+                    }
+                },
+                _ = tick.tick() => {
+                    let Some(scan) = self.scan().await else { continue };
+                    self.set_pending(scan.pending).await;
+                    for entry in scan.due {
+                        if !self.release(leadership, entry).await {
+                            return false;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases one due lock; `false`: the role turned out lost.
+    async fn release(&mut self, leadership: &dyn Leadership, entry: LockEntry) -> bool {
+        self.recent.insert((entry.name.clone(), entry.fence), Instant::now());
+        let outcome = match leadership.release(&entry.name, entry.fence).await {
+            Ok(Fenced::Deposed) => {
+                self.deps.metrics.unlocker_released(&self.fleet, "deposed");
+                return false;
+            }
+            Ok(Fenced::Done(r)) => r,
+            Err(e) => {
+                tracing::warn!(fleet = %self.fleet, lock = %entry.name, error = %e.describe(), "auto-release failed");
+                self.deps.metrics.unlocker_failed(&self.fleet, "store");
+                self.status.problem = Some(format!("releasing {}: {}", entry.name, e.describe()));
+                self.publish().await;
+                return true;
+            }
+        };
+        let (word, outcome, detail) = match &outcome {
+            Release::Released => (
+                "released",
+                Outcome::Done,
+                self.released_detail(&entry, leadership.term()),
+            ),
+            Release::NotHeld => ("not_held", Outcome::Changed, format!("{} is not held now", entry.name)),
+            Release::Changed(now) => (
+                "changed",
+                Outcome::Changed,
+                format!("{} is now fence {}", entry.name, now.fence),
+            ),
+        };
+        self.deps.metrics.unlocker_released(&self.fleet, word);
+        if outcome == Outcome::Done {
+            self.status.released += 1;
+            self.publish().await;
+            tracing::info!(fleet = %self.fleet, lock = %entry.name, fence = entry.fence, "{detail}");
+        }
+        let audit = AuditEntry {
+            at: self.clock.now(),
+            actor: format!("unlocker@{}", self.cfg.replica),
+            via: "unlocker".into(),
+            action: Some(Action::Release),
+            fleet: self.fleet.clone(),
+            target: entry.name.clone(),
+            fence: Some(entry.fence),
+            reason: format!(
+                "auto_unlock_at plus {} grace passed",
+                human_duration(self.status.grace_ms)
+            ),
+            outcome: Some(outcome),
+            detail,
+            ..AuditEntry::default()
+        };
+        if let Err(e) = self.deps.audit.append(&audit).await {
+            tracing::error!(error = %e, ?audit, "the audit log could not be written");
+        }
+        true
+    }
+
+    /// "auto-released by the unlocker (term 7): held by svc@h:1 since …; last
+    /// heartbeat …; auto-unlock at …" — the holder's times on its own clock.
+    fn released_detail(&self, e: &LockEntry, term: i64) -> String {
+        let LockBody::Held(r) = &e.body else {
+            return format!("auto-released fence {} (term {term})", e.fence);
+        };
+        format!(
+            "auto-released by the unlocker (term {term}): held by {} since {}, last heartbeat {}, auto-unlock at {} \
+             (the holder's clock); released at {} (this server's clock)",
+            r.holder(),
+            utc_datetime(r.acquired_at),
+            utc_datetime(r.heartbeat_at),
+            utc_datetime(r.auto_unlock_at),
+            utc_datetime(self.clock.now()),
+        )
+    }
+}
+
+/// Aborts a task when dropped (the campaign, when the unlocker stops first).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await.map(|_| ());
+}
+
+fn pending(e: &LockEntry, release_at: Millis) -> Pending {
+    Pending {
+        name: e.name.clone(),
+        fence: e.fence,
+        release_at,
+    }
+}
+
+#[cfg(test)]
+mod tests;
