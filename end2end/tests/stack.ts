@@ -78,9 +78,9 @@ export class Stack {
   }
 
   /** The server with nothing configured: the embedded SQLite default and its demo fleet. */
-  static async startEmbedded(): Promise<Stack> {
+  static async startEmbedded(args: string[] = []): Promise<Stack> {
     const s = await Stack.prepare();
-    await s.startServer(['--embedded-db', s.embeddedDb]);
+    await s.startServer(['--embedded-db', s.embeddedDb, ...args]);
     return s;
   }
 
@@ -88,7 +88,7 @@ export class Stack {
    * The embedded default with authentication: a token per `[name, role]` (made
    * by `lockscope token`) in the stack's own lockscope.toml.
    */
-  static async startEmbeddedWithAuth(users: [string, string][]): Promise<Stack> {
+  static async startEmbeddedWithAuth(users: [string, string][], args: string[] = []): Promise<Stack> {
     const s = await Stack.prepare();
     let toml = '';
     for (const [name, role] of users) {
@@ -98,7 +98,7 @@ export class Stack {
     }
     const config = join(s.dir, 'lockscope.toml');
     writeFileSync(config, toml);
-    await s.startServer(['--embedded-db', s.embeddedDb, '--config', config], s.tokens[users[0][0]]);
+    await s.startServer(['--embedded-db', s.embeddedDb, '--config', config, ...args], s.tokens[users[0][0]]);
     return s;
   }
 

@@ -9,7 +9,7 @@
 //! what is there now.
 
 use axum::http::StatusCode;
-use lockscope_model::admin::{in_scope, whole_fleet, Action, AuditEntry, AuditQuery, Outcome};
+use lockscope_model::admin::{in_scope, whole_fleet, Action, AuditEntry, AuditQuery, Outcome, Role};
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::{LockBody, LockEntry};
 use lockscope_store::fleet::Release;
@@ -145,6 +145,19 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
     }
 }
 
+/// Whether `id` may read the audit log (admins only; the API and the audit
+/// page both ask here). `Err`: why not, to show the caller.
+pub fn may_read_audit(id: &Identity) -> Result<(), String> {
+    if id.role < Role::Admin {
+        return Err(format!(
+            "reading the audit log needs the admin role; {} is {}",
+            id.actor,
+            id.role.as_str()
+        ));
+    }
+    Ok(())
+}
+
 /// The audit entries `q` selects that `id` may read: a scoped admin sees the
 /// fleets of their scope (the limit counts what they see). `None`: the log
 /// cannot be read now (logged).
@@ -162,16 +175,10 @@ pub async fn audit_for(state: &AppState, id: &Identity, q: &AuditQuery) -> Optio
 
 /// Everything after authentication: `Ok` says what was done.
 async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<String, Refusal> {
-    let hub = state.fleets.get(Some(&a.fleet)).ok_or_else(|| {
-        refuse(
-            StatusCode::NOT_FOUND,
-            format!(
-                "no fleet named {:?}; this server has: {}",
-                a.fleet,
-                state.fleets.names().join(", ")
-            ),
-        )
-    })?;
+    let hub = state
+        .fleets
+        .get(Some(&a.fleet))
+        .ok_or_else(|| refuse(StatusCode::NOT_FOUND, state.fleets.unknown(&a.fleet)))?;
     if id.role < a.action.needs() {
         return Err(refuse(
             StatusCode::FORBIDDEN,

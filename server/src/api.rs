@@ -11,7 +11,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use lockscope_model::admin::{Action, AuditQuery, Role};
+use lockscope_model::admin::{Action, AuditQuery};
 use lockscope_store::now_ms;
 use serde::Deserialize;
 
@@ -138,13 +138,7 @@ async fn sessions(State(state): State<AppState>, caller: Caller, Path(fleet): Pa
 }
 
 fn no_fleet(state: &AppState, fleet: &str) -> Response {
-    error(
-        StatusCode::NOT_FOUND,
-        &format!(
-            "no fleet named {fleet:?}; this server has: {}",
-            state.fleets.names().join(", ")
-        ),
-    )
+    error(StatusCode::NOT_FOUND, &state.fleets.unknown(fleet))
 }
 
 #[derive(Deserialize)]
@@ -259,15 +253,8 @@ async fn audit(State(state): State<AppState>, caller: Caller, Query(pairs): Quer
         Ok(id) => id,
         Err(r) => return r.into_response(),
     };
-    if id.role < Role::Admin {
-        return error(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "reading the audit log needs the admin role; {} is {}",
-                id.actor,
-                id.role.as_str()
-            ),
-        );
+    if let Err(why) = admin::may_read_audit(id) {
+        return error(StatusCode::FORBIDDEN, &why);
     }
     let query = match AuditQuery::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
         Ok(q) => q,

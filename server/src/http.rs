@@ -20,7 +20,7 @@ use axum::{Json, Router};
 use futures::{SinkExt, StreamExt};
 use leptos::prelude::{provide_context, LeptosOptions};
 use lockscope_app::shell;
-use lockscope_model::admin::{AuditQuery, Role};
+use lockscope_model::admin::AuditQuery;
 use lockscope_model::view::ViewSpec;
 use lockscope_model::{Page, Screen};
 use lockscope_store::now_ms;
@@ -80,10 +80,7 @@ impl AppState {
     fn fleet(&self, q: &FleetQuery) -> Result<&HubHandle, AppError> {
         self.fleets
             .get(q.fleet.as_deref())
-            .ok_or_else(|| AppError::NoSuchFleet {
-                name: q.fleet.clone().unwrap_or_default(),
-                known: self.fleets.names().join(", "),
-            })
+            .ok_or_else(|| AppError::NoSuchFleet(self.fleets.unknown(q.fleet.as_deref().unwrap_or_default())))
     }
 }
 
@@ -102,8 +99,9 @@ pub enum AppError {
     Forbidden(String),
     #[error("{0}")]
     BadRequest(String),
-    #[error("no fleet named {name:?}; this server has: {known}")]
-    NoSuchFleet { name: String, known: String },
+    /// No such fleet: the message says which there are ([`Fleets::unknown`]).
+    #[error("{0}")]
+    NoSuchFleet(String),
     #[error("the audit log cannot be read now")]
     AuditUnavailable,
     /// Not signed in: go to this sign-in URL.
@@ -120,7 +118,7 @@ impl IntoResponse for AppError {
             AppError::HubUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             AppError::Forbidden(_) => StatusCode::FORBIDDEN,
             AppError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            AppError::NoSuchFleet { .. } => StatusCode::NOT_FOUND,
+            AppError::NoSuchFleet(_) => StatusCode::NOT_FOUND,
             AppError::AuditUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             AppError::SignIn(_) => StatusCode::UNAUTHORIZED,
         };
@@ -277,13 +275,7 @@ async fn audit_page(
     req: Request<Body>,
 ) -> Result<Response, AppError> {
     let id = signed_in(&caller, &req)?;
-    if id.role < Role::Admin {
-        return Err(AppError::Forbidden(format!(
-            "the audit log is for admins; {} is {}",
-            id.actor,
-            id.role.as_str()
-        )));
-    }
+    crate::admin::may_read_audit(&id).map_err(AppError::Forbidden)?;
     let (query, error) = match AuditQuery::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
         Ok(q) => (q, None),
         Err(e) => (AuditQuery::default(), Some(e)),

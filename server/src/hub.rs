@@ -27,9 +27,12 @@ use tracing::{debug, warn};
 
 use crate::metrics::{FleetStats, HubFeed};
 use crate::views::{BuildId, Built, Now, SubId, Views};
+use commands::Command;
+pub use commands::SessionNow;
 pub use fleets::Fleets;
 use watchers::Watchers;
 
+mod commands;
 mod fleets;
 mod watchers;
 
@@ -61,52 +64,6 @@ pub struct HubHandle {
     store: Option<Arc<dyn FleetStore>>,
     /// The fleet's numbers for `/metrics` besides its summary.
     stats: Arc<FleetStats>,
-}
-
-enum Command {
-    Subscribe {
-        view_id: u32,
-        view: ViewSpec,
-        out: mpsc::Sender<Frame>,
-        reply: oneshot::Sender<SubId>,
-    },
-    SetView {
-        id: SubId,
-        view_id: u32,
-        view: ViewSpec,
-    },
-    Ack {
-        id: SubId,
-        seq: u64,
-    },
-    Unsubscribe(SubId),
-    Render {
-        view: ViewSpec,
-        reply: oneshot::Sender<(WindowFrame, StoreStatus)>,
-    },
-    WatchLock {
-        name: String,
-        reply: oneshot::Sender<watch::Receiver<Option<LockDetail>>>,
-    },
-    WatchSessions {
-        reply: oneshot::Sender<watch::Receiver<Option<SessionList>>>,
-    },
-    SessionNow {
-        id: String,
-        reply: oneshot::Sender<SessionNow>,
-    },
-    /// What this fleet's unlocker is doing (shown with the fleet's summary).
-    Unlocker(UnlockerStatus),
-}
-
-/// What the fleet knows of one session now (the admin checks act on it).
-#[derive(Clone, Debug, Default)]
-pub struct SessionNow {
-    /// Registered (live or not yet timed out).
-    pub known: bool,
-    pub blacklist: Option<lockscope_model::BlacklistEntry>,
-    /// The locks it holds.
-    pub locks: Vec<String>,
 }
 
 /// A subscriber's end: its frames, and the handle that unsubscribes when dropped.
@@ -417,59 +374,6 @@ impl Hub {
             batches += 1;
             if batches < MAX_BATCHES_PER_TURN {
                 next = events.try_recv().ok();
-            }
-        }
-    }
-
-    fn on_command(&mut self, cmd: Command) {
-        let now = self.now();
-        match cmd {
-            Command::Subscribe {
-                view_id,
-                view,
-                out,
-                reply,
-            } => {
-                let id = self.views.subscribe(view_id, view, now);
-                let status = ServerMsg::Status {
-                    server_time: now.wall,
-                    status: self.status.clone(),
-                };
-                self.subscribers.insert(id, out);
-                if reply.send(id).is_err() {
-                    return self.drop_subscriber(id);
-                }
-                self.deliver(id, &status);
-            }
-            Command::SetView { id, view_id, view } => self.views.set_view(id, view_id, view, now),
-            Command::Ack { id, seq } => self.views.ack(id, seq),
-            Command::Unsubscribe(id) => self.drop_subscriber(id),
-            Command::Render { view, reply } => match self.views.render(&self.state, &view, now) {
-                Ok(frame) => {
-                    let _ = reply.send((frame, self.status.clone()));
-                }
-                Err(waiting) => self.renders.push((waiting, reply)),
-            },
-            Command::WatchLock { name, reply } => {
-                let _ = reply.send(self.watchers.watch_lock(&self.state, &name));
-            }
-            Command::WatchSessions { reply } => {
-                let _ = reply.send(self.watchers.watch_sessions(&self.state, &self.views));
-            }
-            Command::Unlocker(status) => {
-                self.summary.send_if_modified(|s| {
-                    let changed = s.unlocker.as_ref() != Some(&status);
-                    s.unlocker = Some(status);
-                    changed
-                });
-            }
-            Command::SessionNow { id, reply } => {
-                let sessions = self.state.sessions();
-                let _ = reply.send(SessionNow {
-                    known: sessions.sessions.contains_key(&id),
-                    blacklist: sessions.blacklist.get(&id).cloned(),
-                    locks: self.views.lock_names_of_session(&id),
-                });
             }
         }
     }

@@ -34,6 +34,12 @@ impl Fleets {
         self.0.iter().map(|h| h.fleet().to_string()).collect()
     }
 
+    /// The answer to a request for a fleet named `name` that this server does
+    /// not watch: the fleets it does.
+    pub fn unknown(&self, name: &str) -> String {
+        format!("no fleet named {name:?}; this server has: {}", self.names().join(", "))
+    }
+
     /// Every fleet's latest summary, in order.
     pub fn summaries(&self) -> Vec<FleetSummary> {
         self.0.iter().map(|h| h.summary.borrow().clone()).collect()

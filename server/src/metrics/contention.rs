@@ -253,7 +253,7 @@ mod tests {
             }
             let now = *t.totals();
             assert!(now.covers(&last), "{now:?} < {last:?}");
-            assert_eq!(now.waits() >= last.waits(), true);
+            assert!(now.waits() >= last.waits());
             last = now;
         }
         assert!(last.acquired > 0 && last.conflicts > 0);
