@@ -227,13 +227,33 @@ impl Unlocker {
             self.deps.metrics.set_unlocker_active(&self.fleet, true);
             self.publish().await;
             tracing::info!(fleet = %self.fleet, term = leadership.term(), "this replica is the active unlocker");
-            let stopped = self.lead(leadership.as_ref(), stop).await;
+            // A new term: what the last one tried is worth trying again.
+            self.recent.clear();
+            // The lease is renewed by a task of its own, so a slow round of
+            // releases (a slow store or audit log) never lets it run out.
+            let leadership = Arc::new(leadership);
+            let (lost_tx, mut lost) = watch::channel(false);
+            let renewer = tokio::spawn(renew(
+                leadership.clone(),
+                self.cfg.lease / 3,
+                lost_tx,
+                self.fleet.clone(),
+                self.deps.metrics.clone(),
+            ));
+            let stopped = self.lead(leadership.as_ref().as_ref(), &mut lost, stop).await;
+            renewer.abort();
+            let _ = renewer.await;
             self.status.leading = false;
             self.deps.metrics.set_unlocker_active(&self.fleet, false);
             self.publish().await;
             if stopped {
-                if let Err(e) = leadership.resign().await {
-                    tracing::warn!(fleet = %self.fleet, error = %e.describe(), "resigning the unlocker role");
+                match Arc::into_inner(leadership) {
+                    Some(l) => {
+                        if let Err(e) = l.resign().await {
+                            tracing::warn!(fleet = %self.fleet, error = %e.describe(), "resigning the unlocker role");
+                        }
+                    }
+                    None => tracing::warn!(fleet = %self.fleet, "the unlocker role is still shared; not resigning"),
                 }
                 return;
             }
@@ -301,27 +321,26 @@ impl Unlocker {
     }
 
     /// Acts as the unlocker until the role is lost (`false`) or `stop` (`true`).
-    async fn lead(&mut self, leadership: &dyn Leadership, stop: &mut watch::Receiver<bool>) -> bool {
+    /// `lost` turns true when the renewer finds the role gone.
+    async fn lead(
+        &mut self,
+        leadership: &dyn Leadership,
+        lost: &mut watch::Receiver<bool>,
+        stop: &mut watch::Receiver<bool>,
+    ) -> bool {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut renew = tokio::time::interval(self.cfg.lease / 3);
-        renew.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = stopped(stop) => return true,
-                _ = renew.tick() => match leadership.keep_alive().await {
-                    Ok(true) => {}
-                    Ok(false) => return false,
-                    Err(e) => {
-                        // The releases are fenced by the term: acting on is safe.
-                        tracing::warn!(fleet = %self.fleet, error = %e.describe(), "renewing the unlocker role");
-                        self.deps.metrics.unlocker_failed(&self.fleet, "renew");
-                    }
-                },
+                _ = stopped(lost) => return false,
                 _ = tick.tick() => {
                     let Some(scan) = self.scan().await else { continue };
                     self.set_pending(scan.pending).await;
                     for entry in scan.due {
+                        if *lost.borrow() || *stop.borrow() {
+                            break;
+                        }
                         if !self.release(leadership, entry).await {
                             return false;
                         }
@@ -336,6 +355,8 @@ impl Unlocker {
         self.recent.insert((entry.name.clone(), entry.fence), Instant::now());
         let outcome = match leadership.release(&entry.name, entry.fence).await {
             Ok(Fenced::Deposed) => {
+                // Not released: whoever holds the role next may try it.
+                self.recent.remove(&(entry.name.clone(), entry.fence));
                 self.deps.metrics.unlocker_released(&self.fleet, "deposed");
                 return false;
             }
@@ -404,6 +425,34 @@ impl Unlocker {
             utc_datetime(r.auto_unlock_at),
             utc_datetime(self.clock.now()),
         )
+    }
+}
+
+/// Renews the unlocker role every `every` until it is found lost (then says so
+/// on `lost`). A failure to reach the store is not a loss: the lease may still
+/// hold, and every release is fenced by the term anyway.
+async fn renew(
+    leadership: Arc<Box<dyn Leadership>>,
+    every: Duration,
+    lost: watch::Sender<bool>,
+    fleet: String,
+    metrics: Arc<Metrics>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match leadership.keep_alive().await {
+            Ok(true) => {}
+            Ok(false) => {
+                let _ = lost.send(true);
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(%fleet, error = %e.describe(), "renewing the unlocker role");
+                metrics.unlocker_failed(&fleet, "renew");
+            }
+        }
     }
 }
 
