@@ -51,6 +51,31 @@ impl EtcdLocks {
         timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await
     }
 
+    /// Returns once `key` may have been deleted after `revision` (a delete seen,
+    /// the watch compacted or canceled), or after `max`: callers look again.
+    pub(super) async fn wait_deleted(&self, key: &str, revision: i64, max: Duration) -> Result<(), StoreError> {
+        let opts = WatchOptions::new().with_start_revision(revision + 1);
+        let mut stream = timed(self.cfg.request_timeout, self.client.clone().watch(key, Some(opts))).await?;
+        let wait = async {
+            loop {
+                let Some(resp) = stream.message().await? else {
+                    return Ok(());
+                };
+                // Compacted or canceled: just try again.
+                if resp.canceled() || resp.compact_revision() > 0 {
+                    return Ok(());
+                }
+                if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    return Ok(());
+                }
+            }
+        };
+        match tokio::time::timeout(max, wait).await {
+            Ok(r) => r.map_err(|e: etcd_client::Error| StoreError::from(e)),
+            Err(_) => Ok(()),
+        }
+    }
+
     fn entry(&self, name: &str, kv: &etcd_client::KeyValue) -> LockEntry {
         LockEntry::from_stored(name.to_string(), kv.create_revision(), kv.mod_revision(), kv.value())
     }
@@ -216,27 +241,7 @@ impl LockStore for EtcdLocks {
     }
 
     async fn wait_released(&self, name: &str, from: WaitFrom, max: Duration) -> Result<(), StoreError> {
-        let key = self.cfg.lock_key(name);
-        let opts = WatchOptions::new().with_start_revision(from.0 + 1);
-        let mut stream = timed(self.cfg.request_timeout, self.client.clone().watch(key, Some(opts))).await?;
-        let wait = async {
-            loop {
-                let Some(resp) = stream.message().await? else {
-                    return Ok(());
-                };
-                // Compacted or canceled: just try again.
-                if resp.canceled() || resp.compact_revision() > 0 {
-                    return Ok(());
-                }
-                if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
-                    return Ok(());
-                }
-            }
-        };
-        match tokio::time::timeout(max, wait).await {
-            Ok(r) => r.map_err(|e: etcd_client::Error| StoreError::from(e)),
-            Err(_) => Ok(()),
-        }
+        self.wait_deleted(&self.cfg.lock_key(name), from.0, max).await
     }
 
     async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {

@@ -16,7 +16,7 @@
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, WatchOptions};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use futures::future::BoxFuture;
 use lockscope_model::record::RECORD_VERSION;
 use lockscope_model::LockEntry;
@@ -84,32 +84,7 @@ impl EtcdLocks {
                 });
             }
             revoke(&self.client, &self.cfg, lease).await.ok();
-            self.wait_deleted(&key, revision).await?;
-        }
-    }
-
-    /// Returns once `key` may have been deleted after `revision` (at the latest
-    /// after [`RECHECK`]).
-    async fn wait_deleted(&self, key: &str, revision: i64) -> Result<(), StoreError> {
-        let opts = WatchOptions::new().with_start_revision(revision + 1);
-        let mut stream = timed(self.cfg.request_timeout, self.client.clone().watch(key, Some(opts))).await?;
-        let wait = async {
-            loop {
-                let Some(resp) = stream.message().await? else {
-                    return Ok(());
-                };
-                // Compacted or canceled: just try again.
-                if resp.canceled() || resp.compact_revision() > 0 {
-                    return Ok(());
-                }
-                if resp.events().iter().any(|e| e.event_type() == EventType::Delete) {
-                    return Ok(());
-                }
-            }
-        };
-        match tokio::time::timeout(RECHECK, wait).await {
-            Ok(r) => r.map_err(|e: etcd_client::Error| StoreError::from(e)),
-            Err(_) => Ok(()),
+            self.wait_deleted(&key, revision, RECHECK).await?;
         }
     }
 
