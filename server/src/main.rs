@@ -120,27 +120,40 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .clone()
         .or(unlocker_file.replica)
         .unwrap_or_else(|| format!("{}:{}", lockscope_store::client::hostname(), addr.port()));
-    let secs = |flag: Option<u64>, file: Option<u64>, default: u64| {
-        Duration::from_secs(flag.or(file).unwrap_or(default).max(1))
+    let grace = match args.unlocker_grace_secs.or(unlocker_file.grace_secs) {
+        Some(0) => bail!(
+            "an unlocker grace of 0 s would release the locks of holders whose clocks run behind early; use at least 1"
+        ),
+        Some(s) => Duration::from_secs(s),
+        None => Duration::from_millis(DEFAULT_GRACE_MS as u64),
     };
+    let lease = Duration::from_secs(
+        args.unlocker_lease_secs
+            .or(unlocker_file.lease_secs)
+            .unwrap_or(10)
+            .max(1),
+    );
+    let mut unlockers = Vec::new();
     for (hub, mode) in state.fleets.all().iter().zip(modes) {
         let Some(store) = hub.store().cloned() else { continue };
         let cfg = UnlockerConfig {
             mode,
             replica: replica.clone(),
-            grace: Duration::from_millis(
-                args.unlocker_grace_secs
-                    .or(unlocker_file.grace_secs)
-                    .map_or(DEFAULT_GRACE_MS as u64, |s| s * 1000),
-            ),
-            lease: secs(args.unlocker_lease_secs, unlocker_file.lease_secs, 10),
+            grace,
+            lease,
         };
         tracing::info!(fleet = %hub.fleet(), mode = mode.as_str(), %replica, "unlocker");
         let deps = Deps {
             audit: state.audit.clone(),
             metrics: state.metrics.clone(),
         };
-        tokio::spawn(lockscope::unlocker::run(hub.clone(), store, cfg, deps, stop_rx.clone()));
+        unlockers.push(tokio::spawn(lockscope::unlocker::run(
+            hub.clone(),
+            store,
+            cfg,
+            deps,
+            stop_rx.clone(),
+        )));
     }
     if !args.site_root.join("pkg").join("lockscope.wasm").exists() {
         tracing::warn!(site_root = %args.site_root.display(), "no built site here: the page renders but will not hydrate (run `scripts/build-site.sh`)");
@@ -153,6 +166,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
     lockscope::serve(listener, state, stop_rx, Duration::from_secs(10)).await?;
+    // The unlockers saw the stop too: let them resign their roles (so another
+    // replica takes over at once) and finish what they were recording.
+    let _ = tokio::time::timeout(Duration::from_secs(3), futures::future::join_all(unlockers)).await;
     Ok(())
 }
 

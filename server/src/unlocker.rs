@@ -23,7 +23,7 @@ use lockscope_model::admin::{Action, AuditEntry, Outcome};
 use lockscope_model::time::{human_duration, utc_datetime, Millis};
 use lockscope_model::unlock::{verdict, Mode, Pending, UnlockerStatus, Verdict, MAX_PENDING};
 use lockscope_model::view::{Sort, SortKey, ViewSpec, MAX_WINDOW};
-use lockscope_model::{LockBody, LockEntry};
+use lockscope_model::{LockBody, LockEntry, StoreStatus};
 use lockscope_store::fleet::{Fenced, FleetStore, Leadership, Release};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -38,13 +38,17 @@ pub const TICK: Duration = Duration::from_millis(500);
 /// release a moment later).
 const RECENT: Duration = Duration::from_secs(10);
 
-/// This server's wall clock, advanced by the monotonic clock: read once at
-/// start, so a step of the system clock later cannot make locks look expired
-/// (and tokio's paused time drives it in tests).
+/// The clock the unlocker decides by: the earlier of the system's wall clock and
+/// the wall clock read at start advanced by the monotonic clock. A forward step
+/// of the system clock after start cannot make locks look expired, and a clock
+/// that was ahead at start and is stepped back follows it back: either way a
+/// step can only delay a release, never bring it forward. (In tests, tokio's
+/// paused time drives the monotonic part.)
 #[derive(Clone, Copy, Debug)]
 pub struct ServerClock {
     wall0: Millis,
     t0: Instant,
+    wall: fn() -> Millis,
 }
 
 impl ServerClock {
@@ -52,19 +56,21 @@ impl ServerClock {
         ServerClock {
             wall0: lockscope_store::now_ms(),
             t0: Instant::now(),
+            wall: lockscope_store::now_ms,
         }
     }
 
-    /// A clock reading `wall0` now.
+    /// A clock reading `wall0` now and advancing with monotonic time only.
     pub fn starting_at(wall0: Millis) -> ServerClock {
         ServerClock {
             wall0,
             t0: Instant::now(),
+            wall: || Millis::MAX,
         }
     }
 
     pub fn now(&self) -> Millis {
-        self.wall0 + self.t0.elapsed().as_millis() as Millis
+        (self.wall0 + self.t0.elapsed().as_millis() as Millis).min((self.wall)())
     }
 }
 
@@ -122,6 +128,16 @@ pub async fn run(
     }
     u.deps.metrics.set_unlocker_active(&u.fleet, false);
     u.publish().await;
+    // Subscribed for as long as the unlocker runs, so the hub keeps the view's
+    // index built and each tick's render reads it instead of building it anew.
+    // Its frames are read and dropped (never acknowledged: the hub sends two
+    // windows and then holds back; status messages do not pile up).
+    let _index = match u.status.mode {
+        Mode::Off => None,
+        _ => u.hub.subscribe(u32::MAX, expiry_view()).await.ok().map(|mut sub| {
+            AbortOnDrop(tokio::spawn(async move { while sub.frames.recv().await.is_some() {} }).abort_handle())
+        }),
+    };
     match u.status.mode {
         Mode::Off => {}
         Mode::DryRun => u.dry_run(&mut stop).await,
@@ -155,15 +171,11 @@ impl Unlocker {
 
     /// The locks due now, and the next ones due, soonest first.
     async fn scan(&mut self) -> Option<Scan> {
-        let view = ViewSpec {
-            sort: Sort {
-                key: SortKey::Expiry,
-                reverse: false,
-            },
-            limit: MAX_WINDOW,
-            ..ViewSpec::default()
-        };
-        let (frame, _) = self.hub.render(view).await.ok()?;
+        let (frame, status) = self.hub.render(expiry_view()).await.ok()?;
+        // A view the store no longer confirms is the past: nothing in it is due.
+        if !matches!(status, StoreStatus::Live { .. }) {
+            return None;
+        }
         let now = self.clock.now();
         let grace = self.status.grace_ms;
         self.recent.retain(|_, at| at.elapsed() < RECENT);
@@ -235,7 +247,7 @@ impl Unlocker {
             let (lost_tx, mut lost) = watch::channel(false);
             let renewer = tokio::spawn(renew(
                 leadership.clone(),
-                self.cfg.lease / 3,
+                self.cfg.lease,
                 lost_tx,
                 self.fleet.clone(),
                 self.deps.metrics.clone(),
@@ -353,14 +365,19 @@ impl Unlocker {
     /// Releases one due lock; `false`: the role turned out lost.
     async fn release(&mut self, leadership: &dyn Leadership, entry: LockEntry) -> bool {
         self.recent.insert((entry.name.clone(), entry.fence), Instant::now());
-        let outcome = match leadership.release(&entry.name, entry.fence).await {
+        let outcome = match leadership.release(&entry.name, entry.fence, entry.revision).await {
             Ok(Fenced::Deposed) => {
                 // Not released: whoever holds the role next may try it.
                 self.recent.remove(&(entry.name.clone(), entry.fence));
                 self.deps.metrics.unlocker_released(&self.fleet, "deposed");
                 return false;
             }
-            Ok(Fenced::Done(r)) => r,
+            Ok(Fenced::Done(r)) => {
+                if self.status.problem.take().is_some() {
+                    self.publish().await;
+                }
+                r
+            }
             Err(e) => {
                 tracing::warn!(fleet = %self.fleet, lock = %entry.name, error = %e.describe(), "auto-release failed");
                 self.deps.metrics.unlocker_failed(&self.fleet, "store");
@@ -376,6 +393,14 @@ impl Unlocker {
                 self.released_detail(&entry, leadership.term()),
             ),
             Release::NotHeld => ("not_held", Outcome::Changed, format!("{} is not held now", entry.name)),
+            Release::Changed(now) if now.fence == entry.fence => (
+                "changed",
+                Outcome::Changed,
+                format!(
+                    "{} was extended since it was seen (revision {})",
+                    entry.name, now.revision
+                ),
+            ),
             Release::Changed(now) => (
                 "changed",
                 Outcome::Changed,
@@ -428,32 +453,37 @@ impl Unlocker {
     }
 }
 
-/// Renews the unlocker role every `every` until it is found lost (then says so
-/// on `lost`). A failure to reach the store is not a loss: the lease may still
-/// hold, and every release is fenced by the term anyway.
+/// Renews the unlocker role every `lease / 3` until it is lost, and says so on
+/// `lost`: when the store answers that it is gone, or when no renewal has
+/// succeeded for a whole `lease` (measured from when the last successful one
+/// was sent: by then the store may have elected another replica, and this one
+/// must stop saying it is active; its releases were fenced by the term anyway).
 async fn renew(
     leadership: Arc<Box<dyn Leadership>>,
-    every: Duration,
+    lease: Duration,
     lost: watch::Sender<bool>,
     fleet: String,
     metrics: Arc<Metrics>,
 ) {
-    let mut tick = tokio::time::interval(every);
+    let mut tick = tokio::time::interval(lease / 3);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_ok = Instant::now();
     loop {
         tick.tick().await;
+        let sent = Instant::now();
         match leadership.keep_alive().await {
-            Ok(true) => {}
-            Ok(false) => {
-                let _ = lost.send(true);
-                return;
-            }
+            Ok(true) => last_ok = sent,
+            Ok(false) => break,
             Err(e) => {
                 tracing::warn!(%fleet, error = %e.describe(), "renewing the unlocker role");
                 metrics.unlocker_failed(&fleet, "renew");
+                if last_ok.elapsed() >= lease {
+                    break;
+                }
             }
         }
     }
+    let _ = lost.send(true);
 }
 
 /// Aborts a task when dropped (the campaign, when the unlocker stops first).
@@ -462,6 +492,18 @@ struct AbortOnDrop(tokio::task::AbortHandle);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// The hub's view the unlocker reads: soonest `auto_unlock_at` first.
+fn expiry_view() -> ViewSpec {
+    ViewSpec {
+        sort: Sort {
+            key: SortKey::Expiry,
+            reverse: false,
+        },
+        limit: MAX_WINDOW,
+        ..ViewSpec::default()
     }
 }
 

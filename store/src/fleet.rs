@@ -74,10 +74,12 @@ pub trait Leadership: Send + Sync {
     /// way: try again, and stop acting when the ttl has passed without a success.
     fn keep_alive(&self) -> BoxFuture<'_, Result<bool, StoreError>>;
 
-    /// Deletes lock `name` only if `fence` still holds it and this leadership is
-    /// still current (its term, unexpired), both compared in one store
-    /// transaction. A lost leadership returns [`Fenced::Deposed`] and deletes nothing.
-    fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Fenced, StoreError>>;
+    /// Deletes lock `name` only if it is still exactly the version the caller
+    /// saw — acquisition `fence` at store revision `revision`, so not extended
+    /// since (an extension moves `auto_unlock_at`) — and this leadership is still
+    /// current (its term, unexpired), all compared in one store transaction. A
+    /// lost leadership returns [`Fenced::Deposed`] and deletes nothing.
+    fn release<'a>(&'a self, name: &'a str, fence: i64, revision: i64) -> BoxFuture<'a, Result<Fenced, StoreError>>;
 
     /// Gives the role up now, so another replica is elected without waiting for
     /// the lease to run out (best effort: an error leaves the lease to expire).

@@ -249,7 +249,10 @@ async fn a_v4_database_is_upgraded(url: &str) {
         })
     );
     assert_eq!(
-        leader.release("old/1", 7).await.unwrap(),
+        leader
+            .release("old/1", 7, store.get("old/1").await.unwrap().unwrap().revision)
+            .await
+            .unwrap(),
         Fenced::Done(Release::Released)
     );
     assert_eq!(store.get("old/1").await.unwrap(), None);

@@ -131,6 +131,11 @@ async fn take_expired(locks: &AnyLocks, name: &str) -> i64 {
     }
 }
 
+/// The store revision `name` is at now (0: not held): what an unlocker saw.
+async fn revision_of(locks: &AnyLocks, name: &str) -> i64 {
+    locks.get(name).await.expect("get").map_or(0, |e| e.revision)
+}
+
 async fn fence_of(locks: &AnyLocks, name: &str) -> Option<i64> {
     locks.get(name).await.expect("get").map(|e| e.fence)
 }
@@ -233,7 +238,9 @@ async fn lease_expiry_hands_over(store: Store) {
         "{label}: the old leader's keep-alive says lost"
     );
     assert_eq!(
-        old.release("jobs/nightly", fence).await.unwrap(),
+        old.release("jobs/nightly", fence, revision_of(&locks, "jobs/nightly").await)
+            .await
+            .unwrap(),
         Fenced::Deposed,
         "{label}: a deposed leader's release"
     );
@@ -267,6 +274,7 @@ async fn a_paused_leader_releases_nothing(store: Store) {
     let (a, b) = (store.replica(), store.replica());
     let paused = a.campaign("replica-a", ttl).await.expect("campaign");
     let fence = take_expired(&locks, "reports/daily").await;
+    let seen = revision_of(&locks, "reports/daily").await;
 
     // A is "stopped" from here on; B campaigns and wins once A's lease runs out.
     let started = Instant::now();
@@ -277,7 +285,7 @@ async fn a_paused_leader_releases_nothing(store: Store) {
     // A wakes and, believing itself the unlocker, releases the expired lock.
     let woke = Instant::now();
     assert_eq!(
-        paused.release("reports/daily", fence).await.unwrap(),
+        paused.release("reports/daily", fence, seen).await.unwrap(),
         Fenced::Deposed,
         "{label}: the paused leader's release"
     );
@@ -293,14 +301,14 @@ async fn a_paused_leader_releases_nothing(store: Store) {
     );
 
     assert_eq!(
-        leader.release("reports/daily", fence).await.unwrap(),
+        leader.release("reports/daily", fence, seen).await.unwrap(),
         Fenced::Done(Release::Released),
         "{label}: the current leader's release"
     );
     assert_eq!(fence_of(&locks, "reports/daily").await, None, "{label}: released");
     // And the old leader's release, replayed, still does nothing.
     assert_eq!(
-        paused.release("reports/daily", fence).await.unwrap(),
+        paused.release("reports/daily", fence, seen).await.unwrap(),
         Fenced::Deposed,
         "{label}"
     );
@@ -326,32 +334,46 @@ async fn stale_fences_release_nothing(store: Store) {
     assert!(locks.release("sweep", old).await.unwrap());
     let new = take_expired(&locks, "sweep").await;
     assert!(new > old, "{label}");
-    match leader.release("sweep", old).await.unwrap() {
+    let seen = revision_of(&locks, "sweep").await;
+    match leader.release("sweep", old, seen).await.unwrap() {
         Fenced::Done(Release::Changed(now)) => assert_eq!(now.fence, new, "{label}: names the new acquisition"),
         other => panic!("{label}: a stale fence released with {other:?}"),
     }
     assert_eq!(fence_of(&locks, "sweep").await, Some(new), "{label}: nothing deleted");
     // A fence never issued, too.
     assert!(matches!(
-        leader.release("sweep", new + 1000).await.unwrap(),
+        leader.release("sweep", new + 1000, seen).await.unwrap(),
         Fenced::Done(Release::Changed(_))
     ));
+    assert_eq!(fence_of(&locks, "sweep").await, Some(new), "{label}: nothing deleted");
+    // The right fence, but extended since it was seen (its auto_unlock_at moved):
+    // nothing deleted either.
+    let extended = record("worker", "expired", now_ms() - 300_000);
+    locks.extend("sweep", new, &extended).await.expect("extend");
+    assert!(
+        revision_of(&locks, "sweep").await > seen,
+        "{label}: an extension moves the revision"
+    );
+    match leader.release("sweep", new, seen).await.unwrap() {
+        Fenced::Done(Release::Changed(now)) => assert_eq!(now.fence, new, "{label}"),
+        other => panic!("{label}: a lock extended since it was seen was released with {other:?}"),
+    }
     assert_eq!(fence_of(&locks, "sweep").await, Some(new), "{label}: nothing deleted");
 
     // Free: not held.
     assert!(locks.release("sweep", new).await.unwrap());
     assert_eq!(
-        leader.release("sweep", new).await.unwrap(),
+        leader.release("sweep", new, seen).await.unwrap(),
         Fenced::Done(Release::NotHeld),
         "{label}"
     );
     assert_eq!(
-        leader.release("never-taken", 1).await.unwrap(),
+        leader.release("never-taken", 1, 1).await.unwrap(),
         Fenced::Done(Release::NotHeld),
         "{label}"
     );
     assert!(matches!(
-        leader.release("", 1).await,
+        leader.release("", 1, 1).await,
         Err(StoreError::InvalidName { .. })
     ));
     assert!(leader.keep_alive().await.unwrap(), "{label}: still the leader");

@@ -182,12 +182,13 @@ impl Leadership for EtcdLeadership {
         })
     }
 
-    fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Fenced, StoreError>> {
+    fn release<'a>(&'a self, name: &'a str, fence: i64, revision: i64) -> BoxFuture<'a, Result<Fenced, StoreError>> {
         Box::pin(async move {
             validate_name(name)?;
             let lock = self.cfg.lock_key(name);
+            let seen = Compare::mod_revision(lock.as_str(), CompareOp::Equal, revision);
             let txn = Txn::new()
-                .when([self.current(), held_by(&lock, fence)])
+                .when([self.current(), held_by(&lock, fence), seen])
                 .and_then([TxnOp::delete(lock.clone(), None)])
                 .or_else([TxnOp::get(self.key.as_str(), None), TxnOp::get(lock, None)]);
             let resp = timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await?;

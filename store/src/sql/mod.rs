@@ -61,7 +61,10 @@ impl Dialect {
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             Ok(Dialect::Postgres)
         } else {
-            Err(StoreError::Config(format!("not a sqlite: or postgres: URL: {url}")))
+            Err(StoreError::Config(format!(
+                "not a sqlite: or postgres: URL: {}",
+                crate::spec::redact(url)
+            )))
         }
     }
 

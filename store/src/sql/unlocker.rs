@@ -108,16 +108,19 @@ impl Leadership for SqlLeadership {
         })
     }
 
-    fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Fenced, StoreError>> {
+    fn release<'a>(&'a self, name: &'a str, fence: i64, revision: i64) -> BoxFuture<'a, Result<Fenced, StoreError>> {
         Box::pin(async move {
             validate_name(name)?;
+            // `revision = $4`: not extended since it was seen (an extension bumps
+            // the row's revision), which PostgreSQL re-checks on the row even
+            // when the statement waited behind that extension's row lock.
             let q = self.store.sql_at_db_now(&format!(
-                "{RELEASE} AND EXISTS (SELECT 1 FROM lockscope_unlocker \
+                "{RELEASE} AND revision = $4 AND EXISTS (SELECT 1 FROM lockscope_unlocker \
                  WHERE id = 1 AND term = $3 AND expires_at >= DB_NOW_MS)"
             ));
             let r = self
                 .store
-                .exec(sqlx::query(&q).bind(name).bind(fence).bind(self.term))
+                .exec(sqlx::query(&q).bind(name).bind(fence).bind(self.term).bind(revision))
                 .await?;
             if r.rows_affected() == 1 {
                 return Ok(Fenced::Done(Release::Released));
