@@ -14,6 +14,9 @@
 //! The decision itself is [`lockscope_model::unlock::verdict`]; which locks to
 //! look at comes from the hub's view sorted by `auto_unlock_at` (soonest first),
 //! rendered once per tick: the unlocker reads the same windows the browsers do.
+//!
+//! Layout: here, the task and its releases; `clock` ([`ServerClock`]); `role`
+//! (campaigning for the role, renewing it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,48 +40,6 @@ pub const TICK: Duration = Duration::from_millis(500);
 /// A lock just released is not tried again for this long (the hub sees the
 /// release a moment later).
 const RECENT: Duration = Duration::from_secs(10);
-
-/// The clock the unlocker decides by: the earlier of the system's wall clock and
-/// the wall clock read at start advanced by the monotonic clock. A forward step
-/// of the system clock after start cannot make locks look expired, and a clock
-/// that was ahead at start and is stepped back follows it back: either way a
-/// step can only delay a release, never bring it forward. (In tests, tokio's
-/// paused time drives the monotonic part.)
-#[derive(Clone, Copy, Debug)]
-pub struct ServerClock {
-    wall0: Millis,
-    t0: Instant,
-    wall: fn() -> Millis,
-}
-
-impl ServerClock {
-    pub fn new() -> ServerClock {
-        ServerClock {
-            wall0: lockscope_store::now_ms(),
-            t0: Instant::now(),
-            wall: lockscope_store::now_ms,
-        }
-    }
-
-    /// A clock reading `wall0` now and advancing with monotonic time only.
-    pub fn starting_at(wall0: Millis) -> ServerClock {
-        ServerClock {
-            wall0,
-            t0: Instant::now(),
-            wall: || Millis::MAX,
-        }
-    }
-
-    pub fn now(&self) -> Millis {
-        (self.wall0 + self.t0.elapsed().as_millis() as Millis).min((self.wall)())
-    }
-}
-
-impl Default for ServerClock {
-    fn default() -> Self {
-        ServerClock::new()
-    }
-}
 
 /// One fleet's unlocker settings.
 #[derive(Clone, Debug)]
@@ -273,65 +234,6 @@ impl Unlocker {
         }
     }
 
-    /// Waits to be elected, showing meanwhile who holds the role. `None`: stopped.
-    async fn campaign(&mut self, stop: &mut watch::Receiver<bool>) -> Option<Box<dyn Leadership>> {
-        let store = self.store.clone();
-        let (replica, lease) = (self.cfg.replica.clone(), self.cfg.lease);
-        // The campaign's last failure, shown with the status until it succeeds.
-        let failure = Arc::new(std::sync::Mutex::new(None::<String>));
-        let failed = failure.clone();
-        // Its own task: the loop below awaits the store too (who holds the
-        // role, what is due), and a campaign polled only between those awaits
-        // could hold up what they wait for (the store's lazy connection).
-        let mut campaign = tokio::spawn(async move {
-            loop {
-                match store.campaign(&replica, lease).await {
-                    Ok(l) => return l,
-                    Err(e) => {
-                        tracing::warn!(error = %e.describe(), "campaigning for the unlocker role");
-                        *failed.lock().unwrap() = Some(format!("campaigning: {}", e.describe()));
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            }
-        });
-        let _abort = AbortOnDrop(campaign.abort_handle());
-        let mut look = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tokio::select! {
-                l = &mut campaign => match l {
-                    Ok(l) => return Some(l),
-                    Err(e) => {
-                        tracing::error!(fleet = %self.fleet, error = %e, "the unlocker's campaign failed");
-                        return None;
-                    }
-                },
-                _ = stopped(stop) => return None,
-                _ = look.tick() => {
-                    let active = self.store.unlocker().await;
-                    let mut problem = failure.lock().unwrap().clone();
-                    let (active, term) = match active {
-                        Ok(Some(u)) => (Some(u.candidate), Some(u.term)),
-                        Ok(None) => (None, None),
-                        Err(e) => {
-                            problem = Some(format!("cannot read the unlocker role: {}", e.describe()));
-                            (None, None)
-                        }
-                    };
-                    if (&active, term, &problem) != (&self.status.active, self.status.term, &self.status.problem) {
-                        self.status.active = active;
-                        self.status.term = term;
-                        self.status.problem = problem;
-                        self.publish().await;
-                    }
-                    if let Some(scan) = self.scan().await {
-                        self.set_pending(scan.pending).await;
-                    }
-                }
-            }
-        }
-    }
-
     /// Acts as the unlocker until the role is lost (`false`) or `stop` (`true`).
     /// `lost` turns true when the renewer finds the role gone.
     async fn lead(
@@ -453,48 +355,6 @@ impl Unlocker {
     }
 }
 
-/// Renews the unlocker role every `lease / 3` until it is lost, and says so on
-/// `lost`: when the store answers that it is gone, or when no renewal has
-/// succeeded for a whole `lease` (measured from when the last successful one
-/// was sent: by then the store may have elected another replica, and this one
-/// must stop saying it is active; its releases were fenced by the term anyway).
-async fn renew(
-    leadership: Arc<Box<dyn Leadership>>,
-    lease: Duration,
-    lost: watch::Sender<bool>,
-    fleet: String,
-    metrics: Arc<Metrics>,
-) {
-    let mut tick = tokio::time::interval(lease / 3);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut last_ok = Instant::now();
-    loop {
-        tick.tick().await;
-        let sent = Instant::now();
-        match leadership.keep_alive().await {
-            Ok(true) => last_ok = sent,
-            Ok(false) => break,
-            Err(e) => {
-                tracing::warn!(%fleet, error = %e.describe(), "renewing the unlocker role");
-                metrics.unlocker_failed(&fleet, "renew");
-                if last_ok.elapsed() >= lease {
-                    break;
-                }
-            }
-        }
-    }
-    let _ = lost.send(true);
-}
-
-/// Aborts a task when dropped (the campaign, when the unlocker stops first).
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// The hub's view the unlocker reads: soonest `auto_unlock_at` first.
 fn expiry_view() -> ViewSpec {
     ViewSpec {
@@ -520,5 +380,10 @@ fn pending(e: &LockEntry, release_at: Millis) -> Pending {
     }
 }
 
+mod clock;
+mod role;
 #[cfg(test)]
 mod tests;
+
+pub use clock::ServerClock;
+use role::{renew, AbortOnDrop};

@@ -1,0 +1,115 @@
+//! Holding the fleet's unlocker role: campaigning for it (showing meanwhile
+//! who holds it), and renewing it from a task of its own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockscope_store::fleet::Leadership;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::{stopped, Unlocker};
+use crate::metrics::Metrics;
+
+impl Unlocker {
+    /// Waits to be elected, showing meanwhile who holds the role. `None`: stopped.
+    pub(super) async fn campaign(&mut self, stop: &mut watch::Receiver<bool>) -> Option<Box<dyn Leadership>> {
+        let store = self.store.clone();
+        let (replica, lease) = (self.cfg.replica.clone(), self.cfg.lease);
+        // The campaign's last failure, shown with the status until it succeeds.
+        let failure = Arc::new(std::sync::Mutex::new(None::<String>));
+        let failed = failure.clone();
+        // Its own task: the loop below awaits the store too (who holds the
+        // role, what is due), and a campaign polled only between those awaits
+        // could hold up what they wait for (the store's lazy connection).
+        let mut campaign = tokio::spawn(async move {
+            loop {
+                match store.campaign(&replica, lease).await {
+                    Ok(l) => return l,
+                    Err(e) => {
+                        tracing::warn!(error = %e.describe(), "campaigning for the unlocker role");
+                        *failed.lock().unwrap() = Some(format!("campaigning: {}", e.describe()));
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        });
+        let _abort = AbortOnDrop(campaign.abort_handle());
+        let mut look = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                l = &mut campaign => match l {
+                    Ok(l) => return Some(l),
+                    Err(e) => {
+                        tracing::error!(fleet = %self.fleet, error = %e, "the unlocker's campaign failed");
+                        return None;
+                    }
+                },
+                _ = stopped(stop) => return None,
+                _ = look.tick() => {
+                    let active = self.store.unlocker().await;
+                    let mut problem = failure.lock().unwrap().clone();
+                    let (active, term) = match active {
+                        Ok(Some(u)) => (Some(u.candidate), Some(u.term)),
+                        Ok(None) => (None, None),
+                        Err(e) => {
+                            problem = Some(format!("cannot read the unlocker role: {}", e.describe()));
+                            (None, None)
+                        }
+                    };
+                    if (&active, term, &problem) != (&self.status.active, self.status.term, &self.status.problem) {
+                        self.status.active = active;
+                        self.status.term = term;
+                        self.status.problem = problem;
+                        self.publish().await;
+                    }
+                    if let Some(scan) = self.scan().await {
+                        self.set_pending(scan.pending).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Renews the unlocker role every `lease / 3` until it is lost, and says so on
+/// `lost`: when the store answers that it is gone, or when no renewal has
+/// succeeded for a whole `lease` (measured from when the last successful one
+/// was sent: by then the store may have elected another replica, and this one
+/// must stop saying it is active; its releases were fenced by the term anyway).
+pub(super) async fn renew(
+    leadership: Arc<Box<dyn Leadership>>,
+    lease: Duration,
+    lost: watch::Sender<bool>,
+    fleet: String,
+    metrics: Arc<Metrics>,
+) {
+    let mut tick = tokio::time::interval(lease / 3);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_ok = Instant::now();
+    loop {
+        tick.tick().await;
+        let sent = Instant::now();
+        match leadership.keep_alive().await {
+            Ok(true) => last_ok = sent,
+            Ok(false) => break,
+            Err(e) => {
+                tracing::warn!(%fleet, error = %e.describe(), "renewing the unlocker role");
+                metrics.unlocker_failed(&fleet, "renew");
+                if last_ok.elapsed() >= lease {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = lost.send(true);
+}
+
+/// Aborts a task when dropped (the campaign, when the unlocker stops first).
+pub(super) struct AbortOnDrop(pub(super) tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
