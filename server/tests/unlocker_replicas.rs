@@ -636,6 +636,48 @@ fn span(entries: &[AuditEntry]) -> Duration {
 
 /// The replicas' directory (logs, audit logs): deleted afterwards unless
 /// `LOCKSCOPE_TEST_KEEP_DIRS` is set (to read the logs of a run).
+/// What every test here starts from: one etcd, the role and the lock keys
+/// watched, two replicas on it, and the first of them elected.
+struct Setup {
+    t0: Instant,
+    _etcd: EtcdServer,
+    _dir: tempfile::TempDir,
+    store: AnyLocks,
+    fleet: Arc<dyn FleetStore>,
+    roles: RoleLog,
+    watch: KeyWatch,
+    a: Replica,
+    b: Replica,
+    first: UnlockerInfo,
+}
+
+async fn setup() -> Setup {
+    let t0 = Instant::now();
+    let etcd = EtcdServer::start().await;
+    let dir = scratch();
+    let spec = spec(&etcd);
+    let store = spec.connect().await.unwrap();
+    let fleet = spec.open().unwrap();
+    let roles = RoleLog::start(fleet.clone(), t0);
+    let watch = KeyWatch::start(&etcd.endpoint()).await;
+    let a = Replica::start("a", dir.path(), &etcd.endpoint()).await;
+    let b = Replica::start("b", dir.path(), &etcd.endpoint()).await;
+    let ctx = || format!("{}{}", roles.describe(), tails(&[&a, &b]));
+    let first = wait_leader(fleet.as_ref(), &["a", "b"], Duration::from_secs(20), &ctx).await;
+    Setup {
+        t0,
+        _etcd: etcd,
+        _dir: dir,
+        store,
+        fleet,
+        roles,
+        watch,
+        a,
+        b,
+        first,
+    }
+}
+
 fn scratch() -> tempfile::TempDir {
     let mut dir = tempfile::Builder::new()
         .prefix("lockscope-replicas-")
@@ -669,18 +711,19 @@ fn other<'a>(name: &str, replicas: [&'a str; 2]) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn releases_once_and_hands_over_when_the_leader_is_killed() {
     let _serial = serial();
-    let t0 = Instant::now();
-    let etcd = EtcdServer::start().await;
-    let dir = scratch();
-    let spec = spec(&etcd);
-    let store = spec.connect().await.unwrap();
-    let fleet = spec.open().unwrap();
-    let roles = RoleLog::start(fleet.clone(), t0);
-    let watch = KeyWatch::start(&etcd.endpoint()).await;
-    let a = Replica::start("a", dir.path(), &etcd.endpoint()).await;
-    let b = Replica::start("b", dir.path(), &etcd.endpoint()).await;
+    let Setup {
+        t0,
+        _etcd,
+        _dir,
+        store,
+        fleet,
+        roles,
+        watch,
+        a,
+        b,
+        first,
+    } = setup().await;
     let ctx = || format!("{}{}", roles.describe(), tails(&[&a, &b]));
-    let first = wait_leader(fleet.as_ref(), &["a", "b"], Duration::from_secs(20), &ctx).await;
     eprintln!(
         "[{:>5.1?}] replicas up; {} is the active unlocker (term {})",
         t0.elapsed(),
@@ -774,18 +817,19 @@ async fn releases_once_and_hands_over_when_the_leader_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_releases_nothing_after_waking() {
     let _serial = serial();
-    let t0 = Instant::now();
-    let etcd = EtcdServer::start().await;
-    let dir = scratch();
-    let spec = spec(&etcd);
-    let store = spec.connect().await.unwrap();
-    let fleet = spec.open().unwrap();
-    let roles = RoleLog::start(fleet.clone(), t0);
-    let watch = KeyWatch::start(&etcd.endpoint()).await;
-    let a = Replica::start("a", dir.path(), &etcd.endpoint()).await;
-    let b = Replica::start("b", dir.path(), &etcd.endpoint()).await;
+    let Setup {
+        t0,
+        _etcd,
+        _dir,
+        store,
+        fleet,
+        roles,
+        watch,
+        a,
+        b,
+        first,
+    } = setup().await;
     let ctx = || format!("{}{}", roles.describe(), tails(&[&a, &b]));
-    let first = wait_leader(fleet.as_ref(), &["a", "b"], Duration::from_secs(20), &ctx).await;
     let (paused, next) = if first.candidate == "a" { (&a, &b) } else { (&b, &a) };
     eprintln!(
         "[{:>5.1?}] replicas up; {} is the active unlocker (term {})",
@@ -919,18 +963,19 @@ async fn a_paused_leader_releases_nothing_after_waking() {
 async fn a_stalled_audit_log_does_not_cost_the_leader_its_role() {
     use sqlx::{Connection, Executor};
     let _serial = serial();
-    let t0 = Instant::now();
-    let etcd = EtcdServer::start().await;
-    let dir = scratch();
-    let spec = spec(&etcd);
-    let store = spec.connect().await.unwrap();
-    let fleet = spec.open().unwrap();
-    let roles = RoleLog::start(fleet.clone(), t0);
-    let watch = KeyWatch::start(&etcd.endpoint()).await;
-    let a = Replica::start("a", dir.path(), &etcd.endpoint()).await;
-    let b = Replica::start("b", dir.path(), &etcd.endpoint()).await;
+    let Setup {
+        t0,
+        _etcd,
+        _dir,
+        store,
+        fleet: _,
+        roles,
+        watch,
+        a,
+        b,
+        first,
+    } = setup().await;
     let ctx = || format!("{}{}", roles.describe(), tails(&[&a, &b]));
-    let first = wait_leader(fleet.as_ref(), &["a", "b"], Duration::from_secs(20), &ctx).await;
     let (leading, other) = if first.candidate == "a" { (&a, &b) } else { (&b, &a) };
     // The other replica out of the way: only the leader can win the role.
     other.pause();
