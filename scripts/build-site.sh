@@ -9,11 +9,18 @@
 #
 #   scripts/build-site.sh            debug server (target/debug) and wasm
 #   scripts/build-site.sh --release  release server (target/release), size-optimised wasm
+#   scripts/build-site.sh --no-server  the wasm only, beside the debug server `cargo test`
+#                                    just built (scripts/test.sh: see there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-release=0
-[ "${1:-}" = "--release" ] && release=1
+release=0 server=1
+case "${1:-}" in
+  --release) release=1 ;;
+  --no-server) server=0 ;;
+  "") ;;
+  *) echo "usage: $0 [--release|--no-server]" >&2; exit 2 ;;
+esac
 site=target/site
 pkg=$site/pkg
 # (The LEPTOS_* build variables cargo-leptos would set are in .cargo/config.toml.)
@@ -29,14 +36,18 @@ fi
 # The server and the wasm build at the same time, in target dirs of their own (the
 # wasm in target/front, as cargo-leptos does), so neither waits for the other's
 # lock and the release wasm's long single-threaded LTO step overlaps the server.
-cargo build --locked -p lockscope --bin lockscope --profile "$server_profile" &
-server=$!
+if [ "$server" = 1 ]; then
+  cargo build --locked -p lockscope --bin lockscope --profile "$server_profile" &
+  server_build=$!
+else
+  [ -x target/debug/lockscope ] || { echo "--no-server: no target/debug/lockscope (run cargo test first)" >&2; exit 1; }
+fi
 # No `--cfg erase_components` (cargo-leptos's debug default): it changes the
 # rendered markup, so server and wasm would need it alike, and the server is the
 # one the tests already built without it.
 cargo build --locked -p lockscope-app --lib --no-default-features --features hydrate \
   --target wasm32-unknown-unknown --target-dir target/front --profile "$wasm_profile"
-wait "$server"
+if [ "$server" = 1 ]; then wait "$server_build"; fi
 
 mkdir -p "$pkg"
 rm -f "$pkg/lockscope.wasm" "$pkg/lockscope_bg.wasm"

@@ -11,7 +11,13 @@ echo "== formatting"
 cargo fmt --all --check
 echo "== unit and integration tests (real etcd)"
 cargo test --workspace --locked
-echo "== build the site (server + hydrating wasm)"
-scripts/build-site.sh
+echo "== build the site (hydrating wasm; the server is the one cargo test built)"
+# `cargo test --workspace` has just built target/debug/lockscope (the integration
+# tests run it). A plain `cargo build -p lockscope` would build it again from
+# scratch below tokio: dev-dependencies turn on features (tokio's test-util, the
+# store's test-util) that change every crate above them, about 8 minutes of one
+# core on a fresh machine. The binary the tests built is the same code; those
+# features only add test helpers it never calls.
+scripts/build-site.sh --no-server
 echo "== end-to-end (Chromium, real server, real etcd)"
 (cd end2end && npx playwright test)

@@ -1,7 +1,7 @@
 //! The operations of the lock protocol that differ per store. The client library
 //! ([`crate::client`]) is written once on top of this trait; etcd and SQL
 //! implement it and pass the same contract suite (`crate::testing::contract`,
-//! run by `store/tests/contract_etcd.rs` and `contract_sql.rs`).
+//! run by `store/tests/it/contract_etcd.rs` and `contract_sql.rs`).
 //!
 //! Every write is a compare-and-set: on the lock's fencing token for the holder's
 //! own operations, and on the session's absence from the blacklist for anything

@@ -1,6 +1,6 @@
 //! The lock protocol's contract suite: what every store must do, written once over
 //! [`LockStore`] and the client library. Each store's test file calls these
-//! functions with its own store (`store/tests/contract_etcd.rs` for etcd); ScyllaDB
+//! functions with its own store (`store/tests/it/contract_etcd.rs` for etcd); ScyllaDB
 //! and SQL call the same ones.
 //!
 //! `connect` makes a new, independent client of the store under test, as a

@@ -6,7 +6,7 @@
 //! CI runs a 30-second smoke with the clock sped up (locks auto-unlock after
 //! 2 s, workers die often). The real soak — the embedded default's own settings
 //! for 15 minutes — is:
-//! `LOCKSCOPE_SOAK_SECS=900 cargo test -p lockscope --test soak -- --nocapture`
+//! `LOCKSCOPE_SOAK_SECS=900 cargo test -p lockscope --test it soak -- --nocapture`
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -19,7 +19,7 @@
 //! there first), must occur, or the race did not happen.
 //!
 //! `LOCKSCOPE_RACE_ROUNDS` admin attempts per store (default 500). The full run:
-//! `LOCKSCOPE_RACE_ROUNDS=10000 cargo test -p lockscope-store --test force_release_race -- --nocapture`
+//! `LOCKSCOPE_RACE_ROUNDS=10000 cargo test -p lockscope-store --test it force_release_race -- --nocapture`
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -1,0 +1,12 @@
+//! The server's integration tests against real stores, in one test binary: each
+//! test binary is a link of the whole server (tens of seconds on two cores), so
+//! the suites are modules of this one. `memory` keeps a binary of its own (its
+//! counting allocator is global) and so does `unlocker_replicas` (timing-bound
+//! tests of two real processes that run one at a time, never beside other suites).
+
+mod admin;
+mod demo;
+mod live;
+mod metrics;
+mod soak;
+mod unlocker;

@@ -1,0 +1,9 @@
+//! The store crate's integration tests against a real etcd, SQLite and
+//! PostgreSQL, in one test binary (one link instead of one per suite).
+
+mod contract_etcd;
+mod contract_sql;
+mod etcd_observer;
+mod force_release_race;
+mod shedlock;
+mod unlocker_election;
