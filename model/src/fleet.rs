@@ -443,6 +443,11 @@ impl FleetState {
     }
 
     /// Sessions waiting, for any lock.
+    /// Whether `w` is waiting now.
+    pub fn is_waiting(&self, w: &Waiter) -> bool {
+        self.waiters.contains(w)
+    }
+
     pub fn waiter_count(&self) -> usize {
         self.waiters.len()
     }

@@ -22,6 +22,7 @@
 pub mod admin;
 pub mod detail;
 pub mod fleet;
+pub mod history;
 mod intern;
 pub mod record;
 pub mod session;

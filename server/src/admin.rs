@@ -10,6 +10,7 @@
 
 use axum::http::StatusCode;
 use lockscope_model::admin::{in_scope, whole_fleet, Action, AuditEntry, AuditQuery, Outcome, Role};
+use lockscope_model::history::{Kind, ReleaseNote};
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::{LockBody, LockEntry};
 use lockscope_store::fleet::Release;
@@ -224,7 +225,18 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
             let fence = a
                 .fence
                 .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "give the fencing token you saw (fence)"))?;
-            match store.release(&a.target, fence).await.map_err(store_failed)? {
+            // The history records the store's delete as this force-release.
+            let note = ReleaseNote {
+                kind: Kind::ForceReleased,
+                actor: id.actor.clone(),
+                reason: a.reason.clone(),
+            };
+            hub.note_release(&a.target, fence, Some(note)).await;
+            let released = store.release(&a.target, fence).await;
+            if !matches!(released, Ok(Release::Released)) {
+                hub.note_release(&a.target, fence, None).await;
+            }
+            match released.map_err(store_failed)? {
                 Release::Released => Ok(format!("released fence {fence} of {}{}", a.target, seen(a.revision))),
                 Release::NotHeld => Err(changed(format!("{} is not held now", a.target), None)),
                 Release::Changed(now) => Err(changed(format!("{} is now {}", a.target, describe(&now)), Some(now))),

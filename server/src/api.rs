@@ -1,6 +1,6 @@
 //! The JSON API under `/api/v1` (documented in `docs/api.md`): fleets, one
-//! lock, sessions, the admin actions, and the audit log with CSV and NDJSON
-//! export. Scripts and `lockscope admin` authenticate with
+//! lock, sessions, the admin actions, the audit log with CSV and NDJSON
+//! export, and the lock history (`history`: events, exports, time travel). Scripts and `lockscope admin` authenticate with
 //! `Authorization: Bearer`; a browser's cookie works too, with the CSRF token in
 //! `X-CSRF-Token` on every state-changing request.
 
@@ -20,8 +20,21 @@ use crate::audit::{to_csv, to_ndjson};
 use crate::auth::{check_csrf, Identity, Via, Who, CSRF_HEADER};
 use crate::http::AppState;
 
+mod history;
+
 /// Largest request body the API reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// The answer's format: `?format=`, else what `Accept` asks for, else JSON.
+fn format<'a>(pairs: &'a [(String, String)], headers: &HeaderMap) -> &'a str {
+    let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()).unwrap_or("");
+    match pairs.iter().find(|(k, _)| k == "format") {
+        Some((_, f)) => f.as_str(),
+        None if accept.contains("text/csv") => "csv",
+        None if accept.contains("application/x-ndjson") => "ndjson",
+        None => "json",
+    }
+}
 
 pub fn routes() -> Router<AppState> {
     Router::new()
@@ -34,6 +47,8 @@ pub fn routes() -> Router<AppState> {
             post(blacklist).delete(unblacklist),
         )
         .route("/api/v1/audit", get(audit))
+        .route("/api/v1/fleets/{fleet}/history", get(history::events))
+        .route("/api/v1/fleets/{fleet}/table", get(history::table))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
@@ -260,18 +275,7 @@ async fn audit(State(state): State<AppState>, caller: Caller, Query(pairs): Quer
         Ok(q) => q,
         Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
-    let format = pairs.iter().find(|(k, _)| k == "format").map(|(_, v)| v.as_str());
-    let accept = caller
-        .headers
-        .get(header::ACCEPT)
-        .and_then(|a| a.to_str().ok())
-        .unwrap_or("");
-    let format = match format {
-        Some(f) => f,
-        None if accept.contains("text/csv") => "csv",
-        None if accept.contains("application/x-ndjson") => "ndjson",
-        None => "json",
-    };
+    let format = format(&pairs, &caller.headers);
     let Some(entries) = admin::audit_for(&state, id, &query).await else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the audit log cannot be read now");
     };

@@ -145,6 +145,18 @@ pub struct ServeArgs {
     /// `postgres://…`; default the embedded default's SQLite file.
     #[arg(long, env = "LOCKSCOPE_AUDIT")]
     pub audit: Option<String>,
+    /// Where the lock history lives: `sqlite:PATH` (a file of its own) or
+    /// `postgres://…` (schema `lockscope_history`; replicas share it), or `off`.
+    /// Default: `lockscope-history.db` beside the embedded default's file.
+    #[arg(long, env = "LOCKSCOPE_HISTORY")]
+    pub history: Option<String>,
+    /// History older than this many days is removed (default 30).
+    #[arg(long, env = "LOCKSCOPE_HISTORY_DAYS")]
+    pub history_days: Option<u64>,
+    /// At most this many history events are kept, the oldest go first
+    /// (default 20,000,000).
+    #[arg(long, env = "LOCKSCOPE_HISTORY_MAX_EVENTS")]
+    pub history_max_events: Option<u64>,
     /// The unlocker's mode, `off`, `dry-run` or `on`: for every fleet (`MODE`)
     /// or one (`FLEET=MODE`); repeatable. Default: `on` for the embedded
     /// default, else the config file's `unlocker`, else `dry-run`.

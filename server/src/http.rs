@@ -30,6 +30,7 @@ use tower_http::services::ServeDir;
 use crate::api::Caller;
 use crate::audit::AuditLog;
 use crate::auth::{Auth, Identity, Who};
+use crate::history::History;
 use crate::hub::{Fleets, HubHandle, HubStopped};
 use crate::metrics::Metrics;
 use crate::ws::{serve_subscriber, WsIn, WsOut};
@@ -43,6 +44,8 @@ pub struct AppState {
     pub auth: Arc<Auth>,
     /// `/metrics`; shared with whatever counts into it (the unlockers).
     pub metrics: Arc<Metrics>,
+    /// The lock history (`None`: the server keeps none).
+    pub history: Option<History>,
 }
 
 impl AppState {
@@ -66,6 +69,7 @@ impl AppState {
             audit,
             auth: Arc::new(auth),
             metrics,
+            history: None,
         }
     }
 

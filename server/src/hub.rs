@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::detail::{LockDetail, SessionList};
+use lockscope_model::history::ReleaseNote;
 use lockscope_model::unlock::UnlockerStatus;
 use lockscope_model::view::{ViewSpec, WindowFrame};
 use lockscope_model::{FleetEvent, FleetState, FleetSummary, ServerMsg, StoreStatus};
@@ -25,15 +26,18 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+use crate::history::Recorder;
 use crate::metrics::{FleetStats, HubFeed};
 use crate::views::{BuildId, Built, Now, SubId, Views};
 use commands::Command;
 pub use commands::SessionNow;
 pub use fleets::Fleets;
+use history::HubHistory;
 use watchers::Watchers;
 
 mod commands;
 mod fleets;
+mod history;
 mod watchers;
 
 /// One serialised [`ServerMsg`].
@@ -103,9 +107,21 @@ impl HubHandle {
     /// Starts a hub for `store`'s fleet (described to people as `source`), with
     /// the store's observer feeding it.
     pub fn spawn(fleet: &str, source: &str, store: Arc<dyn FleetStore>) -> HubHandle {
+        HubHandle::spawn_recording(fleet, source, store, None)
+    }
+
+    /// As [`HubHandle::spawn`], recording the fleet's history with `history`
+    /// (the recorder, and this replica's name for the outages it sees).
+    pub fn spawn_recording(
+        fleet: &str,
+        source: &str,
+        store: Arc<dyn FleetStore>,
+        history: Option<(Recorder, String)>,
+    ) -> HubHandle {
         let (tx, rx) = mpsc::channel(256);
         tokio::spawn(store.observer().run(tx));
-        HubHandle::start(fleet, source, rx, Views::new(), Some(store))
+        let history = history.map(|(r, replica)| HubHistory::new(r, replica));
+        HubHandle::start(fleet, source, rx, Views::new(), Some(store), history)
     }
 
     /// The fleet's store (its admin side).
@@ -115,7 +131,7 @@ impl HubHandle {
 
     /// Starts a hub fed by a channel of observer events.
     pub fn with_events(fleet: &str, source: &str, events: mpsc::Receiver<ObserverEvent>) -> HubHandle {
-        HubHandle::start(fleet, source, events, Views::new(), None)
+        HubHandle::start(fleet, source, events, Views::new(), None, None)
     }
 
     fn start(
@@ -124,6 +140,7 @@ impl HubHandle {
         events: mpsc::Receiver<ObserverEvent>,
         views: Views,
         store: Option<Arc<dyn FleetStore>>,
+        history: Option<HubHistory>,
     ) -> HubHandle {
         let (commands, command_rx) = mpsc::channel(1024);
         let status = StoreStatus::Connecting { since: now_ms() };
@@ -150,6 +167,7 @@ impl HubHandle {
             built_tx,
             watchers: Watchers::default(),
             feed,
+            history,
         };
         tokio::spawn(hub.run(events, command_rx, built));
         HubHandle {
@@ -238,6 +256,23 @@ impl HubHandle {
         rx.await.map_err(|_| HubStopped)
     }
 
+    /// Tells the history that lock `name`'s acquisition `fence` is about to be
+    /// released by `note.actor` (an operator, the unlocker), so that the store's
+    /// delete is recorded as that; `None` withdraws it (the release did not
+    /// happen). Answered once the hub has it, so the delete cannot overtake it.
+    pub async fn note_release(&self, name: &str, fence: i64, note: Option<ReleaseNote>) {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::NoteRelease {
+            name: name.to_string(),
+            fence,
+            note,
+            reply,
+        };
+        if self.send(cmd).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+
     async fn send(&self, cmd: Command) -> Result<(), HubStopped> {
         self.commands.send(cmd).await.map_err(|_| HubStopped)
     }
@@ -260,6 +295,8 @@ struct Hub {
     watchers: Watchers,
     /// What `/metrics` reads besides the summary ([`HubHandle::stats`]).
     feed: HubFeed,
+    /// Where the fleet's history goes (`None`: the server keeps none).
+    history: Option<HubHistory>,
 }
 
 impl Hub {
@@ -351,6 +388,9 @@ impl Hub {
                 ObserverEvent::Events(evs) => {
                     for e in evs {
                         let from_reset = matches!(e, FleetEvent::Reset(_));
+                        if let Some(h) = &mut self.history {
+                            h.before_apply(&self.state, &e, now);
+                        }
                         for change in self.state.apply(e) {
                             self.views.on_change(&self.state, &change, now);
                             self.watchers.on_change(&self.state, &change, now, from_reset);
@@ -360,6 +400,9 @@ impl Hub {
                 }
                 ObserverEvent::Status(status) => {
                     self.feed.on_status(&status);
+                    if let Some(h) = &mut self.history {
+                        h.on_status(&status, now);
+                    }
                     self.status = status.clone();
                     let msg = ServerMsg::Status {
                         server_time: now_ms(),

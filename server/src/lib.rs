@@ -26,6 +26,7 @@ pub mod auth;
 pub mod config;
 pub mod demo;
 pub mod forms;
+pub mod history;
 pub mod http;
 pub mod hub;
 pub mod metrics;

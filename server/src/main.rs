@@ -9,6 +9,7 @@ use lockscope::audit::AuditLog;
 use lockscope::auth::Auth;
 use lockscope::config::{parse_fleet, Cli, Command, DemoArgs, LockArgs, ServeArgs, TokenArgs, UnlockArgs};
 use lockscope::demo::DemoConfig;
+use lockscope::history::{History, Recorder, Retention};
 use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
 use lockscope::settings::FileConfig;
@@ -78,6 +79,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             },
         );
     }
+    let history = open_history(&args, &file).await?;
+    let replica_name = args
+        .replica
+        .clone()
+        .or(file.unlocker.as_ref().and_then(|u| u.replica.clone()));
+    let recording = |fleet: &str| {
+        let replica = replica_name.clone().unwrap_or_else(lockscope_store::client::hostname);
+        history.as_ref().map(|h| (h.recorder(fleet), replica))
+    };
     let mut hubs = Vec::new();
     for fleet in fleets {
         if hubs.iter().any(|h: &HubHandle| h.fleet() == fleet.name) {
@@ -86,13 +96,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let store = fleet.store.with_default_prefix(&args.prefix).open()?;
         let source = store.source();
         tracing::info!(fleet = %fleet.name, %source, "watching");
-        hubs.push(HubHandle::spawn(&fleet.name, &source, store));
+        hubs.push(HubHandle::spawn_recording(
+            &fleet.name,
+            &source,
+            store,
+            recording(&fleet.name),
+        ));
     }
     // The embedded default's demo fleet leaves dead workers' locks behind: its
     // unlocker is on unless said otherwise; other fleets' default is dry-run.
     let mut default_mode = Mode::DryRun;
     if hubs.is_empty() {
-        hubs.push(embedded_default(&args, stop_rx.clone()).await?);
+        hubs.push(embedded_default(&args, stop_rx.clone(), recording("embedded")).await?);
         default_mode = Mode::On;
     }
     let modes = unlocker_modes(&args, &file, &hubs, default_mode)?;
@@ -109,7 +124,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if !auth.enabled() {
         println!("no authentication: anyone who can reach {listen} is admin");
     }
-    let state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone(), audit, auth);
+    let mut state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone(), audit, auth);
+    state.history = history;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -172,6 +188,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The lock history, unless `off`: by default a SQLite file of its own beside
+/// the embedded default's.
+async fn open_history(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<Option<History>> {
+    let url = args.history.clone().or(file.history.clone()).unwrap_or_else(|| {
+        let db = args.embedded_db.with_file_name("lockscope-history.db");
+        format!("sqlite:{}", db.display())
+    });
+    if url.trim() == "off" {
+        return Ok(None);
+    }
+    let mut retention = Retention::default();
+    if let Some(days) = args.history_days.or(file.history_days) {
+        retention.max_age = Duration::from_secs(days.max(1) * 86_400);
+    }
+    if let Some(n) = args.history_max_events.or(file.history_max_events) {
+        retention.max_events = n.max(1);
+    }
+    let history = History::open(&url, retention)
+        .await
+        .context("opening the lock history")?;
+    tracing::info!(db = %history.shown(), "recording lock history");
+    Ok(Some(history))
+}
+
 /// Each fleet's unlocker mode, in `hubs` order: `--unlocker` for one fleet,
 /// else `--unlocker` for all, else the file's, else `default`.
 fn unlocker_modes(args: &ServeArgs, file: &FileConfig, hubs: &[HubHandle], default: Mode) -> anyhow::Result<Vec<Mode>> {
@@ -201,7 +241,11 @@ fn unlocker_modes(args: &ServeArgs, file: &FileConfig, hubs: &[HubHandle], defau
 
 /// No store configured: a SQLite file (created if missing) with the demo fleet
 /// working on it, so a newcomer sees a live, contended fleet with nothing installed.
-async fn embedded_default(args: &ServeArgs, stop: watch::Receiver<bool>) -> anyhow::Result<HubHandle> {
+async fn embedded_default(
+    args: &ServeArgs,
+    stop: watch::Receiver<bool>,
+    recording: Option<(Recorder, String)>,
+) -> anyhow::Result<HubHandle> {
     let path = &args.embedded_db;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -238,7 +282,7 @@ async fn embedded_default(args: &ServeArgs, stop: watch::Receiver<bool>) -> anyh
             }
         });
     }
-    Ok(HubHandle::spawn("embedded", &source, spec.open()?))
+    Ok(HubHandle::spawn_recording("embedded", &source, spec.open()?, recording))
 }
 
 async fn shutdown_signal() {

@@ -47,6 +47,10 @@ pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     /// The audit log's (and sign-in sessions') database: `sqlite:PATH` or `postgres://…`.
     pub audit: Option<String>,
+    /// The lock history's database (`sqlite:PATH`, `postgres://…` or `off`).
+    pub history: Option<String>,
+    pub history_days: Option<u64>,
+    pub history_max_events: Option<u64>,
     #[serde(default)]
     pub fleets: Vec<FileFleet>,
     pub auth: Option<AuthFile>,

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::admin::{Action, AuditEntry, Outcome};
+use lockscope_model::history::{Kind, ReleaseNote};
 use lockscope_model::time::{human_duration, utc_datetime, Millis};
 use lockscope_model::unlock::{verdict, Mode, Pending, UnlockerStatus, Verdict, MAX_PENDING};
 use lockscope_model::view::{Sort, SortKey, ViewSpec, MAX_WINDOW};
@@ -267,7 +268,17 @@ impl Unlocker {
     /// Releases one due lock; `false`: the role turned out lost.
     async fn release(&mut self, leadership: &dyn Leadership, entry: LockEntry) -> bool {
         self.recent.insert((entry.name.clone(), entry.fence), Instant::now());
-        let outcome = match leadership.release(&entry.name, entry.fence, entry.revision).await {
+        let note = ReleaseNote {
+            kind: Kind::AutoReleased,
+            actor: format!("unlocker@{}", self.cfg.replica),
+            reason: "past its auto_unlock_at (and the grace)".into(),
+        };
+        self.hub.note_release(&entry.name, entry.fence, Some(note)).await;
+        let released = leadership.release(&entry.name, entry.fence, entry.revision).await;
+        if !matches!(released, Ok(Fenced::Done(Release::Released))) {
+            self.hub.note_release(&entry.name, entry.fence, None).await;
+        }
+        let outcome = match released {
             Ok(Fenced::Deposed) => {
                 // Not released: whoever holds the role next may try it.
                 self.recent.remove(&(entry.name.clone(), entry.fence));

@@ -50,7 +50,7 @@ pub fn to_csv(entries: &[AuditEntry]) -> String {
 }
 
 /// A text cell as a spreadsheet will take it as text (see [`to_csv`]).
-fn guard(cell: &str) -> std::borrow::Cow<'_, str> {
+pub(crate) fn guard(cell: &str) -> std::borrow::Cow<'_, str> {
     match cell.chars().next() {
         Some('=' | '+' | '-' | '@' | '\t' | '\r') => format!("'{cell}").into(),
         _ => cell.into(),

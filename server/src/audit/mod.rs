@@ -15,9 +15,9 @@
 //! errors; `sessions` (sign-in sessions: [`NewSession`], [`WebSession`]);
 //! `sql` (URLs, tables, rows); `export` (CSV, NDJSON).
 
-mod export;
+pub(crate) mod export;
 mod sessions;
-mod sql;
+pub(crate) mod sql;
 
 pub use export::{to_csv, to_ndjson, FIELDS};
 pub use sessions::{NewSession, WebSession};

@@ -16,7 +16,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 /// Where the log lives, as sqlx opens it, and as it may be shown.
-pub(super) struct Target {
+pub(crate) struct Target {
     pub dialect: Dialect,
     /// What sqlx connects to.
     pub url: String,
@@ -28,7 +28,7 @@ pub(super) struct Target {
 
 /// `sqlite:PATH` (also `sqlite://PATH`, options after `?` kept; the file is
 /// created if missing) or `postgres://…` / `postgresql://…`.
-pub(super) fn target(url: &str) -> Result<Target, String> {
+pub(crate) fn target(url: &str) -> Result<Target, String> {
     let url = url.trim();
     let shown = lockscope_store::spec::redact(url);
     if let Some(rest) = url.strip_prefix("sqlite:") {
@@ -38,7 +38,7 @@ pub(super) fn target(url: &str) -> Result<Target, String> {
             None => (rest, None),
         };
         if path.is_empty() || path.starts_with(":memory:") {
-            return Err(format!("{shown}: the audit log needs a database file (sqlite:PATH)"));
+            return Err(format!("{shown}: this needs a database file (sqlite:PATH)"));
         }
         let opts = opts.unwrap_or("mode=rwc");
         return Ok(Target {
@@ -61,7 +61,7 @@ pub(super) fn target(url: &str) -> Result<Target, String> {
 
 /// The statement in `dialect`: SQL here is written with `$1`-style parameters,
 /// which SQLite spells `?1` (no statement here has a `$` of its own).
-pub(super) fn sql(dialect: Dialect, q: &str) -> Cow<'_, str> {
+pub(crate) fn sql(dialect: Dialect, q: &str) -> Cow<'_, str> {
     match dialect {
         Dialect::Postgres => q.into(),
         Dialect::Sqlite => q.replace('$', "?").into(),

@@ -2,6 +2,7 @@
 //! the hub answers each command on its own task.
 
 use lockscope_model::detail::{LockDetail, SessionList};
+use lockscope_model::history::ReleaseNote;
 use lockscope_model::unlock::UnlockerStatus;
 use lockscope_model::view::{ViewSpec, WindowFrame};
 use lockscope_model::{ServerMsg, StoreStatus};
@@ -44,6 +45,13 @@ pub(super) enum Command {
     },
     /// What this fleet's unlocker is doing (shown with the fleet's summary).
     Unlocker(UnlockerStatus),
+    /// A release about to be made (or withdrawn), for the history.
+    NoteRelease {
+        name: String,
+        fence: i64,
+        note: Option<ReleaseNote>,
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// What the fleet knows of one session now (the admin checks act on it).
@@ -98,6 +106,17 @@ impl Hub {
                     s.unlocker = Some(status);
                     changed
                 });
+            }
+            Command::NoteRelease {
+                name,
+                fence,
+                note,
+                reply,
+            } => {
+                if let Some(h) = &mut self.history {
+                    h.note(name, fence, note);
+                }
+                let _ = reply.send(());
             }
             Command::SessionNow { id, reply } => {
                 let sessions = self.state.sessions();

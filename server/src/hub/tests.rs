@@ -83,7 +83,7 @@ async fn a_page_render_is_one_window_whatever_the_fleet_size() {
 #[tokio::test]
 async fn views_whose_index_is_built_off_the_task_are_served_once_it_is() {
     let (tx, rx) = mpsc::channel(16);
-    let hub = HubHandle::start("f", "test", rx, Views::with_off_task_build_from(0), None);
+    let hub = HubHandle::start("f", "test", rx, Views::with_off_task_build_from(0), None, None);
     let many: Vec<FleetEvent> = (0..3_000).map(|i| up(&format!("l{i:05}"), i + 1)).collect();
     tx.send(ObserverEvent::Events(many)).await.unwrap();
     let mut summary = hub.summary.clone();

@@ -1,0 +1,544 @@
+//! Lock history: the events the dashboard remembers after the store forgets
+//! (etcd compacts, SQL rows are overwritten), what they are derived from, and
+//! how the lock table at an instant is rebuilt from them.
+//!
+//! The hub derives events from what it is about to apply ([`lock_events`],
+//! [`Draft`]); [`HistoryEvent::new`] is the one place an event gets its id, which
+//! depends only on what the store said (fleet, kind, lock, fencing token, store
+//! revision, session), never on when or by whom it was seen: replicas writing
+//! the same history, and a restart replaying a snapshot, add nothing twice.
+//! [`Replay`] turns a checkpoint plus the events after it into the table at an
+//! instant (time travel).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fleet::{LockBody, LockEntry, Waiter};
+use crate::record::LockRecord;
+use crate::session::Holder;
+use crate::time::Millis;
+
+/// Heartbeats are sampled: a lock's `extended` event is recorded when its
+/// heartbeat crosses into another period of this length (holder's clock), so a
+/// lock heartbeating every second leaves one a minute, and every replica samples
+/// the same heartbeats.
+pub const EXTEND_SAMPLE_MS: i64 = 60_000;
+
+/// Rows one history query answers at most (exports stream without this limit).
+pub const MAX_HISTORY_ROWS: u32 = 10_000;
+/// Rows one history query answers when it names no limit.
+pub const DEFAULT_HISTORY_ROWS: u32 = 500;
+
+/// What happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A lock was taken (a new fencing token).
+    Acquired,
+    /// Its holder's heartbeat moved its deadlines (sampled: [`EXTEND_SAMPLE_MS`]).
+    Extended,
+    /// The lock was deleted while its holder's session was alive (or unknown).
+    Released,
+    /// The lock went while its holder's session was gone or blacklisted: it ran
+    /// out with the session's lease, or was cleaned up after it.
+    Expired,
+    /// An operator force-released it (actor and reason from the audit).
+    ForceReleased,
+    /// The unlocker released it past its `auto_unlock_at`.
+    AutoReleased,
+    /// The lock's value is not a record this build reads.
+    Malformed,
+    WaitStarted,
+    WaitStopped,
+    /// A session was blacklisted (actor and reason from the blacklist record).
+    Blacklisted,
+    Unblacklisted,
+    /// The dashboard lost the store (seen by one replica: `actor` names it).
+    Unreachable,
+    Recovered,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 13] = [
+        Kind::Acquired,
+        Kind::Extended,
+        Kind::Released,
+        Kind::Expired,
+        Kind::ForceReleased,
+        Kind::AutoReleased,
+        Kind::Malformed,
+        Kind::WaitStarted,
+        Kind::WaitStopped,
+        Kind::Blacklisted,
+        Kind::Unblacklisted,
+        Kind::Unreachable,
+        Kind::Recovered,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Acquired => "acquired",
+            Kind::Extended => "extended",
+            Kind::Released => "released",
+            Kind::Expired => "expired",
+            Kind::ForceReleased => "force_released",
+            Kind::AutoReleased => "auto_released",
+            Kind::Malformed => "malformed",
+            Kind::WaitStarted => "wait_started",
+            Kind::WaitStopped => "wait_stopped",
+            Kind::Blacklisted => "blacklisted",
+            Kind::Unblacklisted => "unblacklisted",
+            Kind::Unreachable => "unreachable",
+            Kind::Recovered => "recovered",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// An event that ends an acquisition (lock, fence).
+    pub fn ends_hold(self) -> bool {
+        matches!(
+            self,
+            Kind::Released | Kind::Expired | Kind::ForceReleased | Kind::AutoReleased
+        )
+    }
+}
+
+/// One remembered event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEvent {
+    /// 32 hex digits, derived from what the store said (see the module docs).
+    pub id: String,
+    pub fleet: String,
+    /// When the dashboard saw it (its own clock, unix ms): the first replica to
+    /// record an event sets it.
+    pub at: Millis,
+    pub kind: Kind,
+    pub lock: Option<String>,
+    pub session: Option<String>,
+    pub owner: Option<String>,
+    /// The acquisition's fencing token.
+    pub fence: Option<i64>,
+    /// The store revision of the change (`None` where the store gave none).
+    pub revision: Option<i64>,
+    pub service: Option<String>,
+    pub host: Option<String>,
+    /// Who did it: an operator, `unlocker@REPLICA`, a blacklister, or the
+    /// replica that saw the store go.
+    pub actor: Option<String>,
+    /// A reason, an error, or a note.
+    pub detail: String,
+    /// Acquired, extended and malformed: the stored lock value as JSON (the
+    /// record, or `{"raw":…,"error":…}`); time travel rebuilds rows from it.
+    pub record: Option<String>,
+}
+
+/// An event before it has its fleet, time and id: what [`lock_events`] and the
+/// hub derive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Draft {
+    pub kind: Option<Kind>,
+    pub lock: Option<String>,
+    pub session: Option<String>,
+    pub owner: Option<String>,
+    pub fence: Option<i64>,
+    pub revision: Option<i64>,
+    pub service: Option<String>,
+    pub host: Option<String>,
+    pub actor: Option<String>,
+    pub detail: String,
+    pub record: Option<String>,
+}
+
+impl HistoryEvent {
+    /// The one way an event is built: `draft` seen in `fleet` at `at`.
+    pub fn new(fleet: &str, at: Millis, d: Draft) -> HistoryEvent {
+        let kind = d.kind.expect("a draft names its kind");
+        HistoryEvent {
+            id: event_id(fleet, kind, &d),
+            fleet: fleet.to_string(),
+            at,
+            kind,
+            lock: d.lock,
+            session: d.session,
+            owner: d.owner,
+            fence: d.fence,
+            revision: d.revision,
+            service: d.service,
+            host: d.host,
+            actor: d.actor,
+            detail: d.detail,
+            record: d.record,
+        }
+    }
+}
+
+/// What identifies an event across replicas and restarts: an acquisition ends
+/// once (so its end is keyed by lock and fence alone, whatever revision a
+/// replica saw it at); a wait by lock, session and the fence it waited on; a
+/// store status change by the replica that saw it and its time.
+fn event_id(fleet: &str, kind: Kind, d: &Draft) -> String {
+    let key = match kind {
+        k if k.ends_hold() => format!("end\u{0}{:?}\u{0}{:?}", d.lock, d.fence),
+        Kind::Unreachable | Kind::Recovered => format!("{:?}\u{0}{}", d.actor, d.detail),
+        _ => format!(
+            "{}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}",
+            kind.as_str(),
+            d.lock,
+            d.fence,
+            d.revision,
+            d.session
+        ),
+    };
+    let mut h = Fnv128::default();
+    h.write(fleet.as_bytes());
+    h.write(&[0]);
+    h.write(key.as_bytes());
+    format!("{:032x}", h.0)
+}
+
+/// FNV-1a, 128 bits: identity, not security (ids are never secret, and a
+/// collision of two events of one fleet needs ~2^64 of them).
+struct Fnv128(u128);
+
+impl Default for Fnv128 {
+    fn default() -> Self {
+        Fnv128(0x6c62272e07bb014262b821756295c58d)
+    }
+}
+
+impl Fnv128 {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= *b as u128;
+            self.0 = self.0.wrapping_mul(0x0000000001000000000000000000013B);
+        }
+    }
+}
+
+/// What the hub knows about a lock's removal beyond the store's delete: an
+/// operator's or the unlocker's release it was told of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReleaseNote {
+    pub kind: Kind,
+    pub actor: String,
+    pub reason: String,
+}
+
+/// The events of one lock changing from `before` to `after` (either absent;
+/// `removed_at` the store revision of a delete), `holder` being what is known of
+/// `before`'s session, `note` a release the hub was told of. Pure: the hub calls
+/// it before applying the store's change.
+pub fn lock_events(
+    before: Option<&LockEntry>,
+    after: Option<&LockEntry>,
+    removed_at: Option<i64>,
+    holder: Holder,
+    note: Option<&ReleaseNote>,
+) -> Vec<Draft> {
+    let mut out = Vec::new();
+    let same_acquisition = matches!((before, after), (Some(b), Some(a)) if a.fence == b.fence);
+    if let (Some(b), false) = (before, same_acquisition) {
+        let (kind, actor, detail) = match note {
+            Some(n) => (n.kind, Some(n.actor.clone()), n.reason.clone()),
+            None if matches!(holder, Holder::Gone | Holder::Blacklisted) => (
+                Kind::Expired,
+                None,
+                format!("the holder's session was {holder:?}").to_lowercase(),
+            ),
+            None => (Kind::Released, None, String::new()),
+        };
+        out.push(Draft {
+            kind: Some(kind),
+            actor,
+            detail,
+            revision: after.map(|a| a.revision).or(removed_at),
+            record: None,
+            ..about(b)
+        });
+    }
+    let Some(a) = after else { return out };
+    let kind = match (&a.body, before.filter(|_| same_acquisition)) {
+        // Still unreadable: nothing new to say.
+        (LockBody::Malformed { .. }, Some(b)) if b.record().is_none() => return out,
+        (LockBody::Malformed { .. }, _) => Kind::Malformed,
+        (LockBody::Held(_), None) => Kind::Acquired,
+        (LockBody::Held(r), Some(b)) => match b.record() {
+            Some(old) if a.revision <= b.revision || period(old) == period(r) => return out,
+            // A new heartbeat period, or a record again after a malformed value.
+            _ => Kind::Extended,
+        },
+    };
+    out.push(Draft {
+        kind: Some(kind),
+        detail: match &a.body {
+            LockBody::Malformed { error, .. } => error.clone(),
+            LockBody::Held(_) => String::new(),
+        },
+        ..about(a)
+    });
+    out
+}
+
+fn period(r: &LockRecord) -> i64 {
+    r.heartbeat_at.div_euclid(EXTEND_SAMPLE_MS)
+}
+
+/// An entry's identity and holder fields, and its value as JSON.
+fn about(e: &LockEntry) -> Draft {
+    let r = e.record();
+    Draft {
+        lock: Some(e.name.clone()),
+        fence: Some(e.fence),
+        revision: Some(e.revision),
+        session: r.map(|r| r.session.to_string()),
+        owner: r.map(|r| r.owner.clone()),
+        service: r.map(|r| r.service.to_string()),
+        host: r.map(|r| r.host.to_string()),
+        record: Some(serde_json::to_string(&e.body).expect("lock bodies serialise")),
+        ..Draft::default()
+    }
+}
+
+/// A session starting or stopping to wait for `lock`, held at `fence` (if held).
+pub fn wait_event(w: &Waiter, started: bool, fence: Option<i64>) -> Draft {
+    Draft {
+        kind: Some(if started { Kind::WaitStarted } else { Kind::WaitStopped }),
+        lock: Some(w.lock.clone()),
+        session: Some(w.session.clone()),
+        fence,
+        ..Draft::default()
+    }
+}
+
+/// The lock table as it stood at an instant, rebuilt from history.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableAt {
+    pub fleet: String,
+    pub at: Millis,
+    pub locks: Vec<LockEntry>,
+    pub waiters: Vec<Waiter>,
+    /// The checkpoint it started from (`None`: the start of history).
+    pub checkpoint: Option<Millis>,
+    /// Events replayed after the checkpoint.
+    pub replayed: u64,
+}
+
+/// A lock table being rebuilt: a checkpoint, then events in the order they were
+/// seen. Tolerant of the order replicas recorded them in: an end names the
+/// acquisition it ends, and an acquisition already ended, or older than the
+/// one shown, changes nothing.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replay {
+    pub locks: BTreeMap<String, LockEntry>,
+    pub waiters: BTreeSet<Waiter>,
+    #[serde(skip)]
+    ended: HashSet<(String, i64)>,
+}
+
+impl Replay {
+    pub fn apply(&mut self, ev: &HistoryEvent) {
+        let Some(lock) = &ev.lock else { return };
+        let fence = ev.fence.unwrap_or(0);
+        match ev.kind {
+            Kind::Acquired | Kind::Extended | Kind::Malformed => {
+                if self.ended.contains(&(lock.clone(), fence)) {
+                    return;
+                }
+                let body = ev
+                    .record
+                    .as_deref()
+                    .and_then(|r| serde_json::from_str::<LockBody>(r).ok());
+                let Some(body) = body else { return };
+                let newer = self
+                    .locks
+                    .get(lock)
+                    .is_none_or(|cur| (cur.fence, cur.revision) <= (fence, ev.revision.unwrap_or(0)));
+                if newer {
+                    self.locks.insert(
+                        lock.clone(),
+                        LockEntry {
+                            name: lock.clone(),
+                            fence,
+                            revision: ev.revision.unwrap_or(0),
+                            body,
+                        },
+                    );
+                }
+            }
+            k if k.ends_hold() => {
+                self.ended.insert((lock.clone(), fence));
+                if self.locks.get(lock).is_some_and(|cur| cur.fence == fence) {
+                    self.locks.remove(lock);
+                }
+                self.waiters
+                    .retain(|w| &w.lock != lock || ev.session.as_deref() != Some(&w.session));
+            }
+            Kind::WaitStarted | Kind::WaitStopped => {
+                let Some(session) = &ev.session else { return };
+                let w = Waiter {
+                    lock: lock.clone(),
+                    session: session.clone(),
+                };
+                if ev.kind == Kind::WaitStarted {
+                    self.waiters.insert(w);
+                } else {
+                    self.waiters.remove(&w);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The table, for a checkpoint or an answer.
+    pub fn table(&self, fleet: &str, at: Millis, checkpoint: Option<Millis>, replayed: u64) -> TableAt {
+        TableAt {
+            fleet: fleet.to_string(),
+            at,
+            locks: self.locks.values().cloned().collect(),
+            waiters: self.waiters.iter().cloned().collect(),
+            checkpoint,
+            replayed,
+        }
+    }
+
+    /// Starts from a checkpoint's table.
+    pub fn from_table(t: TableAt) -> Replay {
+        Replay {
+            locks: t.locks.into_iter().map(|e| (e.name.clone(), e)).collect(),
+            waiters: t.waiters.into_iter().collect(),
+            ended: HashSet::new(),
+        }
+    }
+}
+
+/// A history query: a time range and filters, as the review page, the API and
+/// `lockscope history export` send it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryQuery {
+    pub fleet: String,
+    pub from: Option<Millis>,
+    pub to: Option<Millis>,
+    /// A lock's name, or a prefix when it ends with `*`.
+    pub lock: Option<String>,
+    pub session: Option<String>,
+    pub service: Option<String>,
+    pub actor: Option<String>,
+    /// Any of these kinds (empty: all).
+    pub kinds: Vec<Kind>,
+    pub limit: Option<u32>,
+}
+
+impl HistoryQuery {
+    /// From query-string pairs (unknown keys ignored, empty values unset).
+    /// Times: anything [`parse_when`] reads, relative to `now`.
+    pub fn from_query<'a>(
+        fleet: &str,
+        pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+        now: Millis,
+    ) -> Result<HistoryQuery, String> {
+        let mut q = HistoryQuery {
+            fleet: fleet.to_string(),
+            ..HistoryQuery::default()
+        };
+        for (k, v) in pairs {
+            let v = v.trim();
+            if v.is_empty() {
+                continue;
+            }
+            let when = || parse_when(v, now).ok_or_else(|| format!("{k}={v:?}: {WHEN_HELP}"));
+            match k {
+                "from" => q.from = Some(when()?),
+                "to" => q.to = Some(when()?),
+                "lock" => q.lock = Some(v.to_string()),
+                "session" => q.session = Some(v.to_string()),
+                "service" => q.service = Some(v.to_string()),
+                "actor" => q.actor = Some(v.to_string()),
+                "kind" => {
+                    for part in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                        let kind = Kind::parse(part).ok_or_else(|| {
+                            let all: Vec<_> = Kind::ALL.iter().map(|k| k.as_str()).collect();
+                            format!("kind={part:?}: use one of {}", all.join(", "))
+                        })?;
+                        if !q.kinds.contains(&kind) {
+                            q.kinds.push(kind);
+                        }
+                    }
+                }
+                "limit" => {
+                    let n: u32 = v.parse().map_err(|_| format!("limit={v:?}: not a number"))?;
+                    q.limit = Some(n.clamp(1, MAX_HISTORY_ROWS));
+                }
+                _ => {}
+            }
+        }
+        if let (Some(f), Some(t)) = (q.from, q.to) {
+            if f > t {
+                return Err("from is after to".into());
+            }
+        }
+        Ok(q)
+    }
+
+    /// The lock filter as (exact name) or (prefix).
+    pub fn lock_filter(&self) -> Option<(&str, bool)> {
+        self.lock.as_deref().map(|l| match l.strip_suffix('*') {
+            Some(prefix) => (prefix, true),
+            None => (l, false),
+        })
+    }
+}
+
+/// How to write a time in a query.
+pub const WHEN_HELP: &str =
+    "not a time (use 2026-11-23T02:17:00Z, 2026-11-23T02:17 taken as UTC, unix ms, now, or now-15m / -1h / -2d)";
+
+/// An instant as [`crate::time::parse_instant`] reads it, or relative to `now`:
+/// `now`, `now-15m`, `-15m`, `-1h30m`, `-2d` (units s, m, h, d).
+pub fn parse_when(text: &str, now: Millis) -> Option<Millis> {
+    let t = text.trim();
+    let rel = t.strip_prefix("now").unwrap_or(t);
+    if rel.is_empty() && t == "now" {
+        return Some(now);
+    }
+    if let Some(ago) = rel
+        .strip_prefix('-')
+        .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        if !ago.contains(|c: char| c.is_ascii_alphabetic()) {
+            // `-123` is unix ms, not a duration.
+            return crate::time::parse_instant(t);
+        }
+        return parse_duration(ago).map(|d| now - d);
+    }
+    crate::time::parse_instant(t)
+}
+
+/// `1h30m`, `15m`, `2d`, `90s` as milliseconds.
+fn parse_duration(text: &str) -> Option<Millis> {
+    let mut total: i64 = 0;
+    let mut num = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let unit = match c {
+            's' => 1_000,
+            'm' => 60_000,
+            'h' => 3_600_000,
+            'd' => 86_400_000,
+            _ => return None,
+        };
+        let n: i64 = num.parse().ok()?;
+        total = total.checked_add(n.checked_mul(unit)?)?;
+        num.clear();
+    }
+    num.is_empty().then_some(total)
+}
+
+#[cfg(test)]
+mod tests;

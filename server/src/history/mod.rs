@@ -1,0 +1,427 @@
+//! The lock history: every event the hubs derive, kept in SQL (a SQLite file of
+//! its own by default, PostgreSQL when replicas share it), queried and exported
+//! for incident reviews, and replayed into the lock table at any instant.
+//!
+//! Writing never blocks a hub: each hub's [`Recorder`] puts events on one
+//! bounded queue without waiting, and a writer task inserts them in batches
+//! (`INSERT … ON CONFLICT (id) DO NOTHING`: ids come from what the store said,
+//! so replicas and restarts never duplicate). A full queue drops the events and
+//! counts them ([`HistoryStats::dropped`], shown on the page and in
+//! `/metrics`): the history says it has a gap rather than slowing the live view.
+//!
+//! Time travel: the writer stores a checkpoint of each fleet's table every
+//! [`CHECKPOINT_EVERY`] events (or the table's size, if larger, so checkpoints
+//! cost O(1) per event); the table at T is the checkpoint before T plus the
+//! events after it up to T ([`History::table_at`]).
+//!
+//! Layout: here, [`History`] (open, query, time travel, retention); `writer`
+//! (the queue, batches, checkpoints); `sql` (tables, statements, rows);
+//! `export` (CSV and NDJSON, streamed).
+
+mod export;
+mod sql;
+mod writer;
+
+pub use export::{stream_export, Format};
+pub use writer::Recorder;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, TryStreamExt};
+use lockscope_model::history::{HistoryEvent, HistoryQuery, Replay, TableAt, DEFAULT_HISTORY_ROWS};
+use lockscope_model::time::Millis;
+use lockscope_store::sql::Dialect;
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Row};
+
+/// Events between two checkpoints of a fleet (at least).
+pub const CHECKPOINT_EVERY: u64 = 10_000;
+
+/// What went wrong with the history. Database errors keep sqlx's error as the
+/// source; no message shows the database password.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("history: {0}")]
+    Config(String),
+    #[error("history: {what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("history in {db}: {what} failed")]
+    Database {
+        db: String,
+        what: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("history in {db}: migrating the tables failed")]
+    Migrate {
+        db: String,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// Asked for an instant before the oldest one kept.
+    #[error("history: {0}")]
+    OutOfRange(String),
+}
+
+/// How long and how much history is kept.
+#[derive(Clone, Debug)]
+pub struct Retention {
+    pub max_age: Duration,
+    /// Events kept at most (all fleets together); the oldest go first.
+    pub max_events: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            max_age: Duration::from_secs(30 * 24 * 3600),
+            max_events: 20_000_000,
+        }
+    }
+}
+
+/// The writer's numbers, for the page and `/metrics`.
+#[derive(Debug, Default)]
+pub struct HistoryStats {
+    pub written: AtomicU64,
+    /// Events lost because the queue was full (history fell behind).
+    pub dropped: AtomicU64,
+    /// Events queued and not yet written.
+    pub queued: AtomicU64,
+    /// Batches that failed to write (the events in them are lost and counted in `dropped`).
+    pub failed_batches: AtomicU64,
+}
+
+/// The history (cheap to clone).
+#[derive(Clone)]
+pub struct History {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: AnyPool,
+    dialect: Dialect,
+    shown: String,
+    stats: Arc<HistoryStats>,
+    queue: tokio::sync::mpsc::Sender<Vec<HistoryEvent>>,
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("History").field("db", &self.inner.shown).finish()
+    }
+}
+
+impl History {
+    /// Opens (creating and migrating) the history in `sqlite:PATH` or
+    /// `postgres://…`, and starts its writer and its retention.
+    pub async fn open(url: &str, retention: Retention) -> Result<History, HistoryError> {
+        let target = crate::audit::sql::target(url).map_err(HistoryError::Config)?;
+        if let Some(dir) = target.file.as_deref().and_then(std::path::Path::parent) {
+            if !dir.as_os_str().is_empty() {
+                std::fs::create_dir_all(dir).map_err(|source| HistoryError::Io {
+                    what: format!("creating {}", dir.display()),
+                    source,
+                })?;
+            }
+        }
+        sqlx::any::install_default_drivers();
+        let db = target.shown.clone();
+        let opts = AnyPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(5));
+        let opts = match target.dialect {
+            Dialect::Sqlite => opts.after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+                    sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+                    Ok(())
+                })
+            }),
+            Dialect::Postgres => opts.after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query(&format!("SET search_path TO {}", sql::PG_SCHEMA))
+                        .execute(&mut *conn)
+                        .await?;
+                    Ok(())
+                })
+            }),
+        };
+        if target.dialect == Dialect::Postgres {
+            // The schema must exist before a connection can point at it.
+            let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&target.url)
+                .await
+                .map_err(|source| db_error(&db, "opening the database", source))?;
+            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", sql::PG_SCHEMA))
+                .execute(&mut conn)
+                .await
+                .map_err(|source| db_error(&db, "creating its schema", source))?;
+        }
+        let pool = opts
+            .connect(&target.url)
+            .await
+            .map_err(|source| db_error(&db, "opening the database", source))?;
+        sql::migrator(target.dialect)
+            .run(&pool)
+            .await
+            .map_err(|source| HistoryError::Migrate { db: db.clone(), source })?;
+        let stats = Arc::new(HistoryStats::default());
+        let (queue, rx) = tokio::sync::mpsc::channel(writer::QUEUE_BATCHES);
+        let history = History {
+            inner: Arc::new(Inner {
+                pool,
+                dialect: target.dialect,
+                shown: db,
+                stats,
+                queue,
+            }),
+        };
+        tokio::spawn(writer::run(history.clone(), rx));
+        tokio::spawn(writer::keep(history.clone(), retention));
+        Ok(history)
+    }
+
+    /// A recorder for `fleet`'s hub.
+    pub fn recorder(&self, fleet: &str) -> Recorder {
+        Recorder::new(fleet, self.inner.queue.clone(), self.inner.stats.clone())
+    }
+
+    pub fn stats(&self) -> &Arc<HistoryStats> {
+        &self.inner.stats
+    }
+
+    /// The database, without credentials.
+    pub fn shown(&self) -> &str {
+        &self.inner.shown
+    }
+
+    fn error(&self, what: &'static str, source: sqlx::Error) -> HistoryError {
+        db_error(&self.inner.shown, what, source)
+    }
+
+    fn sql<'q>(&self, q: &'q str) -> std::borrow::Cow<'q, str> {
+        crate::audit::sql::sql(self.inner.dialect, q)
+    }
+
+    /// The events matching `q`, oldest first, at most its limit.
+    pub async fn query(&self, q: &HistoryQuery) -> Result<Vec<HistoryEvent>, HistoryError> {
+        let limit = q.limit.unwrap_or(DEFAULT_HISTORY_ROWS);
+        self.events(q, Some(limit)).try_collect().await
+    }
+
+    /// The events matching `q`, oldest first, as the database streams them (an
+    /// export: memory stays flat however many there are).
+    pub fn events(
+        &self,
+        q: &HistoryQuery,
+        limit: Option<u32>,
+    ) -> impl Stream<Item = Result<HistoryEvent, HistoryError>> + Send + 'static {
+        let (clause, binds) = sql::filter(q);
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        let text = self
+            .sql(&format!(
+                "SELECT {} FROM history_events WHERE {clause} ORDER BY at, seq{limit}",
+                sql::COLUMNS
+            ))
+            .into_owned();
+        let this = self.clone();
+        // The query borrows its text: the stream owns both (and the pool).
+        async_stream(move |tx| async move {
+            let mut rows = sql::bind(sqlx::query(&text), binds).fetch(&this.inner.pool);
+            while let Some(row) = rows.next().await {
+                let item = row
+                    .and_then(|r| sql::event(&r))
+                    .map_err(|e| this.error("reading events", e));
+                let stop = item.is_err();
+                if tx.send(item).await.is_err() || stop {
+                    break;
+                }
+            }
+        })
+    }
+
+    /// Appends `events` (one transaction; events already there are skipped).
+    pub async fn write(&self, events: Vec<HistoryEvent>) -> Result<u64, HistoryError> {
+        let what = "writing events";
+        let mut tx = self.inner.pool.begin().await.map_err(|e| self.error(what, e))?;
+        let mut added = 0;
+        let mut rows = events.into_iter().peekable();
+        while rows.peek().is_some() {
+            let chunk: Vec<HistoryEvent> = rows.by_ref().take(sql::INSERT_ROWS).collect();
+            let text = sql::insert(self.inner.dialect, chunk.len());
+            let binds = chunk.into_iter().flat_map(sql::values).collect();
+            added += sql::bind(sqlx::query(&text), binds)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(what, e))?
+                .rows_affected();
+        }
+        tx.commit().await.map_err(|e| self.error(what, e))?;
+        Ok(added)
+    }
+
+    /// The lock table of `fleet` as it stood at `at`: the checkpoint before it,
+    /// then every event after that up to `at`.
+    pub async fn table_at(&self, fleet: &str, at: Millis) -> Result<TableAt, HistoryError> {
+        let (checkpoint, mut replay) = match self.checkpoint_before(fleet, at).await? {
+            Some(t) => (Some(t.at), Replay::from_table(t)),
+            None => {
+                if let Some(oldest) = self.oldest_checkpoint(fleet).await? {
+                    return Err(HistoryError::OutOfRange(format!(
+                        "{} is before the oldest history kept for {fleet} ({})",
+                        lockscope_model::time::rfc3339(at),
+                        lockscope_model::time::rfc3339(oldest)
+                    )));
+                }
+                (None, Replay::default())
+            }
+        };
+        let q = HistoryQuery {
+            fleet: fleet.to_string(),
+            from: checkpoint.map(|c| c + 1),
+            to: Some(at),
+            ..HistoryQuery::default()
+        };
+        let mut replayed = 0;
+        let mut events = std::pin::pin!(self.events(&q, None));
+        while let Some(ev) = events.next().await {
+            replay.apply(&ev?);
+            replayed += 1;
+        }
+        Ok(replay.table(fleet, at, checkpoint, replayed))
+    }
+
+    async fn checkpoint_before(&self, fleet: &str, at: Millis) -> Result<Option<TableAt>, HistoryError> {
+        let q = self.sql("SELECT body FROM history_checkpoints WHERE fleet = $1 AND at <= $2 ORDER BY at DESC LIMIT 1");
+        let row = sqlx::query(&q)
+            .bind(fleet)
+            .bind(at)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| self.error("reading a checkpoint", e))?;
+        let Some(row) = row else { return Ok(None) };
+        let body: String = row.try_get("body").map_err(|e| self.error("reading a checkpoint", e))?;
+        serde_json::from_str(&body)
+            .map(Some)
+            .map_err(|e| self.error("reading a checkpoint", sqlx::Error::Decode(e.into())))
+    }
+
+    async fn oldest_checkpoint(&self, fleet: &str) -> Result<Option<Millis>, HistoryError> {
+        let q = self.sql("SELECT MIN(at) AS at FROM history_checkpoints WHERE fleet = $1");
+        let row = sqlx::query(&q)
+            .bind(fleet)
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_err(|e| self.error("reading checkpoints", e))?;
+        row.try_get::<Option<i64>, _>("at")
+            .map_err(|e| self.error("reading checkpoints", e))
+    }
+
+    /// Stores `fleet`'s table at `at` as a checkpoint (computed from history).
+    pub async fn checkpoint(&self, fleet: &str, at: Millis) -> Result<usize, HistoryError> {
+        let table = self.table_at(fleet, at).await?;
+        let size = table.locks.len() + table.waiters.len();
+        let body = serde_json::to_string(&table).expect("tables serialise");
+        let q = self.sql(
+            "INSERT INTO history_checkpoints (fleet, at, body) VALUES ($1, $2, $3) ON CONFLICT (fleet, at) DO NOTHING",
+        );
+        sqlx::query(&q)
+            .bind(fleet)
+            .bind(at)
+            .bind(body)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| self.error("writing a checkpoint", e))?;
+        Ok(size)
+    }
+
+    /// Applies `retention` at `now`: for each fleet, a checkpoint at the cut (so
+    /// the table at any kept instant can still be rebuilt), then the events and
+    /// checkpoints before it go. Returns the events removed.
+    pub async fn retain(&self, retention: &Retention, now: Millis) -> Result<u64, HistoryError> {
+        let mut cut = now - retention.max_age.as_millis() as i64;
+        let q = self.sql("SELECT COUNT(*) AS n FROM history_events");
+        let n: i64 = sqlx::query(&q)
+            .fetch_one(&self.inner.pool)
+            .await
+            .and_then(|r| r.try_get("n"))
+            .map_err(|e| self.error("counting events", e))?;
+        let over = n - retention.max_events as i64;
+        if over > 0 {
+            let q = self.sql("SELECT at FROM history_events ORDER BY at, seq LIMIT 1 OFFSET $1");
+            if let Some(row) = sqlx::query(&q)
+                .bind(over)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(|e| self.error("finding the size cut", e))?
+            {
+                let at: i64 = row.try_get("at").map_err(|e| self.error("finding the size cut", e))?;
+                cut = cut.max(at);
+            }
+        }
+        let q = self.sql("SELECT DISTINCT fleet FROM history_events WHERE at < $1");
+        let fleets: Vec<String> = sqlx::query(&q)
+            .bind(cut)
+            .fetch_all(&self.inner.pool)
+            .await
+            .map_err(|e| self.error("finding fleets", e))?
+            .iter()
+            .filter_map(|r| r.try_get("fleet").ok())
+            .collect();
+        let mut removed = 0;
+        for fleet in fleets {
+            self.checkpoint(&fleet, cut - 1).await?;
+            let q = self.sql("DELETE FROM history_events WHERE fleet = $1 AND at < $2");
+            removed += sqlx::query(&q)
+                .bind(&fleet)
+                .bind(cut)
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| self.error("removing old events", e))?
+                .rows_affected();
+            let q = self.sql("DELETE FROM history_checkpoints WHERE fleet = $1 AND at < $2");
+            sqlx::query(&q)
+                .bind(&fleet)
+                .bind(cut - 1)
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| self.error("removing old checkpoints", e))?;
+        }
+        Ok(removed)
+    }
+
+    /// Events written so far (for tests and the bench).
+    pub fn written(&self) -> u64 {
+        self.inner.stats.written.load(Ordering::Relaxed)
+    }
+}
+
+/// A stream fed by a task (a query's rows outlive no borrow this way).
+fn async_stream<T, F, Fut>(f: F) -> impl Stream<Item = T> + Send + 'static
+where
+    T: Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    // A small channel: the producer runs at most this far ahead of the reader.
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(f(tx));
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
+}
+
+fn db_error(db: &str, what: &'static str, source: sqlx::Error) -> HistoryError {
+    HistoryError::Database {
+        db: db.to_string(),
+        what,
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests;

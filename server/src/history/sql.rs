@@ -1,0 +1,227 @@
+//! The history's tables, as sqlx migrations, and rows back to [`HistoryEvent`]s.
+//!
+//! SQLite: a file of its own (beside the embedded store's), so its migrations
+//! table is its own. PostgreSQL: the schema `lockscope_history` (every
+//! connection's `search_path`), so the history can share a database with the
+//! lock store and the audit log without the two sets of migrations meeting.
+
+use std::borrow::Cow;
+
+use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind};
+use lockscope_store::sql::Dialect;
+use sqlx::any::AnyRow;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::Row;
+
+/// PostgreSQL's schema for the history's tables.
+pub const PG_SCHEMA: &str = "lockscope_history";
+
+const SQLITE_V1: &str = r#"
+CREATE TABLE history_events (
+    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
+    id       TEXT NOT NULL UNIQUE,
+    fleet    TEXT NOT NULL,
+    at       BIGINT NOT NULL,
+    kind     TEXT NOT NULL,
+    lock     TEXT,
+    session  TEXT,
+    owner    TEXT,
+    fence    BIGINT,
+    revision BIGINT,
+    service  TEXT,
+    host     TEXT,
+    actor    TEXT,
+    detail   TEXT NOT NULL,
+    record   TEXT
+);
+CREATE INDEX history_events_at ON history_events (fleet, at);
+CREATE INDEX history_events_lock ON history_events (fleet, lock, at);
+CREATE TABLE history_checkpoints (
+    fleet TEXT NOT NULL,
+    at    BIGINT NOT NULL,
+    body  TEXT NOT NULL,
+    PRIMARY KEY (fleet, at)
+);
+"#;
+
+const POSTGRES_V1: &str = r#"
+CREATE TABLE history_events (
+    seq      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    id       TEXT NOT NULL UNIQUE,
+    fleet    TEXT NOT NULL,
+    at       BIGINT NOT NULL,
+    kind     TEXT NOT NULL,
+    lock     TEXT,
+    session  TEXT,
+    owner    TEXT,
+    fence    BIGINT,
+    revision BIGINT,
+    service  TEXT,
+    host     TEXT,
+    actor    TEXT,
+    detail   TEXT NOT NULL,
+    record   TEXT
+);
+CREATE INDEX history_events_at ON history_events (fleet, at);
+CREATE INDEX history_events_lock ON history_events (fleet, lock, at);
+CREATE TABLE history_checkpoints (
+    fleet TEXT NOT NULL,
+    at    BIGINT NOT NULL,
+    body  TEXT NOT NULL,
+    PRIMARY KEY (fleet, at)
+);
+"#;
+
+pub fn migrator(dialect: Dialect) -> Migrator {
+    let v1 = match dialect {
+        Dialect::Sqlite => SQLITE_V1,
+        Dialect::Postgres => POSTGRES_V1,
+    };
+    Migrator {
+        migrations: Cow::Owned(vec![Migration::new(
+            1,
+            Cow::Borrowed("lock history"),
+            MigrationType::Simple,
+            Cow::Borrowed(v1),
+            false,
+        )]),
+        ..Migrator::DEFAULT
+    }
+}
+
+pub const COLUMNS: &str =
+    "id, fleet, at, kind, lock, session, owner, fence, revision, service, host, actor, detail, record";
+
+/// Rows per multi-row INSERT (14 parameters each, far below both databases' limits).
+pub const INSERT_ROWS: usize = 200;
+
+/// `INSERT … VALUES (…), (…) … ON CONFLICT (id) DO NOTHING` for `rows` rows.
+pub fn insert(dialect: Dialect, rows: usize) -> String {
+    let mut q = format!("INSERT INTO history_events ({COLUMNS}) VALUES ");
+    for r in 0..rows {
+        if r > 0 {
+            q.push(',');
+        }
+        q.push('(');
+        for c in 0..14 {
+            if c > 0 {
+                q.push(',');
+            }
+            q.push_str(&format!("${}", r * 14 + c + 1));
+        }
+        q.push(')');
+    }
+    q.push_str(" ON CONFLICT (id) DO NOTHING");
+    crate::audit::sql::sql(dialect, &q).into_owned()
+}
+
+/// One value to bind.
+pub enum Bind {
+    Text(String),
+    Int(i64),
+    NullText,
+    NullInt,
+}
+
+/// The WHERE clause and its values for `q` (events of `q.fleet` in its range
+/// and filters), with `$n` parameters starting at 1.
+pub fn filter(q: &HistoryQuery) -> (String, Vec<Bind>) {
+    let mut clauses = vec!["fleet = $1".to_string()];
+    let mut binds = vec![Bind::Text(q.fleet.clone())];
+    let mut push = |clause: &str, b: Bind| {
+        binds.push(b);
+        clauses.push(clause.replace('?', &format!("${}", binds.len())));
+    };
+    if let Some(from) = q.from {
+        push("at >= ?", Bind::Int(from));
+    }
+    if let Some(to) = q.to {
+        push("at <= ?", Bind::Int(to));
+    }
+    match q.lock_filter() {
+        // A range, not LIKE: names may hold `%` and `_`, and the range uses the index.
+        Some((prefix, true)) => {
+            push("lock >= ?", Bind::Text(prefix.to_string()));
+            push("lock < ?", Bind::Text(format!("{prefix}\u{10FFFF}")));
+        }
+        Some((name, false)) => push("lock = ?", Bind::Text(name.to_string())),
+        None => {}
+    }
+    if let Some(s) = &q.session {
+        push("session = ?", Bind::Text(s.clone()));
+    }
+    if let Some(s) = &q.service {
+        push("service = ?", Bind::Text(s.clone()));
+    }
+    if let Some(a) = &q.actor {
+        push("actor = ?", Bind::Text(a.clone()));
+    }
+    if !q.kinds.is_empty() {
+        let mut ors = Vec::new();
+        for k in &q.kinds {
+            binds.push(Bind::Text(k.as_str().to_string()));
+            ors.push(format!("kind = ${}", binds.len()));
+        }
+        clauses.push(format!("({})", ors.join(" OR ")));
+    }
+    (clauses.join(" AND "), binds)
+}
+
+pub fn bind<'q>(
+    mut query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    binds: Vec<Bind>,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for b in binds {
+        query = match b {
+            Bind::Text(t) => query.bind(t),
+            Bind::Int(i) => query.bind(i),
+            Bind::NullText => query.bind(None::<String>),
+            Bind::NullInt => query.bind(None::<i64>),
+        };
+    }
+    query
+}
+
+/// An event's values in [`COLUMNS`] order.
+pub fn values(e: HistoryEvent) -> [Bind; 14] {
+    let text = |v: Option<String>| v.map_or(Bind::NullText, Bind::Text);
+    let int = |v: Option<i64>| v.map_or(Bind::NullInt, Bind::Int);
+    [
+        Bind::Text(e.id),
+        Bind::Text(e.fleet),
+        Bind::Int(e.at),
+        Bind::Text(e.kind.as_str().to_string()),
+        text(e.lock),
+        text(e.session),
+        text(e.owner),
+        int(e.fence),
+        int(e.revision),
+        text(e.service),
+        text(e.host),
+        text(e.actor),
+        Bind::Text(e.detail),
+        text(e.record),
+    ]
+}
+
+/// A row of [`COLUMNS`] as an event; a kind this build does not know (written
+/// by a newer lockscope) is an error naming it.
+pub fn event(row: &AnyRow) -> Result<HistoryEvent, sqlx::Error> {
+    let kind: String = row.try_get("kind")?;
+    Ok(HistoryEvent {
+        id: row.try_get("id")?,
+        fleet: row.try_get("fleet")?,
+        at: row.try_get("at")?,
+        kind: Kind::parse(&kind).ok_or_else(|| sqlx::Error::Decode(format!("unknown event kind {kind:?}").into()))?,
+        lock: row.try_get("lock")?,
+        session: row.try_get("session")?,
+        owner: row.try_get("owner")?,
+        fence: row.try_get("fence")?,
+        revision: row.try_get("revision")?,
+        service: row.try_get("service")?,
+        host: row.try_get("host")?,
+        actor: row.try_get("actor")?,
+        detail: row.try_get("detail")?,
+        record: row.try_get("record")?,
+    })
+}

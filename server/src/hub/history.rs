@@ -1,0 +1,165 @@
+//! What the hub tells the history: for each store event, before the reducer
+//! applies it, the history events it means ([`lockscope_model::history`]
+//! derives them from the lock as it was and as it will be), plus the releases
+//! the admin path and the unlocker announced, and store outages.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use lockscope_model::history::{lock_events, wait_event, Draft, Kind, ReleaseNote};
+use lockscope_model::record::Stored;
+use lockscope_model::{FleetEvent, FleetState, StoreStatus};
+use tokio::time::Instant;
+
+use crate::history::Recorder;
+
+/// How long an announced release waits for the store's delete.
+const NOTE_TTL: Duration = Duration::from_secs(60);
+
+/// The hub's part of the history (absent when the server keeps none).
+pub(super) struct HubHistory {
+    recorder: Recorder,
+    /// Releases announced by the admin path or the unlocker, by (lock, fence).
+    notes: HashMap<(String, i64), (ReleaseNote, Instant)>,
+    replica: String,
+    /// The store was last seen unreachable (so its recovery is an event).
+    down: bool,
+}
+
+impl HubHistory {
+    pub(super) fn new(recorder: Recorder, replica: String) -> HubHistory {
+        HubHistory {
+            recorder,
+            notes: HashMap::new(),
+            replica,
+            down: false,
+        }
+    }
+
+    pub(super) fn note(&mut self, lock: String, fence: i64, note: Option<ReleaseNote>) {
+        let now = Instant::now();
+        self.notes.retain(|_, (_, at)| now.duration_since(*at) < NOTE_TTL);
+        match note {
+            Some(n) => self.notes.insert((lock, fence), (n, now)),
+            None => self.notes.remove(&(lock, fence)),
+        };
+    }
+
+    /// Records what `event` means, given the table before it is applied.
+    pub(super) fn before_apply(&mut self, state: &FleetState, event: &FleetEvent, now: i64) {
+        let drafts = self.drafts(state, event);
+        self.recorder.record(now, drafts);
+    }
+
+    fn end_note(&mut self, name: &str, fence: i64) -> Option<ReleaseNote> {
+        self.notes.remove(&(name.to_string(), fence)).map(|(n, _)| n)
+    }
+
+    fn drafts(&mut self, state: &FleetState, event: &FleetEvent) -> Vec<Draft> {
+        let fence_of = |lock: &str| state.get(lock).map(|e| e.fence);
+        match event {
+            FleetEvent::Upsert(after) => {
+                let before = state.get(&after.name);
+                let note = before.and_then(|b| self.end_note(&b.name, b.fence).filter(|_| b.fence != after.fence));
+                let holder = before.map(|b| state.holder(b)).unwrap_or_default();
+                lock_events(before, Some(after), None, holder, note.as_ref())
+            }
+            FleetEvent::Remove { name, revision } => match state.get(name) {
+                Some(before) => {
+                    let note = self.end_note(name, before.fence);
+                    lock_events(Some(before), None, Some(*revision), state.holder(before), note.as_ref())
+                }
+                None => vec![],
+            },
+            FleetEvent::Reset(snap) => {
+                let mut out = Vec::new();
+                let names: HashSet<&str> = snap.locks.iter().map(|l| l.name.as_str()).collect();
+                for after in &snap.locks {
+                    let before = state.get(&after.name);
+                    let holder = before.map(|b| state.holder(b)).unwrap_or_default();
+                    out.extend(lock_events(before, Some(after), None, holder, None));
+                }
+                for before in state.locks().filter(|l| !names.contains(l.name.as_str())) {
+                    let note = self.end_note(&before.name, before.fence);
+                    out.extend(lock_events(
+                        Some(before),
+                        None,
+                        Some(snap.revision),
+                        state.holder(before),
+                        note.as_ref(),
+                    ));
+                }
+                let waiters: HashSet<_> = snap.waiters.iter().collect();
+                for w in snap.waiters.iter().filter(|w| !state.is_waiting(w)) {
+                    let fence = snap.locks.iter().find(|l| l.name == w.lock).map(|l| l.fence);
+                    out.push(wait_event(w, true, fence));
+                }
+                for w in state.waiters().filter(|w| !waiters.contains(w)) {
+                    out.push(wait_event(w, false, fence_of(&w.lock)));
+                }
+                let blacklist = &state.sessions().blacklist;
+                for b in snap.blacklist.iter().filter(|b| !blacklist.contains_key(&b.session)) {
+                    out.push(blacklisted(b));
+                }
+                for session in blacklist
+                    .keys()
+                    .filter(|s| !snap.blacklist.iter().any(|b| &b.session == *s))
+                {
+                    out.push(unblacklisted(session));
+                }
+                out
+            }
+            FleetEvent::Waiting(w) if !state.is_waiting(w) => {
+                vec![wait_event(w, true, fence_of(&w.lock))]
+            }
+            FleetEvent::StoppedWaiting(w) if state.is_waiting(w) => {
+                vec![wait_event(w, false, fence_of(&w.lock))]
+            }
+            FleetEvent::Blacklisted(b) if !state.sessions().blacklist.contains_key(&b.session) => {
+                vec![blacklisted(b)]
+            }
+            FleetEvent::BlacklistLifted { session } if state.sessions().blacklist.contains_key(session) => {
+                vec![unblacklisted(session)]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// The store's status moved: an outage starts or ends.
+    pub(super) fn on_status(&mut self, status: &StoreStatus, now: i64) {
+        match status {
+            StoreStatus::Unreachable { error, .. } if !self.down => {
+                self.down = true;
+                self.recorder.status(now, &self.replica, Some(error));
+            }
+            StoreStatus::Live { .. } if self.down => {
+                self.down = false;
+                self.recorder.status(now, &self.replica, None);
+            }
+            _ => {}
+        }
+    }
+}
+
+fn blacklisted(b: &lockscope_model::BlacklistEntry) -> Draft {
+    let (actor, detail) = match &b.body {
+        Stored::Record(r) => (Some(r.by.clone()), r.reason.clone()),
+        Stored::Malformed { error, .. } => (None, format!("unreadable blacklist record: {error}")),
+    };
+    Draft {
+        kind: Some(Kind::Blacklisted),
+        session: Some(b.session.clone()),
+        revision: Some(b.revision),
+        actor,
+        detail,
+        ..Draft::default()
+    }
+}
+
+fn unblacklisted(session: &str) -> Draft {
+    Draft {
+        kind: Some(Kind::Unblacklisted),
+        session: Some(session.to_string()),
+        ..Draft::default()
+    }
+}
