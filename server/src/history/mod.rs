@@ -109,7 +109,7 @@ struct Inner {
     dialect: Dialect,
     shown: String,
     stats: Arc<HistoryStats>,
-    queue: tokio::sync::mpsc::Sender<Vec<HistoryEvent>>,
+    queue: tokio::sync::mpsc::Sender<writer::Item>,
 }
 
 impl std::fmt::Debug for History {

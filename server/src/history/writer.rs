@@ -2,13 +2,14 @@
 //! task inserts them in batches and takes checkpoints; another applies the
 //! retention.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope_model::history::{Draft, HistoryEvent, Kind};
 use lockscope_model::time::Millis;
+use lockscope_model::LockBody;
 use lockscope_store::now_ms;
 use tokio::sync::mpsc;
 use tracing::warn;
@@ -28,16 +29,30 @@ const SETTLE_MS: Millis = 60_000;
 /// How often the retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(600);
 
+/// What the hubs queue for the writer.
+pub(super) enum Item {
+    Events(Vec<HistoryEvent>),
+    /// A hub's first snapshot: `held` is every acquisition (lock, fence) in it.
+    /// Acquisitions the history still shows open and the snapshot lacks ended
+    /// while no dashboard watched: they get an end now.
+    Resync {
+        fleet: Arc<str>,
+        at: Millis,
+        revision: i64,
+        held: HashSet<(String, i64)>,
+    },
+}
+
 /// A hub's end of the history queue (cheap to clone).
 #[derive(Clone)]
 pub struct Recorder {
     fleet: Arc<str>,
-    queue: mpsc::Sender<Vec<HistoryEvent>>,
+    queue: mpsc::Sender<Item>,
     stats: Arc<HistoryStats>,
 }
 
 impl Recorder {
-    pub(super) fn new(fleet: &str, queue: mpsc::Sender<Vec<HistoryEvent>>, stats: Arc<HistoryStats>) -> Recorder {
+    pub(super) fn new(fleet: &str, queue: mpsc::Sender<Item>, stats: Arc<HistoryStats>) -> Recorder {
         Recorder {
             fleet: fleet.into(),
             queue,
@@ -56,7 +71,7 @@ impl Recorder {
             .into_iter()
             .map(|d| HistoryEvent::new(&self.fleet, at, d))
             .collect();
-        match self.queue.try_send(events) {
+        match self.queue.try_send(Item::Events(events)) {
             Ok(()) => {
                 self.stats.queued.fetch_add(n, Ordering::Relaxed);
             }
@@ -89,19 +104,50 @@ impl Recorder {
     pub fn fleet(&self) -> &str {
         &self.fleet
     }
+
+    /// The hub's first snapshot (at store `revision`) holds exactly `held`.
+    /// Waits for room: it comes once per hub, and is what makes a restart's
+    /// history right.
+    pub async fn resync(&self, at: Millis, revision: i64, held: HashSet<(String, i64)>) {
+        let item = Item::Resync {
+            fleet: self.fleet.clone(),
+            at,
+            revision,
+            held,
+        };
+        let _ = self.queue.send(item).await;
+    }
 }
 
 /// Writes what the hubs queue, and checkpoints each fleet as its events add up.
-pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Vec<HistoryEvent>>) {
+pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
     let stats = history.inner.stats.clone();
     // Events since each fleet's last checkpoint, and that checkpoint's size.
     let mut since: HashMap<String, (u64, u64)> = HashMap::new();
     let mut checkpointing: Option<tokio::task::JoinHandle<Option<(String, u64)>>> = None;
-    while let Some(first) = rx.recv().await {
-        let mut batch = first;
+    let mut next = rx.recv().await;
+    while let Some(first) = next.take() {
+        let mut batch = match first {
+            Item::Events(events) => events,
+            Item::Resync {
+                fleet,
+                at,
+                revision,
+                held,
+            } => {
+                let ends = resync(&history, &fleet, at, revision, &held).await;
+                stats.queued.fetch_add(ends.len() as u64, Ordering::Relaxed);
+                ends
+            }
+        };
         while batch.len() < MAX_WRITE {
             match rx.try_recv() {
-                Ok(more) => batch.extend(more),
+                Ok(Item::Events(more)) => batch.extend(more),
+                // Written after what came before it.
+                Ok(resync) => {
+                    next = Some(resync);
+                    break;
+                }
                 Err(_) => break,
             }
         }
@@ -147,7 +193,52 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Vec<HistoryEven
                 }));
             }
         }
+        if next.is_none() {
+            next = rx.recv().await;
+        }
     }
+}
+
+/// The ends of the acquisitions `fleet`'s history shows open at `at` that a
+/// first snapshot (`held`) no longer has.
+async fn resync(
+    history: &History,
+    fleet: &str,
+    at: Millis,
+    revision: i64,
+    held: &HashSet<(String, i64)>,
+) -> Vec<HistoryEvent> {
+    let table = match history.table_at(fleet, at).await {
+        Ok(t) => t,
+        Err(e) => {
+            warn!(error = %e, %fleet, "history: could not compare the first snapshot with the history");
+            return Vec::new();
+        }
+    };
+    table
+        .locks
+        .into_iter()
+        .filter(|e| !held.contains(&(e.name.clone(), e.fence)))
+        .map(|e| {
+            let record = match &e.body {
+                LockBody::Held(r) => Some(r),
+                LockBody::Malformed { .. } => None,
+            };
+            let draft = Draft {
+                kind: Some(Kind::Released),
+                lock: Some(e.name.clone()),
+                fence: Some(e.fence),
+                revision: Some(revision),
+                session: record.map(|r| r.session.to_string()),
+                owner: record.map(|r| r.owner.clone()),
+                service: record.map(|r| r.service.to_string()),
+                host: record.map(|r| r.host.to_string()),
+                detail: "gone by the first snapshot after no dashboard watched (when exactly is unknown)".into(),
+                ..Draft::default()
+            };
+            HistoryEvent::new(fleet, at, draft)
+        })
+        .collect()
 }
 
 /// Applies the retention a minute after start, then every [`RETENTION_EVERY`].

@@ -24,6 +24,8 @@ pub(super) struct HubHistory {
     replica: String,
     /// The store was last seen unreachable (so its recovery is an event).
     down: bool,
+    /// The first snapshot was compared with the history ([`Recorder::resync`]).
+    synced: bool,
 }
 
 impl HubHistory {
@@ -33,6 +35,7 @@ impl HubHistory {
             notes: HashMap::new(),
             replica,
             down: false,
+            synced: false,
         }
     }
 
@@ -49,6 +52,13 @@ impl HubHistory {
     pub(super) fn before_apply(&mut self, state: &FleetState, event: &FleetEvent, now: i64) {
         let drafts = self.drafts(state, event);
         self.recorder.record(now, drafts);
+        if let (FleetEvent::Reset(snap), false) = (event, self.synced) {
+            self.synced = true;
+            let held = snap.locks.iter().map(|l| (l.name.clone(), l.fence)).collect();
+            let (recorder, revision) = (self.recorder.clone(), snap.revision);
+            // Queued behind the snapshot's own events; the hub does not wait.
+            tokio::spawn(async move { recorder.resync(now, revision, held).await });
+        }
     }
 
     fn end_note(&mut self, name: &str, fence: i64) -> Option<ReleaseNote> {

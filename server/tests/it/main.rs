@@ -6,6 +6,7 @@
 
 mod admin;
 mod demo;
+mod history;
 mod live;
 mod metrics;
 mod soak;

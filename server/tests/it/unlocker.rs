@@ -7,10 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope::audit::AuditLog;
+use lockscope::history::{History, Retention};
 use lockscope::hub::HubHandle;
 use lockscope::metrics::Metrics;
 use lockscope::unlocker::{self, Deps, UnlockerConfig};
 use lockscope_model::admin::{AuditQuery, Outcome};
+use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_model::unlock::Mode;
 use lockscope_store::client::{LockOptions, Session, SessionConfig};
 use lockscope_store::now_ms;
@@ -27,7 +29,14 @@ async fn check(spec: StoreSpec) {
         .await
         .unwrap();
     let store = spec.open().unwrap();
-    let hub = HubHandle::spawn("f", "under test", store.clone());
+    let history = History::open(
+        &format!("sqlite:{}", dir.path().join("history.db").display()),
+        Retention::default(),
+    )
+    .await
+    .unwrap();
+    let recorder = Some((history.recorder("f"), "test".to_string()));
+    let hub = HubHandle::spawn_recording("f", "under test", store.clone(), recorder);
     let (stop_tx, stop) = watch::channel(false);
     let cfg = UnlockerConfig {
         mode: Mode::On,
@@ -111,6 +120,26 @@ async fn check(spec: StoreSpec) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let status = status.expect("the unlocker publishes its status");
+    // The history records the store's delete as the unlocker's release.
+    let q = HistoryQuery {
+        fleet: "f".into(),
+        lock: Some("dead".into()),
+        ..HistoryQuery::default()
+    };
+    let mut ends = Vec::new();
+    for _ in 0..100 {
+        ends = history.query(&q).await.unwrap();
+        ends.retain(|e| e.kind.ends_hold());
+        if !ends.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ends.len(), 1, "{ends:?}");
+    assert_eq!(
+        (ends[0].kind, ends[0].actor.as_deref(), ends[0].fence),
+        (Kind::AutoReleased, Some("unlocker@test"), Some(dead_fence))
+    );
     assert!(status.leading && status.released == 1, "{status:?}");
     let _ = stop_tx.send(true);
     drop(kept);
