@@ -38,6 +38,11 @@ pub fn back_path(live: LiveView) -> String {
         Screen::Sessions { .. } => sessions_href(&fleet),
         Screen::Locks => href(&fleet, &live.view.get_untracked()),
         Screen::Audit { .. } => "/audit".into(),
+        Screen::History { review } => {
+            let pairs = review.form.query_pairs();
+            let pairs: Vec<_> = pairs.into_iter().map(|(k, v)| (k, v.to_string())).collect();
+            crate::history::history_href(&fleet, &pairs)
+        }
         Screen::SignIn { .. } => "/".into(),
     })
 }

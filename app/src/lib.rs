@@ -14,12 +14,15 @@
 //! - [`actions`]: the admin forms (blacklist, lift a blacklist) the detail and
 //!   sessions pages share; [`release`]: the detail page's force-release dialog.
 //! - [`audit`]: the audit log page; [`signin`]: the sign-in form.
+//! - [`history`]: the incident-review page (a history query, its exports);
+//!   [`timeline`]: one lock's timeline (SVG); [`travel`]: the table at an instant.
 //! - [`unlocker`]: the overview's unlocker cell (mode, active replica, what is due).
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
 pub mod actions;
 pub mod audit;
 pub mod detail;
+pub mod history;
 pub mod live;
 pub mod page;
 pub mod release;
@@ -31,6 +34,8 @@ pub mod signin;
 #[cfg(feature = "hydrate")]
 mod socket;
 pub mod table;
+pub mod timeline;
+pub mod travel;
 pub mod unlocker;
 pub mod viewer;
 

@@ -2,7 +2,8 @@
 //! looking, connection indicator, the notice of the viewer's last action, fleet
 //! overview, footer) and the choice of screen: the lock table
 //! ([`crate::table`]), one lock ([`crate::detail`]), the sessions
-//! ([`crate::sessions`]), the audit log ([`crate::audit`]) or the sign-in form
+//! ([`crate::sessions`]), the lock history ([`crate::history`]), the audit log
+//! ([`crate::audit`]) or the sign-in form
 //! ([`crate::signin`]). Every element a test or a person looks for has a
 //! `data-testid`; rows carry their lock name in `data-lock`.
 
@@ -77,11 +78,13 @@ pub fn App() -> impl IntoView {
         Kind::Sessions => view! { <Overview/><crate::sessions::SessionsPage/> }.into_any(),
         Kind::Lock => view! { <crate::detail::LockPage/> }.into_any(),
         Kind::Audit => view! { <crate::audit::AuditPage/> }.into_any(),
+        Kind::History => view! { <crate::history::HistoryPage/> }.into_any(),
         Kind::SignIn => view! { <crate::signin::SignInPage/> }.into_any(),
     };
     let here = |k: Kind| kind == k;
     let locks_href = move || format!("/?fleet={}", encode(&live.fleet.get()));
     let sessions_href = move || sessions_href(&live.fleet.get());
+    let history_href = move || format!("/history?fleet={}", encode(&live.fleet.get()));
     view! {
         <NoAuthBanner/>
         <header class="top">
@@ -91,6 +94,8 @@ pub fn App() -> impl IntoView {
                 <a href=locks_href data-testid="nav-locks" class:here=here(Kind::Locks) aria-current=here(Kind::Locks).then_some("page")>"locks"</a>
                 " "
                 <a href=sessions_href data-testid="nav-sessions" class:here=here(Kind::Sessions) aria-current=here(Kind::Sessions).then_some("page")>"sessions"</a>
+                " "
+                <a href=history_href data-testid="nav-history" class:here=here(Kind::History) aria-current=here(Kind::History).then_some("page")>"history"</a>
                 {is_admin.then(|| view! {
                     " "
                     <a href="/audit" data-testid="nav-audit" class:here=here(Kind::Audit) aria-current=here(Kind::Audit).then_some("page")>"audit"</a>
@@ -130,6 +135,7 @@ enum Kind {
     Lock,
     Sessions,
     Audit,
+    History,
     SignIn,
 }
 
@@ -140,11 +146,12 @@ impl Kind {
             Screen::Lock { .. } => Kind::Lock,
             Screen::Sessions { .. } => Kind::Sessions,
             Screen::Audit { .. } => Kind::Audit,
+            Screen::History { .. } => Kind::History,
             Screen::SignIn { .. } => Kind::SignIn,
         }
     }
 
-    /// Kept live over the websocket (the audit page is read once; the sign-in
+    /// Kept live over the websocket (the audit and history pages are read once; the sign-in
     /// page has nothing to show yet).
     fn is_live(self) -> bool {
         matches!(self, Kind::Locks | Kind::Lock | Kind::Sessions)
@@ -159,6 +166,10 @@ pub fn tab_title(fleet: &str, attention: u64, screen: &Screen) -> String {
         Screen::Lock { detail } => format!("{} · ", detail.name),
         Screen::Sessions { .. } => "sessions · ".into(),
         Screen::Audit { .. } => "audit · ".into(),
+        Screen::History { review } => match review.exact_lock() {
+            Some(lock) => format!("history of {lock} · "),
+            None => "history · ".into(),
+        },
         Screen::SignIn { .. } => "sign in · ".into(),
     };
     let alert = match attention {

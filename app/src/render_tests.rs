@@ -238,3 +238,151 @@ fn the_sign_in_form_posts_a_token() {
     assert!(html.contains("not signed in"));
     assert!(!html.contains("signout"));
 }
+
+fn history_page() -> Page {
+    use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind};
+    use lockscope_model::review::{Review, ReviewForm};
+    let ev = |at: i64, kind: Kind, fence: i64| HistoryEvent {
+        id: format!("id{at}"),
+        fleet: "embedded".into(),
+        at,
+        kind,
+        lock: Some("demo/job 3".into()),
+        session: Some("sess-1234567890".into()),
+        owner: Some("o".into()),
+        fence: Some(fence),
+        revision: None,
+        service: Some("billing".into()),
+        host: Some("h1".into()),
+        actor: (kind == Kind::ForceReleased).then(|| "alice".into()),
+        detail: if kind == Kind::ForceReleased {
+            "stuck".into()
+        } else {
+            String::new()
+        },
+        record: None,
+    };
+    let read_at = 1_700_000_060_000;
+    let events = vec![
+        ev(read_at - 50_000, Kind::Acquired, 4),
+        ev(read_at - 20_000, Kind::ForceReleased, 4),
+    ];
+    let mut page = lock_page(Role::Viewer, true, Holder::Gone);
+    page.server_time = read_at;
+    page.screen = Screen::History {
+        review: Box::new(Review {
+            form: ReviewForm {
+                from: "-1m".into(),
+                lock: "demo/job 3".into(),
+                ..ReviewForm::default()
+            },
+            query: HistoryQuery {
+                fleet: "embedded".into(),
+                from: Some(read_at - 60_000),
+                lock: Some("demo/job 3".into()),
+                ..HistoryQuery::default()
+            },
+            timeline: Some(events.clone()),
+            events,
+            read_at,
+            ..Review::default()
+        }),
+    };
+    page
+}
+
+#[test]
+fn the_history_page_lists_kinds_as_words_and_exports_the_same_query() {
+    let html = render(history_page());
+    assert_eq!(count(&html, r#"data-testid="history-row""#), 2, "{html}");
+    assert!(html.contains(r#"data-testid="history-kind" class="kind">acquired</td>"#));
+    assert!(html.contains(r#"data-testid="history-kind" class="kind">force released</td>"#));
+    // The export is the page's query, its open end pinned to when it was read.
+    assert!(
+        html.contains(
+            "/api/v1/fleets/embedded/history?from=2023-11-14T22%3A13%3A20.000Z&amp;to=2023-11-14T22%3A14%3A20.000Z\
+             &amp;lock=demo/job%203&amp;format=csv"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("Not live: a query of the recorded history, read at"));
+    assert!(html.contains(r#"value="-1m""#), "the form keeps the range as typed");
+    assert!(html.contains(r#"href="/history?fleet=embedded" data-testid="nav-history""#));
+    assert!(!html.contains(r#"data-testid="connection""#), "not live");
+    // The exact lock gets its timeline: one bar ended by the force-release, a marker.
+    assert_eq!(
+        count(&html, r#"data-testid="timeline-hold" data-ended="force_released""#),
+        1
+    );
+    assert_eq!(
+        count(&html, r#"data-testid="timeline-mark" data-kind="force_released""#),
+        1
+    );
+    assert!(html.contains(">force-released</text>"));
+    // No instant named: the slider, no table.
+    assert!(html.contains(r#"data-testid="travel-slider""#));
+    assert!(!html.contains(r#"data-testid="lock-table""#));
+}
+
+#[test]
+fn time_travel_draws_the_table_then_with_the_live_component() {
+    use lockscope_model::review::{DiffRow, Holding, TableDiff, Travel};
+    use lockscope_model::view::{WindowFrame, WindowRow};
+    let mut page = history_page();
+    let Screen::History { review } = &mut page.screen else {
+        unreachable!()
+    };
+    let rec = r#"{"v":1,"owner":"o","session":"sess-1","service":"billing","host":"h1","pid":7,"acquired_at":0,
+        "expected_runtime_ms":60000,"alert_at":60000,"auto_unlock_at":120000,"heartbeat_at":0}"#;
+    let entry = LockEntry::from_stored("demo/job 3".into(), 4, 9, rec.as_bytes());
+    let at = review.read_at - 30_000;
+    review.travel = Some(Travel {
+        at,
+        frame: Some(WindowFrame {
+            seq: 1,
+            view_id: 0,
+            server_time: at,
+            waited_ms: 0,
+            full: true,
+            total: 1,
+            offset: 0,
+            order: Some(vec!["demo/job 3".into()]),
+            rows: vec![WindowRow {
+                entry,
+                holder: Holder::Unknown,
+                deadlock: false,
+                waiters: vec![],
+            }],
+            aggregates: None,
+        }),
+        checkpoint: Some(at - 10_000),
+        replayed: 3,
+        diff: Some(TableDiff {
+            taken: vec![DiffRow {
+                lock: "demo/job 3".into(),
+                before: None,
+                after: Some(Holding {
+                    fence: 4,
+                    holder: "billing@h1:7".into(),
+                    session: "sess-1".into(),
+                }),
+            }],
+            taken_total: 1,
+            ..TableDiff::default()
+        }),
+        ..Travel::default()
+    });
+    let html = render(page);
+    assert!(html.contains("Lock table at <time"), "{html}");
+    assert_eq!(count(&html, r#"data-testid="lock-row" data-lock="demo/job 3""#), 1);
+    assert!(html.contains("and 3 events after it"));
+    assert!(
+        !html.contains(r#"data-testid="next-page""#),
+        "a past table has no pager"
+    );
+    assert!(
+        html.contains(r#"href="/history?fleet=embedded&amp;from=2023-11-14T22%3A13%3A20.000Z&amp;to=2023-11-14T22%3A14%3A20.000Z&amp;lock=demo/job%203""#),
+        "a past table's locks link to their history"
+    );
+    assert_eq!(count(&html, r#"data-testid="diff-row" data-change="taken""#), 1);
+}

@@ -3,6 +3,7 @@
 //! tall as the whole view (spacer rows above and below the window), and only the
 //! window's rows exist in the document. Without JavaScript the page shows the
 //! window the URL names, with links to the previous and next windows.
+//! The history page shows a past table with the same component, [`Frozen`].
 
 use leptos::prelude::*;
 use lockscope_model::view::{RowState, SortKey, ViewSpec};
@@ -240,9 +241,19 @@ fn px_per_row(total: u64) -> f64 {
     }
 }
 
+/// Context that makes [`LockTable`] a still picture of a past instant (the
+/// history page's time travel): no pager and no scrolling windows (the rows
+/// are all it has), and each lock links to its history rather than its live page.
+#[derive(Clone, Debug)]
+pub struct Frozen {
+    /// A lock's link is this followed by its encoded name.
+    pub lock_href_prefix: String,
+}
+
 #[component]
 pub fn LockTable() -> impl IntoView {
     let live = expect_context::<LiveView>();
+    let frozen = use_context::<Frozen>().is_some();
     let scroller = NodeRef::<leptos::html::Div>::new();
     let is_static = move || live.connection.with(|c| *c == Connection::Static);
     let top = move || {
@@ -262,7 +273,9 @@ pub fn LockTable() -> impl IntoView {
     // Scrolling moves the window: when the visible rows get near its edge, ask for
     // the window around them.
     let on_scroll = move |_| {
-        let Some(el) = scroller.get_untracked() else { return };
+        let Some(el) = scroller.get_untracked().filter(|_| !frozen) else {
+            return;
+        };
         let total = live.total.get_untracked();
         let offset = live.offset.get_untracked();
         let len = live.order.with_untracked(Vec::len) as u64;
@@ -316,6 +329,9 @@ pub fn LockTable() -> impl IntoView {
         true
     });
     let pager = move || {
+        if frozen {
+            return None;
+        }
         let v = live.view.get();
         let total = live.total.get();
         let offset = live.offset.get();
@@ -339,11 +355,11 @@ pub fn LockTable() -> impl IntoView {
                 },
             )
         });
-        view! {
+        Some(view! {
             {prev.map(|h| view! { <a href=h data-testid="prev-page">"◀ previous"</a> })}
             " "
             {next.map(|h| view! { <a href=h data-testid="next-page">"next ▶"</a> })}
-        }
+        })
     };
     view! {
         <div class="scroller" data-testid="scroller" node_ref=scroller on:scroll=on_scroll>
@@ -371,7 +387,11 @@ pub fn LockTable() -> impl IntoView {
         </div>
         <Show when=move || live.order.with(Vec::is_empty)>
             <p class="empty" data-testid="empty">
-                {move || if live.view.with(|v| v.filter.is_empty()) { "No locks are held." } else { "No locks match this view." }}
+                {move || match (frozen, live.view.with(|v| v.filter.is_empty())) {
+                    (true, _) => "No locks were held then.",
+                    (false, true) => "No locks are held.",
+                    (false, false) => "No locks match this view.",
+                }}
             </p>
         </Show>
         <nav class="pager" data-testid="pager">{pager}</nav>
@@ -394,7 +414,12 @@ fn LockRow(name: String) -> impl IntoView {
     let state = Memo::new(move |_| row.with(|r| r.state(live.now.get())));
     let timed = Memo::new(move |_| row.with(|r| crate::rows::countdowns(r, live.now.get())));
     let malformed = move || row.with(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
+    let frozen = use_context::<Frozen>();
     let name_link = name.clone();
+    let link = move || match &frozen {
+        Some(f) => format!("{}{}", f.lock_href_prefix, encode(&name_link)),
+        None => lock_href(&live.fleet.get(), &name_link),
+    };
     view! {
         <tr data-testid="lock-row" data-lock=name.clone() class=move || state.get().as_str() data-state=move || state.get().as_str()>
             <td class="st" data-testid="state" title=move || state.get().reason()>
@@ -402,7 +427,7 @@ fn LockRow(name: String) -> impl IntoView {
                 {move || state.get().as_str()}
             </td>
             <td class="name" title=name.clone()>
-                <a href=move || lock_href(&live.fleet.get(), &name_link) data-testid="lock-link">{name.clone()}</a>
+                <a href=link data-testid="lock-link">{name.clone()}</a>
                 {move || row.with(|r| r.deadlock).then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle">" ⟲"</span> })}
             </td>
             <td class="holder" title=move || text.with(|t| t.holder_title.clone())>

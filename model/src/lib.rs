@@ -16,6 +16,8 @@
 //! - [`view`]: what one browser looks at (filter, sort, window of rows), the
 //!   severity order, and the window reducer the browser runs.
 //! - [`wire`]: the versioned websocket messages.
+//! - [`review`]: the incident-review page's data (a history query, the table at
+//!   an instant, what changed meanwhile).
 //! - [`unlock`]: the unlocker's release decision and status.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 
@@ -25,6 +27,7 @@ pub mod fleet;
 pub mod history;
 mod intern;
 pub mod record;
+pub mod review;
 pub mod session;
 pub mod time;
 pub mod unlock;

@@ -36,6 +36,17 @@ pub fn utc_datetime(ms: Millis) -> String {
     )
 }
 
+/// A time axis tick's label, as fine as the ticks' spacing `step_ms` (UTC):
+/// `HH:MM:SS` under a minute, `HH:MM` under a day, `MM-DD` from a day on.
+pub fn tick_label(ms: Millis, step_ms: i64) -> String {
+    let format = match step_ms {
+        ..60_000 => "%H:%M:%S",
+        60_000..86_400_000 => "%H:%M",
+        _ => "%m-%d",
+    };
+    utc(ms).map_or_else(String::new, |t| t.format(format).to_string())
+}
+
 /// RFC 3339 with milliseconds (`2026-11-23T04:20:13.250Z`), for exports and
 /// machine-readable attributes.
 pub fn rfc3339(ms: Millis) -> String {
@@ -101,6 +112,14 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn tick_labels_are_as_fine_as_their_spacing() {
+        let at = 1_795_407_613_000; // 2026-11-23T04:20:13Z
+        assert_eq!(tick_label(at, 10_000), "04:20:13");
+        assert_eq!(tick_label(at, 300_000), "04:20");
+        assert_eq!(tick_label(at, 86_400_000), "11-23");
+    }
 
     #[test]
     fn durations() {

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::admin::{AuditEntry, AuditQuery, Viewer};
 use crate::detail::{LockDetail, SessionList};
 use crate::fleet::{Counts, StoreStatus};
+use crate::review::Review;
 use crate::time::Millis;
 use crate::unlock::UnlockerStatus;
 use crate::view::{ViewSpec, WindowFrame};
@@ -117,6 +118,10 @@ pub enum Screen {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// `/history`: the lock history matching a filter, oldest first, with the
+    /// lock table at an instant when the URL names one (not live: the page says
+    /// when it was read).
+    History { review: Box<Review> },
     /// `/signin`: a token form (authentication is configured and the browser
     /// has no session).
     SignIn {

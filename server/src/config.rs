@@ -50,6 +50,8 @@ pub enum Command {
     /// Force-release, blacklist or lift a blacklist through a running server's
     /// API, so roles and the audit log apply.
     Admin(crate::remote::AdminArgs),
+    /// The lock history: `export` writes a query's events to stdout.
+    History(crate::history::cli::HistoryArgs),
 }
 
 #[derive(Debug, Args)]

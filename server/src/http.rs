@@ -1,5 +1,5 @@
 //! Routes: the server-rendered pages (`/` the lock table, `/lock?name=` one
-//! lock, `/sessions`, `/audit`, `/signin`), the live feed (`/ws`), the JSON API
+//! lock, `/sessions`, `/audit`, `/history` ([`history_page`]), `/signin`), the live feed (`/ws`), the JSON API
 //! ([`crate::api`]), the browser's admin forms ([`crate::forms`]), `/healthz`,
 //! `/metrics` ([`crate::metrics`]),
 //! the favicon, and the built site's static files (`/pkg/...`).
@@ -35,6 +35,8 @@ use crate::hub::{Fleets, HubHandle, HubStopped};
 use crate::metrics::Metrics;
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
+mod history_page;
+
 #[derive(Clone)]
 pub struct AppState {
     pub fleets: Fleets,
@@ -46,6 +48,16 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The lock history (`None`: the server keeps none).
     pub history: Option<History>,
+}
+
+impl AppState {
+    /// Records and serves the lock history `history` (its writer's numbers in
+    /// `/metrics` too). Before anything else takes a handle on `metrics`.
+    pub fn with_history(mut self, history: History) -> AppState {
+        self.metrics = Arc::new(Metrics::for_fleets(&self.fleets).with_history(history.stats().clone()));
+        self.history = Some(history);
+        self
+    }
 }
 
 impl AppState {
@@ -141,6 +153,7 @@ pub fn app(state: AppState) -> Router {
         .route("/lock", get(lock_page))
         .route("/sessions", get(sessions_page))
         .route("/audit", get(audit_page))
+        .route("/history", get(history_page::history_page))
         .merge(crate::api::routes())
         .merge(crate::forms::routes())
         .merge(crate::metrics::routes())

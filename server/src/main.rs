@@ -35,6 +35,7 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Demo(args)) => demo(args).await,
         Some(Command::Token(args)) => token(args),
         Some(Command::Admin(args)) => lockscope::remote::run(args).await,
+        Some(Command::History(args)) => lockscope::history::cli::run(args).await,
     }
 }
 
@@ -125,7 +126,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         println!("no authentication: anyone who can reach {listen} is admin");
     }
     let mut state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone(), audit, auth);
-    state.history = history;
+    if let Some(history) = history {
+        state = state.with_history(history);
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
@@ -205,7 +208,7 @@ async fn open_history(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<Opt
     if let Some(n) = args.history_max_events.or(file.history_max_events) {
         retention.max_events = n.max(1);
     }
-    let history = History::open(&url, retention)
+    let history = History::open(&url, Some(retention))
         .await
         .context("opening the lock history")?;
     tracing::info!(db = %history.shown(), "recording lock history");

@@ -9,6 +9,7 @@
 //! - the oldest lock, contention counters and the wait histogram, store
 //!   reconnects, websocket connections and lag drops: each hub's [`FleetStats`],
 //!   written by the hub task ([`HubFeed`]) and by websocket connections;
+//! - the lock history's writer: its [`crate::history::HistoryStats`];
 //! - the unlocker: counted here as it acts ([`Metrics::unlocker_released`],
 //!   [`Metrics::unlocker_failed`], [`Metrics::set_unlocker_active`]).
 //!
@@ -141,6 +142,13 @@ impl Metrics {
             let _ = m.active.get_or_create(&FleetLabels { fleet: fleet.clone() });
         }
         m
+    }
+
+    /// With the lock history's writer numbers too.
+    pub fn with_history(mut self, stats: std::sync::Arc<crate::history::HistoryStats>) -> Metrics {
+        self.registry
+            .register_collector(Box::new(collect::HistoryCollector { stats }));
+        self
     }
 
     /// The unlocker tried to release a lock of `fleet`, with `outcome` (one of

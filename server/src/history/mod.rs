@@ -18,6 +18,7 @@
 //! (the queue, batches, checkpoints); `sql` (tables, statements, rows);
 //! `export` (CSV and NDJSON, streamed).
 
+pub mod cli;
 mod export;
 mod sql;
 mod writer;
@@ -120,8 +121,9 @@ impl std::fmt::Debug for History {
 
 impl History {
     /// Opens (creating and migrating) the history in `sqlite:PATH` or
-    /// `postgres://…`, and starts its writer and its retention.
-    pub async fn open(url: &str, retention: Retention) -> Result<History, HistoryError> {
+    /// `postgres://…`, and starts its writer and, if given, its retention (a
+    /// server applies one; a tool that only reads, such as an export, does not).
+    pub async fn open(url: &str, retention: Option<Retention>) -> Result<History, HistoryError> {
         let target = crate::audit::sql::target(url).map_err(HistoryError::Config)?;
         if let Some(dir) = target.file.as_deref().and_then(std::path::Path::parent) {
             if !dir.as_os_str().is_empty() {
@@ -163,8 +165,15 @@ impl History {
                 .await
                 .map_err(|source| db_error(&db, "creating its schema", source))?;
         }
+        // An export is one statement that streams for as long as its reader
+        // reads: sqlx's statement log (and its slow-statement warning) is off.
+        let connect: sqlx::any::AnyConnectOptions = target
+            .url
+            .parse()
+            .map_err(|source| db_error(&db, "reading its URL", source))?;
+        let connect = sqlx::ConnectOptions::disable_statement_logging(connect);
         let pool = opts
-            .connect(&target.url)
+            .connect_with(connect)
             .await
             .map_err(|source| db_error(&db, "opening the database", source))?;
         sql::migrator(target.dialect)
@@ -183,7 +192,9 @@ impl History {
             }),
         };
         tokio::spawn(writer::run(history.clone(), rx));
-        tokio::spawn(writer::keep(history.clone(), retention));
+        if let Some(retention) = retention {
+            tokio::spawn(writer::keep(history.clone(), retention));
+        }
         Ok(history)
     }
 
@@ -269,18 +280,18 @@ impl History {
     /// The lock table of `fleet` as it stood at `at`: the checkpoint before it,
     /// then every event after that up to `at`.
     pub async fn table_at(&self, fleet: &str, at: Millis) -> Result<TableAt, HistoryError> {
+        if let Some(floor) = self.floor(fleet).await? {
+            if at < floor {
+                return Err(HistoryError::OutOfRange(format!(
+                    "{} is before the oldest history kept for {fleet} ({})",
+                    lockscope_model::time::rfc3339(at),
+                    lockscope_model::time::rfc3339(floor)
+                )));
+            }
+        }
         let (checkpoint, mut replay) = match self.checkpoint_before(fleet, at).await? {
             Some(t) => (Some(t.at), Replay::from_table(t)),
-            None => {
-                if let Some(oldest) = self.oldest_checkpoint(fleet).await? {
-                    return Err(HistoryError::OutOfRange(format!(
-                        "{} is before the oldest history kept for {fleet} ({})",
-                        lockscope_model::time::rfc3339(at),
-                        lockscope_model::time::rfc3339(oldest)
-                    )));
-                }
-                (None, Replay::default())
-            }
+            None => (None, Replay::default()),
         };
         let q = HistoryQuery {
             fleet: fleet.to_string(),
@@ -312,15 +323,18 @@ impl History {
             .map_err(|e| self.error("reading a checkpoint", sqlx::Error::Decode(e.into())))
     }
 
-    async fn oldest_checkpoint(&self, fleet: &str) -> Result<Option<Millis>, HistoryError> {
-        let q = self.sql("SELECT MIN(at) AS at FROM history_checkpoints WHERE fleet = $1");
+    /// The oldest instant whose table can be rebuilt, once the retention has
+    /// removed events (before that, history starts at its first event).
+    async fn floor(&self, fleet: &str) -> Result<Option<Millis>, HistoryError> {
+        let q = self.sql("SELECT at FROM history_floor WHERE fleet = $1");
         let row = sqlx::query(&q)
             .bind(fleet)
-            .fetch_one(&self.inner.pool)
+            .fetch_optional(&self.inner.pool)
             .await
-            .map_err(|e| self.error("reading checkpoints", e))?;
-        row.try_get::<Option<i64>, _>("at")
-            .map_err(|e| self.error("reading checkpoints", e))
+            .map_err(|e| self.error("reading the retention floor", e))?;
+        row.map(|r| r.try_get::<i64, _>("at"))
+            .transpose()
+            .map_err(|e| self.error("reading the retention floor", e))
     }
 
     /// Stores `fleet`'s table at `at` as a checkpoint (computed from history).
@@ -376,7 +390,17 @@ impl History {
             .collect();
         let mut removed = 0;
         for fleet in fleets {
+            // The table at the cut first; then nothing before it can be rebuilt.
             self.checkpoint(&fleet, cut - 1).await?;
+            let q = self.sql(
+                "INSERT INTO history_floor (fleet, at) VALUES ($1, $2) ON CONFLICT (fleet) DO UPDATE SET at = excluded.at",
+            );
+            sqlx::query(&q)
+                .bind(&fleet)
+                .bind(cut - 1)
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| self.error("moving the retention floor", e))?;
             let q = self.sql("DELETE FROM history_events WHERE fleet = $1 AND at < $2");
             removed += sqlx::query(&q)
                 .bind(&fleet)

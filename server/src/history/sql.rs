@@ -42,6 +42,10 @@ CREATE TABLE history_checkpoints (
     body  TEXT NOT NULL,
     PRIMARY KEY (fleet, at)
 );
+CREATE TABLE history_floor (
+    fleet TEXT PRIMARY KEY NOT NULL,
+    at    BIGINT NOT NULL
+);
 "#;
 
 const POSTGRES_V1: &str = r#"
@@ -69,6 +73,10 @@ CREATE TABLE history_checkpoints (
     at    BIGINT NOT NULL,
     body  TEXT NOT NULL,
     PRIMARY KEY (fleet, at)
+);
+CREATE TABLE history_floor (
+    fleet TEXT PRIMARY KEY NOT NULL,
+    at    BIGINT NOT NULL
 );
 "#;
 

@@ -153,14 +153,14 @@ async fn check(h: History) {
 async fn sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("history.db").display());
-    check(History::open(&url, Retention::default()).await.unwrap()).await;
+    check(History::open(&url, None).await.unwrap()).await;
     // Reopening migrates nothing and finds what was kept.
-    let again = History::open(&url, Retention::default()).await.unwrap();
+    let again = History::open(&url, None).await.unwrap();
     assert_eq!(again.query(&query(&[])).await.unwrap().len(), 4);
 }
 
 #[tokio::test]
 async fn postgres() {
     let pg = PgServer::start().await;
-    check(History::open(&pg.url(), Retention::default()).await.unwrap()).await;
+    check(History::open(&pg.url(), None).await.unwrap()).await;
 }

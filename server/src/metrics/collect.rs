@@ -230,3 +230,46 @@ impl Collector for FleetCollector {
         Ok(())
     }
 }
+
+/// The history writer's numbers (one series each; the history is shared by
+/// every fleet): events written, dropped because the queue was full or a batch
+/// failed, still queued, and failed batches.
+#[derive(Debug)]
+pub(super) struct HistoryCollector {
+    pub(super) stats: std::sync::Arc<crate::history::HistoryStats>,
+}
+
+impl Collector for HistoryCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        use std::sync::atomic::Ordering::Relaxed;
+        let s = &self.stats;
+        let counters = [
+            (
+                "history_events_written",
+                "Lock history events written",
+                s.written.load(Relaxed),
+            ),
+            (
+                "history_events_dropped",
+                "Lock history events lost: the queue was full (history fell behind) or their batch failed",
+                s.dropped.load(Relaxed),
+            ),
+            (
+                "history_batches_failed",
+                "Lock history batches the database did not take",
+                s.failed_batches.load(Relaxed),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(value).encode(m)?;
+        }
+        let m = enc.encode_descriptor(
+            "history_events_queued",
+            "Lock history events queued and not yet written",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(s.queued.load(Relaxed) as i64).encode(m)
+    }
+}

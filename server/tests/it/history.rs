@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use lockscope::history::{History, Retention};
+use lockscope::history::History;
 use lockscope::hub::HubHandle;
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind};
 use lockscope_model::StoreStatus;
@@ -75,7 +75,7 @@ async fn history_survives_compaction_and_restart() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("history.db").display());
-    let history = History::open(&url, Retention::default()).await.unwrap();
+    let history = History::open(&url, None).await.unwrap();
     let hub = start(&spec, &history);
     live(&hub).await;
 
@@ -103,7 +103,7 @@ async fn history_survives_compaction_and_restart() {
     direct.compact(c.fence()).await.unwrap();
 
     // The restart reads the same history and a fresh snapshot.
-    let history = History::open(&url, Retention::default()).await.unwrap();
+    let history = History::open(&url, None).await.unwrap();
     let hub = start(&spec, &history);
     live(&hub).await;
     let after = until(&history, "c taken, b's end found", |e| {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockscope::audit::AuditLog;
-use lockscope::history::{History, Retention};
+use lockscope::history::History;
 use lockscope::hub::HubHandle;
 use lockscope::metrics::Metrics;
 use lockscope::unlocker::{self, Deps, UnlockerConfig};
@@ -29,12 +29,9 @@ async fn check(spec: StoreSpec) {
         .await
         .unwrap();
     let store = spec.open().unwrap();
-    let history = History::open(
-        &format!("sqlite:{}", dir.path().join("history.db").display()),
-        Retention::default(),
-    )
-    .await
-    .unwrap();
+    let history = History::open(&format!("sqlite:{}", dir.path().join("history.db").display()), None)
+        .await
+        .unwrap();
     let recorder = Some((history.recorder("f"), "test".to_string()));
     let hub = HubHandle::spawn_recording("f", "under test", store.clone(), recorder);
     let (stop_tx, stop) = watch::channel(false);

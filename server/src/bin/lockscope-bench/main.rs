@@ -17,10 +17,13 @@
 //! - `viewers`: a websocket probe: N concurrent subscribers of a running server,
 //!   each on a different view, acknowledging every frame; reports store write →
 //!   frame received for every stamp it sees, and which viewers fell behind.
+//! - `history`: fills a lock history with N events, exports them (CSV, NDJSON)
+//!   and rebuilds the table at random instants (`history.rs`).
 //!
 //! The store is named like the server's `--store` (`etcd:URL`, `sqlite:PATH`,
 //! `postgres://…`), or `--etcd URL` as before.
 
+mod history;
 mod store;
 mod viewers;
 
@@ -65,6 +68,9 @@ enum Command {
     /// Subscribe N websocket viewers, each to a different view, and measure what
     /// reaches them.
     Viewers(viewers::Args),
+    /// Fill a history database with N events, export them as CSV and NDJSON, and
+    /// rebuild the table at random instants.
+    History(history::Args),
 }
 
 /// The fleet `fill` writes and `load` rewrites.
@@ -116,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
             target.load(plan, &log).await
         }
         Command::Viewers(args) => viewers::run(args).await,
+        Command::History(args) => history::run(args).await,
     }
 }
 
