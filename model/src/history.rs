@@ -176,13 +176,16 @@ impl HistoryEvent {
     }
 }
 
-/// What identifies an event across replicas and restarts: an acquisition ends
-/// once (so its end is keyed by lock and fence alone, whatever revision a
-/// replica saw it at); a wait by lock, session and the fence it waited on; a
-/// store status change by the replica that saw it and its time.
+/// What identifies an event across replicas and restarts: an acquisition
+/// starts once and ends once (so both are keyed by lock and fence alone,
+/// whatever revision a replica first saw it at: a restart's snapshot shows a
+/// lock at its latest revision); a heartbeat by its revision; a wait by lock,
+/// session and the fence it waited on; a store status change by the replica
+/// that saw it and its time.
 fn event_id(fleet: &str, kind: Kind, d: &Draft) -> String {
     let key = match kind {
         k if k.ends_hold() => format!("end\u{0}{:?}\u{0}{:?}", d.lock, d.fence),
+        Kind::Acquired => format!("acquired\u{0}{:?}\u{0}{:?}", d.lock, d.fence),
         Kind::Unreachable | Kind::Recovered => format!("{:?}\u{0}{}", d.actor, d.detail),
         _ => format!(
             "{}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}",
@@ -328,9 +331,11 @@ pub struct TableAt {
 }
 
 /// A lock table being rebuilt: a checkpoint, then events in the order they were
-/// seen. Tolerant of the order replicas recorded them in: an end names the
-/// acquisition it ends, and an acquisition already ended, or older than the
-/// one shown, changes nothing.
+/// seen. Tolerant of the order replicas recorded them in, within one replay: an
+/// end names the acquisition it ends, and an acquisition already ended, or
+/// older than the one shown, changes nothing; so replaying events again that
+/// the checkpoint already holds is harmless (the server starts a minute before
+/// its checkpoint, for ends recorded on the other side of it).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Replay {
     pub locks: BTreeMap<String, LockEntry>,

@@ -175,6 +175,13 @@ fn ids_depend_on_what_the_store_said_not_on_who_saw_it_when() {
     assert_eq!(x.id, y.id, "the same acquisition seen at two times");
     assert_eq!(x.id.len(), 32);
     assert_ne!(x.id, HistoryEvent::new("staging", 100, acquired()).id, "another fleet");
+    // A restart's snapshot shows the same acquisition at a later revision.
+    let later = lock_events(None, Some(&held("a", 1, 9, 200_000)), None, Holder::Alive, None).remove(0);
+    assert_eq!(
+        HistoryEvent::new("prod", 5, later).id,
+        x.id,
+        "one acquisition, one event"
+    );
     // An end is keyed by the acquisition: a replica that saw the delete and one
     // that found it gone in a snapshot (another revision) record one event.
     let end = |rev| {

@@ -37,6 +37,10 @@ use lockscope_store::sql::Dialect;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 
+/// How far before its checkpoint a table's replay starts (clock differences
+/// between replicas up to this much cannot hide an end).
+pub const REPLAY_OVERLAP_MS: Millis = 60_000;
+
 /// Events between two checkpoints of a fleet (at least).
 pub const CHECKPOINT_EVERY: u64 = 10_000;
 
@@ -122,7 +126,9 @@ impl std::fmt::Debug for History {
 impl History {
     /// Opens (creating and migrating) the history in `sqlite:PATH` or
     /// `postgres://…`, and starts its writer and, if given, its retention (a
-    /// server applies one; a tool that only reads, such as an export, does not).
+    /// server applies one; a tool that only reads, such as an export, does not,
+    /// though opening still creates and migrates the tables: it needs a role
+    /// that may).
     pub async fn open(url: &str, retention: Option<Retention>) -> Result<History, HistoryError> {
         let target = crate::audit::sql::target(url).map_err(HistoryError::Config)?;
         if let Some(dir) = target.file.as_deref().and_then(std::path::Path::parent) {
@@ -293,9 +299,12 @@ impl History {
             Some(t) => (Some(t.at), Replay::from_table(t)),
             None => (None, Replay::default()),
         };
+        // From a little before the checkpoint: replicas' clocks differ, so an
+        // acquisition and its end can sit on either side of it; replaying both
+        // again is harmless (see `Replay`), missing one end is a ghost lock.
         let q = HistoryQuery {
             fleet: fleet.to_string(),
-            from: checkpoint.map(|c| c + 1),
+            from: checkpoint.map(|c| c - REPLAY_OVERLAP_MS),
             to: Some(at),
             ..HistoryQuery::default()
         };
@@ -390,6 +399,8 @@ impl History {
             .collect();
         let mut removed = 0;
         for fleet in fleets {
+            // Never below a floor already set (the size cut may lie behind it).
+            let cut = cut.max(self.floor(&fleet).await?.map_or(i64::MIN, |f| f + 1));
             // The table at the cut first; then nothing before it can be rebuilt.
             self.checkpoint(&fleet, cut - 1).await?;
             let q = self.sql(

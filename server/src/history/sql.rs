@@ -103,7 +103,7 @@ pub const COLUMNS: &str =
 /// Rows per multi-row INSERT (14 parameters each, far below both databases' limits).
 pub const INSERT_ROWS: usize = 200;
 
-/// `INSERT … VALUES (…), (…) … ON CONFLICT (id) DO NOTHING` for `rows` rows.
+/// `INSERT … VALUES (…), (…) … ON CONFLICT (id) …` for `rows` rows.
 pub fn insert(dialect: Dialect, rows: usize) -> String {
     let mut q = format!("INSERT INTO history_events ({COLUMNS}) VALUES ");
     for r in 0..rows {
@@ -119,7 +119,13 @@ pub fn insert(dialect: Dialect, rows: usize) -> String {
         }
         q.push(')');
     }
-    q.push_str(" ON CONFLICT (id) DO NOTHING");
+    // An event already there stays as it is, except that an end recorded
+    // without its actor (a replica that was not told of the force-release)
+    // takes the actor, kind and reason of one that has them.
+    q.push_str(
+        " ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, actor = excluded.actor, detail = excluded.detail \
+         WHERE history_events.actor IS NULL AND excluded.actor IS NOT NULL",
+    );
     crate::audit::sql::sql(dialect, &q).into_owned()
 }
 
@@ -136,33 +142,43 @@ pub enum Bind {
 pub fn filter(q: &HistoryQuery) -> (String, Vec<Bind>) {
     let mut clauses = vec!["fleet = $1".to_string()];
     let mut binds = vec![Bind::Text(q.fleet.clone())];
-    let mut push = |clause: &str, b: Bind| {
-        binds.push(b);
-        clauses.push(clause.replace('?', &format!("${}", binds.len())));
+    // Each `?` in `clause` becomes the next `$n`, bound to the next of `values`.
+    let mut push_all = |clause: &str, values: Vec<Bind>| {
+        let mut out = String::new();
+        let mut values = values.into_iter();
+        for (i, part) in clause.split('?').enumerate() {
+            if i > 0 {
+                binds.push(values.next().expect("a value per placeholder"));
+                out.push_str(&format!("${}", binds.len()));
+            }
+            out.push_str(part);
+        }
+        clauses.push(out);
     };
     if let Some(from) = q.from {
-        push("at >= ?", Bind::Int(from));
+        push_all("at >= ?", vec![Bind::Int(from)]);
     }
     if let Some(to) = q.to {
-        push("at <= ?", Bind::Int(to));
+        push_all("at <= ?", vec![Bind::Int(to)]);
     }
     match q.lock_filter() {
-        // A range, not LIKE: names may hold `%` and `_`, and the range uses the index.
-        Some((prefix, true)) => {
-            push("lock >= ?", Bind::Text(prefix.to_string()));
-            push("lock < ?", Bind::Text(format!("{prefix}\u{10FFFF}")));
-        }
-        Some((name, false)) => push("lock = ?", Bind::Text(name.to_string())),
+        // Not LIKE (names may hold `%` and `_`) and not a range (PostgreSQL
+        // orders text by its collation, not by code point).
+        Some((prefix, true)) => push_all(
+            "substr(lock, 1, length(?)) = ?",
+            vec![Bind::Text(prefix.to_string()), Bind::Text(prefix.to_string())],
+        ),
+        Some((name, false)) => push_all("lock = ?", vec![Bind::Text(name.to_string())]),
         None => {}
     }
     if let Some(s) = &q.session {
-        push("session = ?", Bind::Text(s.clone()));
+        push_all("session = ?", vec![Bind::Text(s.clone())]);
     }
     if let Some(s) = &q.service {
-        push("service = ?", Bind::Text(s.clone()));
+        push_all("service = ?", vec![Bind::Text(s.clone())]);
     }
     if let Some(a) = &q.actor {
-        push("actor = ?", Bind::Text(a.clone()));
+        push_all("actor = ?", vec![Bind::Text(a.clone())]);
     }
     if !q.kinds.is_empty() {
         let mut ors = Vec::new();

@@ -19,12 +19,19 @@ use super::{History, HistoryStats, Retention, CHECKPOINT_EVERY};
 /// Batches (one per hub turn) the queue holds before events are dropped.
 pub(super) const QUEUE_BATCHES: usize = 4096;
 
+/// Times a failed batch is tried again (after 1 s, 2 s, 3 s).
+const WRITE_RETRIES: u64 = 3;
+
 /// Events written per transaction at most.
 const MAX_WRITE: usize = 5_000;
 
 /// A checkpoint is taken this long behind the newest events, so that events
 /// another replica records a little late are in it.
 const SETTLE_MS: Millis = 60_000;
+
+/// How far before a first snapshot the history's open acquisitions are compared
+/// with it (see `resync`).
+const RESYNC_MARGIN_MS: Millis = 1_000;
 
 /// How often the retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(600);
@@ -106,16 +113,19 @@ impl Recorder {
     }
 
     /// The hub's first snapshot (at store `revision`) holds exactly `held`.
-    /// Waits for room: it comes once per hub, and is what makes a restart's
-    /// history right.
-    pub async fn resync(&self, at: Millis, revision: i64, held: HashSet<(String, i64)>) {
+    /// Queued without waiting, behind what was recorded before it; if the queue
+    /// is full it is lost (counted as one dropped event) and acquisitions that
+    /// ended while no dashboard watched stay open in the history.
+    pub fn resync(&self, at: Millis, revision: i64, held: HashSet<(String, i64)>) {
         let item = Item::Resync {
             fleet: self.fleet.clone(),
             at,
             revision,
             held,
         };
-        let _ = self.queue.send(item).await;
+        if self.queue.try_send(item).is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -155,14 +165,26 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
         for e in &batch {
             since.entry(e.fleet.clone()).or_default().0 += 1;
         }
-        match history.write(batch).await {
-            Ok(_) => {
-                stats.written.fetch_add(n, Ordering::Relaxed);
-            }
-            Err(e) => {
-                warn!(error = %e, events = n, "history: a batch was not written");
-                stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-                stats.dropped.fetch_add(n, Ordering::Relaxed);
+        // A lost end leaves a lock open in the history: a failing batch is
+        // tried again (the queue holds what arrives meanwhile), then dropped.
+        let mut tries = 0;
+        loop {
+            match history.write(batch.clone()).await {
+                Ok(_) => {
+                    stats.written.fetch_add(n, Ordering::Relaxed);
+                    break;
+                }
+                Err(e) if tries < WRITE_RETRIES => {
+                    tries += 1;
+                    warn!(error = %e, events = n, "history: a batch was not written; trying again");
+                    tokio::time::sleep(Duration::from_secs(tries)).await;
+                }
+                Err(e) => {
+                    warn!(error = %e, events = n, "history: a batch was not written; dropped");
+                    stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                    stats.dropped.fetch_add(n, Ordering::Relaxed);
+                    break;
+                }
             }
         }
         stats
@@ -208,7 +230,9 @@ async fn resync(
     revision: i64,
     held: &HashSet<(String, i64)>,
 ) -> Vec<HistoryEvent> {
-    let table = match history.table_at(fleet, at).await {
+    // Acquisitions recorded in the last seconds may be younger than the
+    // snapshot (another replica saw them after it was read): never ended here.
+    let table = match history.table_at(fleet, at - RESYNC_MARGIN_MS).await {
         Ok(t) => t,
         Err(e) => {
             warn!(error = %e, %fleet, "history: could not compare the first snapshot with the history");

@@ -55,9 +55,8 @@ impl HubHistory {
         if let (FleetEvent::Reset(snap), false) = (event, self.synced) {
             self.synced = true;
             let held = snap.locks.iter().map(|l| (l.name.clone(), l.fence)).collect();
-            let (recorder, revision) = (self.recorder.clone(), snap.revision);
-            // Queued behind the snapshot's own events; the hub does not wait.
-            tokio::spawn(async move { recorder.resync(now, revision, held).await });
+            // Queued right behind the snapshot's own events, before anything later.
+            self.recorder.resync(now, snap.revision, held);
         }
     }
 
@@ -70,7 +69,10 @@ impl HubHistory {
         match event {
             FleetEvent::Upsert(after) => {
                 let before = state.get(&after.name);
-                let note = before.and_then(|b| self.end_note(&b.name, b.fence).filter(|_| b.fence != after.fence));
+                // A heartbeat (same fence) leaves an announced release waiting.
+                let note = before
+                    .filter(|b| b.fence != after.fence)
+                    .and_then(|b| self.end_note(&b.name, b.fence));
                 let holder = before.map(|b| state.holder(b)).unwrap_or_default();
                 lock_events(before, Some(after), None, holder, note.as_ref())
             }
@@ -100,8 +102,9 @@ impl HubHistory {
                     ));
                 }
                 let waiters: HashSet<_> = snap.waiters.iter().collect();
+                let fences: HashMap<&str, i64> = snap.locks.iter().map(|l| (l.name.as_str(), l.fence)).collect();
                 for w in snap.waiters.iter().filter(|w| !state.is_waiting(w)) {
-                    let fence = snap.locks.iter().find(|l| l.name == w.lock).map(|l| l.fence);
+                    let fence = fences.get(w.lock.as_str()).copied();
                     out.push(wait_event(w, true, fence));
                 }
                 for w in state.waiters().filter(|w| !waiters.contains(w)) {
