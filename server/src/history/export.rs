@@ -57,18 +57,23 @@ pub fn stream_export(
 ) -> impl Stream<Item = Result<String, HistoryError>> + Send + 'static {
     let header = header(q, format);
     let rows = history.events(q, q.limit).ready_chunks(256).map(move |chunk| {
-        let mut out = String::new();
-        for ev in chunk {
-            let ev = ev?;
-            match format {
-                Format::Csv => out.push_str(&csv_row(&ev)),
-                Format::Ndjson => {
-                    out.push_str(&serde_json::to_string(&ev).expect("events serialise"));
-                    out.push('\n');
+        let mut out = Vec::with_capacity(chunk.len() * 512);
+        match format {
+            Format::Csv => {
+                let mut w = csv::Writer::from_writer(out);
+                for ev in chunk {
+                    csv_row(&mut w, &ev?);
+                }
+                out = w.into_inner().expect("writing CSV to memory cannot fail");
+            }
+            Format::Ndjson => {
+                for ev in chunk {
+                    serde_json::to_writer(&mut out, &ev?).expect("events serialise");
+                    out.push(b'\n');
                 }
             }
         }
-        Ok(out)
+        Ok(String::from_utf8(out).expect("CSV and JSON of UTF-8 strings are UTF-8"))
     });
     futures::stream::once(async move { Ok(header) }).chain(rows)
 }
@@ -92,10 +97,9 @@ fn header(q: &HistoryQuery, format: Format) -> String {
     }
 }
 
-fn csv_row(e: &HistoryEvent) -> String {
+fn csv_row(w: &mut csv::Writer<Vec<u8>>, e: &HistoryEvent) {
     let opt = |v: &Option<String>| v.as_deref().map(guard).unwrap_or_default().into_owned();
     let num = |v: Option<i64>| v.map(|n| n.to_string()).unwrap_or_default();
-    let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record([
         e.id.clone(),
         rfc3339(e.at),
@@ -113,5 +117,4 @@ fn csv_row(e: &HistoryEvent) -> String {
         opt(&e.record),
     ])
     .expect("writing CSV to memory cannot fail");
-    String::from_utf8(w.into_inner().expect("in memory")).expect("UTF-8")
 }

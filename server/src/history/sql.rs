@@ -16,41 +16,10 @@ use sqlx::Row;
 /// PostgreSQL's schema for the history's tables.
 pub const PG_SCHEMA: &str = "lockscope_history";
 
-const SQLITE_V1: &str = r#"
+/// Version 1, both dialects but for `{seq}`, the insertion order.
+const V1: &str = r#"
 CREATE TABLE history_events (
-    seq      INTEGER PRIMARY KEY AUTOINCREMENT,
-    id       TEXT NOT NULL UNIQUE,
-    fleet    TEXT NOT NULL,
-    at       BIGINT NOT NULL,
-    kind     TEXT NOT NULL,
-    lock     TEXT,
-    session  TEXT,
-    owner    TEXT,
-    fence    BIGINT,
-    revision BIGINT,
-    service  TEXT,
-    host     TEXT,
-    actor    TEXT,
-    detail   TEXT NOT NULL,
-    record   TEXT
-);
-CREATE INDEX history_events_at ON history_events (fleet, at);
-CREATE INDEX history_events_lock ON history_events (fleet, lock, at);
-CREATE TABLE history_checkpoints (
-    fleet TEXT NOT NULL,
-    at    BIGINT NOT NULL,
-    body  TEXT NOT NULL,
-    PRIMARY KEY (fleet, at)
-);
-CREATE TABLE history_floor (
-    fleet TEXT PRIMARY KEY NOT NULL,
-    at    BIGINT NOT NULL
-);
-"#;
-
-const POSTGRES_V1: &str = r#"
-CREATE TABLE history_events (
-    seq      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    {seq},
     id       TEXT NOT NULL UNIQUE,
     fleet    TEXT NOT NULL,
     at       BIGINT NOT NULL,
@@ -81,16 +50,16 @@ CREATE TABLE history_floor (
 "#;
 
 pub fn migrator(dialect: Dialect) -> Migrator {
-    let v1 = match dialect {
-        Dialect::Sqlite => SQLITE_V1,
-        Dialect::Postgres => POSTGRES_V1,
+    let seq = match dialect {
+        Dialect::Sqlite => "seq      INTEGER PRIMARY KEY AUTOINCREMENT",
+        Dialect::Postgres => "seq      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
     };
     Migrator {
         migrations: Cow::Owned(vec![Migration::new(
             1,
             Cow::Borrowed("lock history"),
             MigrationType::Simple,
-            Cow::Borrowed(v1),
+            Cow::Owned(V1.replace("{seq}", seq)),
             false,
         )]),
         ..Migrator::DEFAULT

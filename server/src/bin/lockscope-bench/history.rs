@@ -24,6 +24,10 @@ pub struct Args {
     /// Distinct locks the events are spread over.
     #[arg(long, default_value_t = 1_000)]
     locks: usize,
+    /// Measure a database an earlier run filled (its `--events` and `--locks`
+    /// must be given again): exports and time travel only.
+    #[arg(long)]
+    no_fill: bool,
     /// Time-travel queries at random instants.
     #[arg(long, default_value_t = 50)]
     instants: usize,
@@ -35,9 +39,19 @@ const STEP_MS: i64 = 10;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let history = History::open(&args.db, None).await?;
-    let start = lockscope_store::now_ms() - args.events as i64 * STEP_MS;
+    let mut start = lockscope_store::now_ms() - args.events as i64 * STEP_MS;
     let t = Instant::now();
-    let (written, span) = fill(&history, &args, start).await?;
+    let (written, span) = if args.no_fill {
+        let first = HistoryQuery {
+            fleet: FLEET.into(),
+            limit: Some(1),
+            ..HistoryQuery::default()
+        };
+        start = history.query(&first).await?.first().map_or(start, |e| e.at);
+        (args.events, args.events as i64 * STEP_MS)
+    } else {
+        fill(&history, &args, start).await?
+    };
     let fill_s = t.elapsed().as_secs_f64();
     println!(
         "filled {written} events over {} locks in {fill_s:.1} s ({:.0} events/s, with checkpoints); peak RSS {} MiB",
