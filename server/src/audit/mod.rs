@@ -88,28 +88,15 @@ impl AuditLog {
     /// if missing) or `postgres://…`, creating its tables if absent.
     pub async fn open(url: &str) -> Result<AuditLog, AuditError> {
         let target = sql::target(url).map_err(AuditError::Config)?;
-        if let Some(dir) = target.file.as_deref().and_then(std::path::Path::parent) {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|source| AuditError::Io {
-                    what: format!("creating {}", dir.display()),
-                    source,
-                })?;
-            }
-        }
+        target
+            .create_dir()
+            .map_err(|(what, source)| AuditError::Io { what, source })?;
         sqlx::any::install_default_drivers();
         let opts = AnyPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(3));
-        // As the lock store opens the same file: WAL so readers do not wait for
-        // writers; writers queue on the database lock (sqlx's busy timeout, 5 s).
         let opts = match target.dialect {
-            Dialect::Sqlite => opts.after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
-                    sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
-                    Ok(())
-                })
-            }),
+            Dialect::Sqlite => sql::sqlite_wal(opts),
             Dialect::Postgres => opts,
         };
         let pool = opts

@@ -59,6 +59,31 @@ pub(crate) fn target(url: &str) -> Result<Target, String> {
     Err(format!("{shown}: expected sqlite:PATH or postgres://…"))
 }
 
+impl Target {
+    /// SQLite: creates the database file's directory if missing.
+    pub fn create_dir(&self) -> Result<(), (String, std::io::Error)> {
+        match self.file.as_deref().and_then(std::path::Path::parent) {
+            Some(dir) if !dir.as_os_str().is_empty() => {
+                std::fs::create_dir_all(dir).map_err(|e| (format!("creating {}", dir.display()), e))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// SQLite connections as the lock store opens the same kind of file: WAL so
+/// readers do not wait for writers; writers queue on the database lock (sqlx's
+/// busy timeout, 5 s).
+pub(crate) fn sqlite_wal(opts: sqlx::any::AnyPoolOptions) -> sqlx::any::AnyPoolOptions {
+    opts.after_connect(|conn, _| {
+        Box::pin(async move {
+            sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+            sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+            Ok(())
+        })
+    })
+}
+
 /// The statement in `dialect`: SQL here is written with `$1`-style parameters,
 /// which SQLite spells `?1` (no statement here has a `$` of its own).
 pub(crate) fn sql(dialect: Dialect, q: &str) -> Cow<'_, str> {

@@ -131,27 +131,16 @@ impl History {
     /// that may).
     pub async fn open(url: &str, retention: Option<Retention>) -> Result<History, HistoryError> {
         let target = crate::audit::sql::target(url).map_err(HistoryError::Config)?;
-        if let Some(dir) = target.file.as_deref().and_then(std::path::Path::parent) {
-            if !dir.as_os_str().is_empty() {
-                std::fs::create_dir_all(dir).map_err(|source| HistoryError::Io {
-                    what: format!("creating {}", dir.display()),
-                    source,
-                })?;
-            }
-        }
+        target
+            .create_dir()
+            .map_err(|(what, source)| HistoryError::Io { what, source })?;
         sqlx::any::install_default_drivers();
         let db = target.shown.clone();
         let opts = AnyPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(5));
         let opts = match target.dialect {
-            Dialect::Sqlite => opts.after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
-                    sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
-                    Ok(())
-                })
-            }),
+            Dialect::Sqlite => crate::audit::sql::sqlite_wal(opts),
             Dialect::Postgres => opts.after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::query(&format!("SET search_path TO {}", sql::PG_SCHEMA))
