@@ -18,7 +18,7 @@ use lockscope_model::admin::{Action, Viewer};
 use lockscope_model::Screen;
 
 use crate::live::LiveView;
-use crate::page::{href, lock_href, sessions_href};
+use crate::page::{encode, href, lock_href, sessions_href};
 use crate::rows::short;
 
 /// What blacklisting does, in one line (shown beside every blacklist form).
@@ -43,6 +43,7 @@ pub fn back_path(live: LiveView) -> String {
             let pairs: Vec<_> = pairs.into_iter().map(|(k, v)| (k, v.to_string())).collect();
             crate::history::history_href(&fleet, &pairs)
         }
+        Screen::Charts { charts } => format!("/charts?fleet={}&window={}", encode(&fleet), charts.window.as_str()),
         Screen::SignIn { .. } => "/".into(),
     })
 }

@@ -16,11 +16,13 @@
 //! - [`audit`]: the audit log page; [`signin`]: the sign-in form.
 //! - [`history`]: the incident-review page (a history query, its exports);
 //!   [`timeline`]: one lock's timeline (SVG); [`travel`]: the table at an instant.
+//! - [`charts`]: the contention charts page (kept current by asking the API again).
 //! - [`unlocker`]: the overview's unlocker cell (mode, active replica, what is due).
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
 pub mod actions;
 pub mod audit;
+pub mod charts;
 pub mod detail;
 pub mod history;
 pub mod live;

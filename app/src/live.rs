@@ -185,7 +185,7 @@ impl LiveView {
                 name: detail.name.clone(),
             }),
             Screen::Sessions { .. } => Some(Watch::Sessions),
-            Screen::Audit { .. } | Screen::History { .. } | Screen::SignIn { .. } => None,
+            Screen::Audit { .. } | Screen::History { .. } | Screen::Charts { .. } | Screen::SignIn { .. } => None,
         })
     }
 

@@ -79,12 +79,14 @@ pub fn App() -> impl IntoView {
         Kind::Lock => view! { <crate::detail::LockPage/> }.into_any(),
         Kind::Audit => view! { <crate::audit::AuditPage/> }.into_any(),
         Kind::History => view! { <crate::history::HistoryPage/> }.into_any(),
+        Kind::Charts => view! { <crate::charts::ChartsPage/> }.into_any(),
         Kind::SignIn => view! { <crate::signin::SignInPage/> }.into_any(),
     };
     let here = |k: Kind| kind == k;
     let locks_href = move || format!("/?fleet={}", encode(&live.fleet.get()));
     let sessions_href = move || sessions_href(&live.fleet.get());
     let history_href = move || format!("/history?fleet={}", encode(&live.fleet.get()));
+    let charts_href = move || format!("/charts?fleet={}", encode(&live.fleet.get()));
     view! {
         <NoAuthBanner/>
         <header class="top">
@@ -96,6 +98,8 @@ pub fn App() -> impl IntoView {
                 <a href=sessions_href data-testid="nav-sessions" class:here=here(Kind::Sessions) aria-current=here(Kind::Sessions).then_some("page")>"sessions"</a>
                 " "
                 <a href=history_href data-testid="nav-history" class:here=here(Kind::History) aria-current=here(Kind::History).then_some("page")>"history"</a>
+                " "
+                <a href=charts_href data-testid="nav-charts" class:here=here(Kind::Charts) aria-current=here(Kind::Charts).then_some("page")>"charts"</a>
                 {is_admin.then(|| view! {
                     " "
                     <a href="/audit" data-testid="nav-audit" class:here=here(Kind::Audit) aria-current=here(Kind::Audit).then_some("page")>"audit"</a>
@@ -136,6 +140,7 @@ enum Kind {
     Sessions,
     Audit,
     History,
+    Charts,
     SignIn,
 }
 
@@ -147,6 +152,7 @@ impl Kind {
             Screen::Sessions { .. } => Kind::Sessions,
             Screen::Audit { .. } => Kind::Audit,
             Screen::History { .. } => Kind::History,
+            Screen::Charts { .. } => Kind::Charts,
             Screen::SignIn { .. } => Kind::SignIn,
         }
     }
@@ -170,6 +176,7 @@ pub fn tab_title(fleet: &str, attention: u64, screen: &Screen) -> String {
             Some(lock) => format!("history of {lock} · "),
             None => "history · ".into(),
         },
+        Screen::Charts { charts } => format!("charts {} · ", charts.window.as_str()),
         Screen::SignIn { .. } => "sign in · ".into(),
     };
     let alert = match attention {

@@ -1,5 +1,5 @@
-//! A fleet's contention counters as Prometheus counters: the sum of every
-//! session's *increases*.
+//! A fleet's contention counters: the sum of every session's *increases*
+//! (Prometheus counters in `/metrics`, sampled for the charts in [`crate::charts`]).
 //!
 //! Each session publishes its own cumulative counters with its heartbeats
 //! ([`Contention`]: attempts, acquired, conflicts, lost, the wait histogram).
@@ -24,7 +24,9 @@
 
 use std::collections::HashMap;
 
-use lockscope_model::record::{Contention, WAIT_BUCKETS_MS};
+use serde::{Deserialize, Serialize};
+
+use crate::record::{Contention, WAIT_BUCKETS_MS};
 
 /// Buckets of the wait histogram: one per bound of [`WAIT_BUCKETS_MS`], plus
 /// the overflow bucket.
@@ -32,7 +34,7 @@ pub const WAIT_BUCKETS: usize = WAIT_BUCKETS_MS.len() + 1;
 
 /// Contention counters: one session's (cumulative, as published), or a fleet's
 /// totals (the sum of increases).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     pub attempts: u64,
     pub acquired: u64,
@@ -83,17 +85,31 @@ impl Totals {
         self.fields().zip(earlier.fields()).all(|(now, then)| now >= then)
     }
 
+    /// Field by field, `f(self's, other's)`.
+    fn zip_with(&self, other: &Totals, f: impl Fn(u64, u64) -> u64) -> Totals {
+        let mut wait_buckets = [0; WAIT_BUCKETS];
+        for (i, slot) in wait_buckets.iter_mut().enumerate() {
+            *slot = f(self.wait_buckets[i], other.wait_buckets[i]);
+        }
+        Totals {
+            attempts: f(self.attempts, other.attempts),
+            acquired: f(self.acquired, other.acquired),
+            conflicts: f(self.conflicts, other.conflicts),
+            lost: f(self.lost, other.lost),
+            wait_buckets,
+            wait_sum_ms: f(self.wait_sum_ms, other.wait_sum_ms),
+        }
+    }
+
+    /// What grew since `earlier`, field by field (a field that went down
+    /// counts as zero; fleet totals never do).
+    pub fn since(&self, earlier: &Totals) -> Totals {
+        self.zip_with(earlier, u64::saturating_sub)
+    }
+
     /// Adds `now - before`, field by field (`now` covers `before`).
     fn add_increase(&mut self, now: &Totals, before: &Totals) {
-        let add = |total: &mut u64, now: u64, before: u64| *total = total.saturating_add(now - before);
-        add(&mut self.attempts, now.attempts, before.attempts);
-        add(&mut self.acquired, now.acquired, before.acquired);
-        add(&mut self.conflicts, now.conflicts, before.conflicts);
-        add(&mut self.lost, now.lost, before.lost);
-        add(&mut self.wait_sum_ms, now.wait_sum_ms, before.wait_sum_ms);
-        for i in 0..WAIT_BUCKETS {
-            add(&mut self.wait_buckets[i], now.wait_buckets[i], before.wait_buckets[i]);
-        }
+        *self = self.zip_with(&now.since(before), u64::saturating_add);
     }
 }
 
@@ -164,6 +180,36 @@ mod tests {
             c.record_wait(*ms);
         }
         c
+    }
+
+    #[test]
+    fn counter_resets_table() {
+        // Each row: a session publishes (acquired, conflicts), or goes (None);
+        // then the fleet's totals (acquired, conflicts).
+        type Row<'a> = (&'a str, Option<(u64, u64)>, (u64, u64));
+        let rows: &[Row] = &[
+            ("a", Some((5, 1)), (0, 0)),  // first sight: a baseline
+            ("a", Some((7, 1)), (2, 0)),  // +2
+            ("b", Some((0, 0)), (2, 0)),  // b registers at zero
+            ("b", Some((3, 4)), (5, 4)),  // +3 +4
+            ("a", Some((1, 0)), (5, 4)),  // a reset (started over): a new baseline
+            ("a", Some((2, 3)), (6, 7)),  // +1 +3 from the new baseline
+            ("b", None, (6, 7)),          // b goes: keeps what it gave
+            ("b", Some((9, 9)), (6, 7)),  // b back under its id: a baseline
+            ("b", Some((9, 9)), (6, 7)),  // unchanged heartbeat
+            ("b", Some((10, 9)), (7, 7)), // +1
+            ("a", Some((2, 2)), (7, 7)),  // one field down: a reset, nothing added
+            ("a", Some((2, 2)), (7, 7)),
+            ("a", Some((4, 2)), (9, 7)),
+        ];
+        let mut t = ContentionTracker::default();
+        for (i, &(id, counts, want)) in rows.iter().enumerate() {
+            match counts {
+                Some((acquired, conflicts)) => t.observe(id, &counters(acquired, conflicts, &[])),
+                None => t.forget(id),
+            }
+            assert_eq!((t.totals().acquired, t.totals().conflicts), want, "row {i}");
+        }
     }
 
     #[test]

@@ -19,9 +19,13 @@
 //! - [`review`]: the incident-review page's data (a history query, the table at
 //!   an instant, what changed meanwhile).
 //! - [`unlock`]: the unlocker's release decision and status.
+//! - [`contention`]: the sessions' contention counters summed as increases
+//!   (counter resets handled); [`charts`]: rates and percentiles over windows.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 
 pub mod admin;
+pub mod charts;
+pub mod contention;
 pub mod detail;
 pub mod fleet;
 pub mod history;

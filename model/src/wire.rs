@@ -17,6 +17,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::admin::{AuditEntry, AuditQuery, Viewer};
+use crate::charts::Charts;
 use crate::detail::{LockDetail, SessionList};
 use crate::fleet::{Counts, StoreStatus};
 use crate::review::Review;
@@ -122,6 +123,10 @@ pub enum Screen {
     /// lock table at an instant when the URL names one (not live: the page says
     /// when it was read).
     History { review: Box<Review> },
+    /// `/charts`: the contention charts for one window ending when it was
+    /// rendered; the browser asks for them again every refresh and says when
+    /// it last succeeded.
+    Charts { charts: Box<Charts> },
     /// `/signin`: a token form (authentication is configured and the browser
     /// has no session).
     SignIn {

@@ -1,6 +1,7 @@
 //! The JSON API under `/api/v1` (documented in `docs/api.md`): fleets, one
 //! lock, sessions, the admin actions, the audit log with CSV and NDJSON
-//! export, and the lock history (`history`: events, exports, time travel). Scripts and `lockscope admin` authenticate with
+//! export, the lock history (`history`: events, exports, time travel) and the
+//! contention charts (`charts`). Scripts and `lockscope admin` authenticate with
 //! `Authorization: Bearer`; a browser's cookie works too, with the CSRF token in
 //! `X-CSRF-Token` on every state-changing request.
 
@@ -20,6 +21,7 @@ use crate::audit::{to_csv, to_ndjson};
 use crate::auth::{check_csrf, Identity, Via, Who, CSRF_HEADER};
 use crate::http::AppState;
 
+pub(crate) mod charts;
 mod history;
 
 /// Largest request body the API reads.
@@ -49,6 +51,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/fleets/{fleet}/history", get(history::events))
         .route("/api/v1/fleets/{fleet}/table", get(history::table))
+        .route("/api/v1/fleets/{fleet}/charts", get(charts::charts))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 

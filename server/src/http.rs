@@ -1,5 +1,6 @@
 //! Routes: the server-rendered pages (`/` the lock table, `/lock?name=` one
-//! lock, `/sessions`, `/audit`, `/history` ([`history_page`]), `/signin`), the live feed (`/ws`), the JSON API
+//! lock, `/sessions`, `/audit`, `/history` ([`history_page`]), `/charts`
+//! ([`charts_page`]), `/signin`), the live feed (`/ws`), the JSON API
 //! ([`crate::api`]), the browser's admin forms ([`crate::forms`]), `/healthz`,
 //! `/metrics` ([`crate::metrics`]),
 //! the favicon, and the built site's static files (`/pkg/...`).
@@ -35,6 +36,7 @@ use crate::hub::{Fleets, HubHandle, HubStopped};
 use crate::metrics::Metrics;
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
+mod charts_page;
 mod history_page;
 
 #[derive(Clone)]
@@ -154,6 +156,7 @@ pub fn app(state: AppState) -> Router {
         .route("/sessions", get(sessions_page))
         .route("/audit", get(audit_page))
         .route("/history", get(history_page::history_page))
+        .route("/charts", get(charts_page::charts_page))
         .merge(crate::api::routes())
         .merge(crate::forms::routes())
         .merge(crate::metrics::routes())

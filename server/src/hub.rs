@@ -155,6 +155,7 @@ impl HubHandle {
         let (built_tx, built) = mpsc::channel(1);
         let feed = HubFeed::new();
         let stats = feed.stats();
+        tokio::spawn(FleetStats::sample_counters(Arc::downgrade(&stats)));
         let hub = Hub {
             state: FleetState::default(),
             views,

@@ -16,8 +16,8 @@
 //! The server serves [`Metrics::for_fleets`] (made by `AppState::new`, shared as
 //! `AppState::metrics`); [`Metrics::new`] holds the unlocker's metrics alone.
 //!
-//! Layout: `contention.rs` turns the sessions' cumulative counters into counters
-//! that never go down; `fleet.rs` is the hub's side ([`HubFeed`], [`FleetStats`]);
+//! Layout: the model's `contention` turns the sessions' cumulative counters into
+//! counters that never go down; `fleet.rs` is the hub's side ([`HubFeed`], [`FleetStats`]);
 //! `collect.rs` encodes the per-fleet families at scrape time.
 //!
 //! With authentication configured, a scrape needs an identity like the read API
@@ -25,7 +25,6 @@
 //! server is on loopback only and `/metrics` is open.
 
 mod collect;
-pub mod contention;
 mod fleet;
 
 use axum::extract::State;
@@ -39,7 +38,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use fleet::{FleetStats, HubFeed, StatsNow, WebsocketOpen};
+pub use fleet::{CounterCharts, FleetStats, HubFeed, StatsNow, WebsocketOpen};
 
 use crate::api::Caller;
 use crate::http::AppState;

@@ -16,8 +16,9 @@
 //!
 //! Layout: here, [`History`] (open, query, time travel, retention); `writer`
 //! (the queue, batches, checkpoints); `sql` (tables, statements, rows);
-//! `export` (CSV and NDJSON, streamed).
+//! `export` (CSV and NDJSON, streamed); `charts` (what the charts count).
 
+mod charts;
 pub mod cli;
 mod export;
 mod sql;
@@ -213,6 +214,15 @@ impl History {
 
     fn sql<'q>(&self, q: &'q str) -> std::borrow::Cow<'q, str> {
         crate::audit::sql::sql(self.inner.dialect, q)
+    }
+
+    /// Waits until every event queued before this call is written (or
+    /// dropped), for at most `within`: whether it was. A count that follows
+    /// sees all this server had seen when it started.
+    pub async fn flush(&self, within: Duration) -> bool {
+        let (done, written) = tokio::sync::oneshot::channel();
+        let wait = async { self.inner.queue.send(writer::Item::Flush(done)).await.is_ok() && written.await.is_ok() };
+        tokio::time::timeout(within, wait).await.unwrap_or(false)
     }
 
     /// The events matching `q`, oldest first, at most its limit.

@@ -49,19 +49,31 @@ CREATE TABLE history_floor (
 );
 "#;
 
+/// Version 2: the charts' hold times find an end's acquisition by (lock, fence).
+const V2: &str = "CREATE INDEX history_events_hold ON history_events (fleet, lock, fence);";
+
 pub fn migrator(dialect: Dialect) -> Migrator {
     let seq = match dialect {
         Dialect::Sqlite => "seq      INTEGER PRIMARY KEY AUTOINCREMENT",
         Dialect::Postgres => "seq      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
     };
     Migrator {
-        migrations: Cow::Owned(vec![Migration::new(
-            1,
-            Cow::Borrowed("lock history"),
-            MigrationType::Simple,
-            Cow::Owned(V1.replace("{seq}", seq)),
-            false,
-        )]),
+        migrations: Cow::Owned(vec![
+            Migration::new(
+                1,
+                Cow::Borrowed("lock history"),
+                MigrationType::Simple,
+                Cow::Owned(V1.replace("{seq}", seq)),
+                false,
+            ),
+            Migration::new(
+                2,
+                Cow::Borrowed("holds by lock and fence"),
+                MigrationType::Simple,
+                Cow::Borrowed(V2),
+                false,
+            ),
+        ]),
         ..Migrator::DEFAULT
     }
 }

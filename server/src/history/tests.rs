@@ -11,7 +11,7 @@ use lockscope_store::testing::PgServer;
 
 use super::*;
 
-fn held(name: &str, fence: i64, session: &str) -> LockEntry {
+pub(super) fn held(name: &str, fence: i64, session: &str) -> LockEntry {
     LockEntry {
         name: name.into(),
         fence,
@@ -34,7 +34,7 @@ fn held(name: &str, fence: i64, session: &str) -> LockEntry {
     }
 }
 
-fn events(at: Millis, before: Option<&LockEntry>, after: Option<&LockEntry>) -> Vec<HistoryEvent> {
+pub(super) fn events(at: Millis, before: Option<&LockEntry>, after: Option<&LockEntry>) -> Vec<HistoryEvent> {
     lock_events(before, after, None, Holder::Alive, None)
         .into_iter()
         .map(|d| HistoryEvent::new("f", at, d))

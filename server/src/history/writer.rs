@@ -11,7 +11,7 @@ use lockscope_model::history::{Draft, HistoryEvent, Kind};
 use lockscope_model::time::Millis;
 use lockscope_model::LockBody;
 use lockscope_store::now_ms;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::{History, HistoryStats, Retention, CHECKPOINT_EVERY};
@@ -48,6 +48,8 @@ pub(super) enum Item {
         revision: i64,
         held: HashSet<(String, i64)>,
     },
+    /// Answered once everything queued before it is written (or dropped).
+    Flush(oneshot::Sender<()>),
 }
 
 /// A hub's end of the history queue (cheap to clone).
@@ -149,13 +151,18 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
                 stats.queued.fetch_add(ends.len() as u64, Ordering::Relaxed);
                 ends
             }
+            Item::Flush(done) => {
+                let _ = done.send(());
+                next = rx.recv().await;
+                continue;
+            }
         };
         while batch.len() < MAX_WRITE {
             match rx.try_recv() {
                 Ok(Item::Events(more)) => batch.extend(more),
-                // Written after what came before it.
-                Ok(resync) => {
-                    next = Some(resync);
+                // Handled after what came before it is written.
+                Ok(other) => {
+                    next = Some(other);
                     break;
                 }
                 Err(_) => break,

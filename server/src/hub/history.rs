@@ -50,7 +50,19 @@ impl HubHistory {
 
     /// Records what `event` means, given the table before it is applied.
     pub(super) fn before_apply(&mut self, state: &FleetState, event: &FleetEvent, now: i64) {
-        let drafts = self.drafts(state, event);
+        let mut drafts = self.drafts(state, event);
+        for d in drafts.iter_mut().filter(|d| d.service.is_none()) {
+            // A waiter names its session only: its service and host (for the
+            // charts' most contended services) come from the session's record.
+            let record = d
+                .session
+                .as_ref()
+                .and_then(|s| state.sessions().sessions.get(s)?.record());
+            if let Some(r) = record {
+                d.service = Some(r.service.clone());
+                d.host = Some(r.host.clone());
+            }
+        }
         self.recorder.record(now, drafts);
         if let (FleetEvent::Reset(snap), false) = (event, self.synced) {
             self.synced = true;

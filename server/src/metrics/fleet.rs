@@ -6,19 +6,32 @@
 //! the hub anything. Websocket connections count themselves in the same
 //! [`FleetStats`] ([`FleetStats::websocket_opened`]).
 //!
-//! Concurrency: one writer per number (the hub task, or a connection's guard),
-//! readers at scrape time. Plain atomics for the single numbers; the contention
-//! totals, which must be read together (a histogram's buckets and count), are
-//! copied under a `std::sync::Mutex` held for a copy, never across an `.await`.
+//! The contention totals are also sampled every [`SAMPLE_EVERY`] into a
+//! [`CounterSeries`] for the charts ([`FleetStats::sample_counters`]).
+//!
+//! Concurrency: one writer per number (the hub task, or a connection's guard,
+//! or the sampler), readers at scrape time. Plain atomics for the single
+//! numbers; the contention totals, which must be read together (a histogram's
+//! buckets and count), and the series are behind `std::sync::Mutex`es held for
+//! a copy or a push, never across an `.await`.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
+use lockscope_model::charts::{Charts, CounterSample, CounterSeries, Frame, Increase};
+use lockscope_model::contention::{ContentionTracker, Totals};
 use lockscope_model::time::Millis;
 use lockscope_model::{Changed, FleetState, StoreStatus};
+use lockscope_store::now_ms;
+use tokio::time::{Instant, MissedTickBehavior};
 
-use super::contention::{ContentionTracker, Totals};
 use crate::views::Views;
+
+/// How often the contention totals are sampled for the charts: twice per
+/// bucket of the shortest window (5 s), so every bucket has its two ends. A
+/// day of samples is ~35,000 of 144 bytes: 5 MB per fleet.
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(2_500);
 
 /// No lock with a time is held.
 const NO_LOCK: i64 = i64::MAX;
@@ -32,6 +45,20 @@ pub struct FleetStats {
     lag_drops: AtomicU64,
     reconnects: AtomicU64,
     contention: Mutex<Totals>,
+    /// Sessions whose counters the hub follows.
+    sessions: AtomicU64,
+    /// Samples of `contention`, on the monotonic clock counted from `born`.
+    series: Mutex<CounterSeries>,
+    born: Instant,
+}
+
+/// What the counters say for a chart's window.
+pub struct CounterCharts {
+    pub buckets: Vec<Option<Increase>>,
+    pub total: Option<Increase>,
+    /// The oldest sample's wall time: nothing is known before.
+    pub since: Option<Millis>,
+    pub sessions: usize,
 }
 
 /// [`FleetStats`] at one instant.
@@ -55,6 +82,9 @@ impl Default for FleetStats {
             lag_drops: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
             contention: Mutex::new(Totals::default()),
+            sessions: AtomicU64::new(0),
+            series: Mutex::new(CounterSeries::default()),
+            born: Instant::now(),
         }
     }
 }
@@ -68,6 +98,40 @@ impl FleetStats {
             lag_drops: self.lag_drops.load(Ordering::Relaxed),
             reconnects: self.reconnects.load(Ordering::Relaxed),
             contention: *self.contention.lock().unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    /// Samples the contention totals every [`SAMPLE_EVERY`] until the stats are
+    /// dropped (with their hub). Spawned once per hub.
+    pub async fn sample_counters(stats: Weak<FleetStats>) {
+        let mut tick = tokio::time::interval(SAMPLE_EVERY);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(stats) = stats.upgrade() else { return };
+            let sample = CounterSample {
+                mono_ms: stats.mono_ms(),
+                at: now_ms(),
+                totals: *stats.contention.lock().unwrap_or_else(|e| e.into_inner()),
+            };
+            stats.series.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
+        }
+    }
+
+    fn mono_ms(&self) -> i64 {
+        self.born.elapsed().as_millis() as i64
+    }
+
+    /// The counters' increases over `frame`, which ends now.
+    pub fn counter_charts(&self, frame: &Frame) -> CounterCharts {
+        let now_mono = self.mono_ms();
+        let series = self.series.lock().unwrap_or_else(|e| e.into_inner());
+        let start = now_mono - (frame.to - frame.from);
+        CounterCharts {
+            buckets: Charts::counter_buckets(&series, frame, now_mono),
+            total: series.increase(start, now_mono),
+            since: series.first().map(|s| s.at),
+            sessions: self.sessions.load(Ordering::Relaxed) as usize,
         }
     }
 
@@ -149,5 +213,8 @@ impl HubFeed {
         if self.contention.take_changed() {
             *self.stats.contention.lock().unwrap_or_else(|e| e.into_inner()) = *self.contention.totals();
         }
+        self.stats
+            .sessions
+            .store(self.contention.sessions() as u64, Ordering::Relaxed);
     }
 }

@@ -370,3 +370,45 @@ fn metrics_without_fleets_show_the_unlocker_once_it_counts() {
     let (text, s) = scrape(&m);
     assert_eq!(value(&s, "lockscope_unlocker_active", "x"), Some(0.0), "{text}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_charts_sample_the_counters_on_the_monotonic_clock() {
+    use lockscope_model::charts::ChartWindow;
+    let (tx, hub, _m) = hub();
+    let send = |evs: Vec<FleetEvent>| {
+        let tx = tx.clone();
+        async move { tx.send(ObserverEvent::Events(evs)).await.unwrap() }
+    };
+    // A baseline, then two heartbeats with more, 30 s apart (paused time:
+    // the sampler ticks every 2.5 s of it).
+    send(vec![FleetEvent::Reset(Snapshot {
+        sessions: Some(vec![session("s1", 1, 10, 4, &[1])]),
+        ..Snapshot::default()
+    })])
+    .await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    send(vec![FleetEvent::Session(session("s1", 2, 12, 5, &[1, 40, 40]))]).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    send(vec![FleetEvent::Session(session("s1", 3, 15, 9, &[1, 40, 40, 3_000]))]).await;
+    tokio::time::sleep(Duration::from_secs(31)).await;
+
+    let frame = ChartWindow::FiveMinutes.frame(now_ms());
+    let c = hub.stats().counter_charts(&frame);
+    assert_eq!(c.sessions, 1);
+    assert!(c.since.is_some());
+    let total = c.total.expect("samples over 71 s");
+    assert_eq!(total.ms, 70_000, "first to last sample, on the monotonic clock");
+    assert_eq!(
+        (total.counts.acquired, total.counts.conflicts, total.counts.attempts),
+        (5, 5, 10)
+    );
+    assert_eq!(total.counts.waits(), 3);
+    assert!((total.acquired_per_s() - 5.0 / 70.0).abs() < 1e-9);
+    // The buckets' increases follow one another: they add up to the total.
+    let known: Vec<_> = c.buckets.iter().flatten().collect();
+    assert!(!known.is_empty());
+    let sum = |f: fn(&lockscope_model::charts::Increase) -> u64| known.iter().map(|i| f(i)).sum::<u64>();
+    assert_eq!(sum(|i| i.counts.acquired), 5);
+    assert_eq!(sum(|i| i.counts.conflicts), 5);
+    assert_eq!(sum(|i| i.counts.waits()), 3);
+}

@@ -2,7 +2,8 @@
 //! the client library taking and waiting for locks: every metric is there for
 //! the fleet, the gauges show what the sessions did, and the counters only grow,
 //! also when a session goes away. The scrape is read back with a Prometheus
-//! text-format parser, as a scraper would.
+//! text-format parser, as a scraper would. The charts' API over the same
+//! fleet: the sessions' counters and the history's counts.
 
 use std::time::Duration;
 
@@ -13,10 +14,13 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use lockscope::audit::AuditLog;
 use lockscope::auth::{new_token, Auth};
+use lockscope::history::History;
 use lockscope::http::AppState;
 use lockscope::hub::{Fleets, HubHandle};
 use lockscope::settings::AuthFile;
 use lockscope_model::admin::Role;
+use lockscope_model::charts::Charts;
+use lockscope_model::time::rfc3339;
 use lockscope_store::client::{LockOptions, Session, SessionConfig};
 use lockscope_store::spec::{AnyLocks, StoreSpec};
 use prometheus_parse::{Scrape, Value};
@@ -91,7 +95,11 @@ impl Server {
                 )
             }
         };
-        let hub = HubHandle::spawn(FLEET, "sqlite under test", spec.open().unwrap());
+        let history = History::open(&format!("sqlite:{}", dir.path().join("history.db").display()), None)
+            .await
+            .unwrap();
+        let recorder = Some((history.recorder(FLEET), "replica-1".to_string()));
+        let hub = HubHandle::spawn_recording(FLEET, "sqlite under test", spec.open().unwrap(), recorder);
         let (stop, stop_rx) = watch::channel(false);
         let state = AppState::new(
             Fleets::new(vec![hub.clone()]),
@@ -99,7 +107,8 @@ impl Server {
             stop_rx.clone(),
             audit.clone(),
             Auth::new(auth_file, audit),
-        );
+        )
+        .with_history(history);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
@@ -181,6 +190,17 @@ impl Server {
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
         panic!("the hub never showed session {id} as known = {known}");
+    }
+
+    /// Waits until the hub shows `n` sessions waiting.
+    async fn hub_waiting(&self, n: u64) {
+        for _ in 0..400 {
+            if self.hub.summary().counts.waiters == n {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("the hub never showed {n} waiting: {:?}", self.hub.summary().counts);
     }
 
     async fn session(&self, service: &str) -> Session<AnyLocks> {
@@ -365,4 +385,84 @@ async fn without_authentication_metrics_are_open_on_loopback() {
     for name in PER_FLEET {
         m.get(name);
     }
+}
+
+/// The charts' API until `ok` holds (counters are sampled every 2.5 s).
+async fn charts_until(s: &Server, what: &str, ok: impl Fn(&Charts) -> bool) -> Charts {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = s.get(&format!("/api/v1/fleets/{FLEET}/charts?window=5m"), None).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        let charts: Charts = serde_json::from_str(&r.body).unwrap();
+        if ok(&charts) {
+            return charts;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never: {what}; last:\n{}",
+            r.body
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn charts_show_the_counters_and_what_the_history_saw() {
+    let s = Server::start(false).await;
+    let bad = s.get(&format!("/api/v1/fleets/{FLEET}/charts?window=7m"), None).await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("5m, 1h or 24h"), "{}", bad.body);
+    assert_eq!(s.get("/api/v1/fleets/nope/charts", None).await.status, 404);
+
+    // A holds c/1; B waits for it, then gets it when A lets go.
+    let a = s.session("worker-a").await;
+    let b = s.session("worker-b").await;
+    let opts = LockOptions::new("charts test", Duration::from_secs(600));
+    let held = a.lock("c/1", opts.clone()).await.unwrap();
+    let waiting = {
+        let (b, opts) = (b.clone(), opts.clone().deadline(Duration::from_secs(60)));
+        tokio::spawn(async move { b.lock("c/1", opts).await })
+    };
+    s.hub_waiting(1).await;
+    assert!(held.unlock().await.unwrap());
+    let got = waiting.await.unwrap().unwrap();
+    a.heartbeat_now().await;
+    b.heartbeat_now().await;
+
+    let waits = |c: &Charts| c.seen.as_ref().map_or(0, |s| s.waits.iter().sum::<u64>());
+    let c = charts_until(&s, "the counters and the history", |c| {
+        let total = c.counters_total.map(|t| t.counts).unwrap_or_default();
+        let seen = c.seen.as_ref().unwrap();
+        total.acquired >= 2
+            && total.conflicts >= 1
+            && total.waits() >= 2
+            && waits(c) == 1
+            && seen.acquisitions.iter().sum::<u64>() == 2
+            && seen.holds.iter().sum::<u64>() == 1
+    })
+    .await;
+    assert_eq!(c.frame.buckets, 60);
+    assert_eq!(c.counters.len(), 60);
+    assert_eq!(c.sessions, 2);
+    let seen = c.seen.as_ref().unwrap();
+    assert!(!seen.behind);
+    let top =
+        |v: &[lockscope_model::charts::Contended]| v.iter().map(|t| (t.name.clone(), t.waits)).collect::<Vec<_>>();
+    assert_eq!(top(&seen.top_locks), vec![("c/1".to_string(), 1)]);
+    assert_eq!(top(&seen.top_services), vec![("worker-b".to_string(), 1)]);
+    // B's wait took at least the time A held the lock after B asked: the
+    // median of the two waits (A's: none) is a number, not an error.
+    assert!(c.counters_total.unwrap().wait_quantile(0.5).is_some());
+
+    // The waits seen equal a history query of the same bounds.
+    let path = format!(
+        "/api/v1/fleets/{FLEET}/history?kind=wait_started&from={}&to={}",
+        rfc3339(c.frame.from),
+        rfc3339(c.frame.to)
+    );
+    let r = s.get(&path, None).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(listed.len() as u64, waits(&c));
+    drop(got);
 }
