@@ -51,6 +51,14 @@ impl ChartWindow {
         ChartWindow::ALL.into_iter().find(|w| w.as_str() == s)
     }
 
+    /// The `window=` of a query (default 5 min), or why it is not one.
+    pub fn from_query(value: Option<&str>) -> Result<ChartWindow, String> {
+        match value {
+            None => Ok(ChartWindow::FiveMinutes),
+            Some(w) => ChartWindow::parse(w).ok_or_else(|| format!("window={w:?}: use 5m, 1h or 24h")),
+        }
+    }
+
     /// A bucket's width: 5 s, 1 min, 15 min.
     pub fn bucket_ms(self) -> i64 {
         match self {

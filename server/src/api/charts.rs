@@ -28,12 +28,9 @@ pub(super) async fn charts(
     let Some(hub) = state.fleets.get(Some(&fleet)) else {
         return no_fleet(&state, &fleet);
     };
-    let window = match pairs.iter().find(|(k, _)| k == "window") {
-        None => ChartWindow::FiveMinutes,
-        Some((_, w)) => match ChartWindow::parse(w) {
-            Some(w) => w,
-            None => return error(StatusCode::BAD_REQUEST, &format!("window={w:?}: use 5m, 1h or 24h")),
-        },
+    let window = match ChartWindow::from_query(pairs.iter().find(|(k, _)| k == "window").map(|(_, v)| v.as_str())) {
+        Ok(w) => w,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
     };
     match build(&state, hub.stats(), &fleet, window).await {
         Ok(charts) => Json(charts).into_response(),

@@ -6,6 +6,8 @@
 
 use lockscope_model::charts::{Contended, Frame, Seen, HOLD_BUCKETS_MS, TOP_CONTENDED};
 use lockscope_model::history::Kind;
+use sqlx::any::{Any, AnyArguments};
+use sqlx::query::Query;
 use sqlx::Row;
 
 use super::{History, HistoryError};
@@ -29,6 +31,11 @@ fn hold_bucket_case() -> String {
     case
 }
 
+/// `q` with the fleet and the window's bounds bound as `$1`, `$2`, `$3`.
+fn in_window<'q>(q: &'q str, fleet: &'q str, frame: &Frame) -> Query<'q, Any, AnyArguments<'q>> {
+    sqlx::query(q).bind(fleet).bind(frame.from).bind(frame.to)
+}
+
 impl History {
     /// What the history counted in `fleet` over `frame` (both ends included,
     /// as a history query's `from` and `to`).
@@ -48,10 +55,7 @@ impl History {
              WHERE fleet = $1 AND at >= $2 AND at <= $3 AND kind IN ('acquired', 'wait_started') \
              GROUP BY bucket, kind",
         );
-        let rows = sqlx::query(&per_bucket)
-            .bind(fleet)
-            .bind(frame.from)
-            .bind(frame.to)
+        let rows = in_window(&per_bucket, fleet, frame)
             .bind(frame.bucket_ms)
             .fetch_all(pool)
             .await
@@ -83,13 +87,7 @@ impl History {
                 ends = kinds(Kind::ALL.into_iter().filter(|k| k.ends_hold())),
             ))
             .into_owned();
-        let rows = sqlx::query(&holds)
-            .bind(fleet)
-            .bind(frame.from)
-            .bind(frame.to)
-            .fetch_all(pool)
-            .await
-            .map_err(err)?;
+        let rows = in_window(&holds, fleet, frame).fetch_all(pool).await.map_err(err)?;
         for row in rows {
             let bucket: i64 = row.try_get("bucket").map_err(err)?;
             let n: i64 = row.try_get("n").map_err(err)?;
@@ -104,13 +102,7 @@ impl History {
                  GROUP BY {column} ORDER BY n DESC, {column} LIMIT {TOP_CONTENDED}"
                 ))
                 .into_owned();
-            let rows = sqlx::query(&q)
-                .bind(fleet)
-                .bind(frame.from)
-                .bind(frame.to)
-                .fetch_all(pool)
-                .await
-                .map_err(err)?;
+            let rows = in_window(&q, fleet, frame).fetch_all(pool).await.map_err(err)?;
             for row in rows {
                 top.push(Contended {
                     name: row.try_get("name").map_err(err)?,

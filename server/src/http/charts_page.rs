@@ -22,14 +22,9 @@ pub(super) async fn charts_page(
     let id = signed_in(&caller, &req)?;
     let get = |key: &str| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
     let hub = state.fleet(&FleetQuery { fleet: get("fleet") })?;
-    let window = match get("window") {
-        None => ChartWindow::FiveMinutes,
-        Some(w) => match ChartWindow::parse(&w) {
-            Some(w) => w,
-            None => {
-                return Ok((StatusCode::BAD_REQUEST, format!("window={w:?}: use 5m, 1h or 24h")).into_response());
-            }
-        },
+    let window = match ChartWindow::from_query(get("window").as_deref()) {
+        Ok(w) => w,
+        Err(why) => return Ok((StatusCode::BAD_REQUEST, why).into_response()),
     };
     let charts = match crate::api::charts::build(&state, hub.stats(), hub.fleet(), window).await {
         Ok(c) => c,
