@@ -24,8 +24,26 @@ pub fn detail_state(d: &LockDetail, now: Millis) -> Option<RowState> {
     d.entry.as_ref().map(|e| RowState::of(e, d.holder, now))
 }
 
-/// One line per time of the record: (label, "UTC (relative)", RFC 3339).
+/// What a foreign schema's lock does not keep, said plainly on its page.
+pub const FOREIGN_UNKNOWN: &str = "Not kept by this schema, so unknown: the holder's service, host and pid, \
+     the purpose, the backtrace, when it was acquired, the expected runtime, and the alert and auto-unlock times. \
+     Lockscope never releases such a lock by itself; the schema's own housekeeping does.";
+
+/// One line per time of the record: (label, "UTC (relative)", RFC 3339). A
+/// foreign schema's lock has one: when its row was written, if known.
 pub fn record_times(d: &LockDetail, now: Millis) -> Vec<(&'static str, String, String)> {
+    if let Some(LockBody::Foreign { written_at, .. }) = d.entry.as_ref().map(|e| &e.body) {
+        return written_at
+            .iter()
+            .map(|&at| {
+                (
+                    "row written (writer's clock)",
+                    absolute_and_relative(at, now),
+                    rfc3339(at),
+                )
+            })
+            .collect();
+    }
     let Some(rec) = d.entry.as_ref().and_then(|e| e.record()) else {
         return Vec::new();
     };
@@ -93,6 +111,35 @@ pub fn LockPage() -> impl IntoView {
                 </section>
             }
             .into_any(),
+            LockBody::Foreign { session, .. } => {
+                let times = record_times(&d, now)
+                    .into_iter()
+                    .map(|(label, text, iso)| view! { <dt>{label}</dt><dd><time datetime=iso>{text}</time></dd> })
+                    .collect_view();
+                let no_time = record_times(&d, now).is_empty();
+                view! {
+                    <section class="record foreign">
+                        <h3>"Foreign schema"</h3>
+                        <p data-testid="detail-foreign">
+                            "Written by a client of a foreign locking schema (ScyllaDB's "<code>"tokens"</code>
+                            " table), which keeps only the holder's session and when the row was written."
+                        </p>
+                        <dl>
+                            <dt>"holder's session"</dt>
+                            <dd data-testid="detail-holder">{match session {
+                                Some(s) => view! { <code>{s}</code> }.into_any(),
+                                None => view! { "unknown (the row names none)" }.into_any(),
+                            }}</dd>
+                            {times}
+                            {no_time.then(|| view! { <dt>"row written"</dt><dd>"unknown"</dd> })}
+                            <dt>"fencing token"</dt><dd data-testid="detail-fence">{entry.fence}</dd>
+                            <dt>"store revision"</dt><dd>{format!("{} (fleet at {})", entry.revision, d.store_revision)}</dd>
+                        </dl>
+                        <p class="unknown" data-testid="detail-unknown">{FOREIGN_UNKNOWN}</p>
+                    </section>
+                }
+                .into_any()
+            }
             LockBody::Held(rec) => {
                 let times = record_times(&d, now)
                     .into_iter()
@@ -131,11 +178,7 @@ pub fn LockPage() -> impl IntoView {
     let session = move || {
         let d = detail.get();
         let now = live.now.get();
-        let id = d
-            .entry
-            .as_ref()
-            .and_then(|e| e.record())
-            .map(|r| r.session.to_string())?;
+        let id = d.entry.as_ref().and_then(|e| e.holder_session()).map(str::to_string)?;
         let (word, icon) = holder_word(d.holder);
         let text = d
             .session
@@ -167,11 +210,7 @@ pub fn LockPage() -> impl IntoView {
     // only when these change, not with every heartbeat (an open form stays open).
     let holder_session = Memo::new(move |_| {
         detail.with(|d| {
-            let id = d
-                .entry
-                .as_ref()
-                .and_then(|e| e.record())
-                .map(|r| r.session.to_string())?;
+            let id = d.entry.as_ref().and_then(|e| e.holder_session()).map(str::to_string)?;
             // A store that keeps no sessions has none to blacklist.
             (d.holder != Holder::Unknown).then_some((id, d.blacklist.is_some()))
         })
@@ -246,5 +285,33 @@ mod tests {
         assert_eq!(times[3].2, "2023-11-14T22:15:20.000Z");
         assert_eq!(detail_state(&d, now), Some(RowState::Orphaned));
         assert_eq!(detail_state(&LockDetail::default(), now), None);
+    }
+
+    #[test]
+    fn a_foreign_lock_has_its_write_time_only() {
+        let now = 1_700_000_030_000;
+        let d = |written_at| LockDetail {
+            name: "t".into(),
+            entry: Some(LockEntry::foreign("t".into(), 2, 2, Some("s-1".into()), written_at)),
+            holder: Holder::Alive,
+            ..LockDetail::default()
+        };
+        let times = record_times(&d(Some(1_700_000_000_000)), now);
+        assert_eq!(times.len(), 1);
+        assert_eq!(times[0].0, "row written (writer's clock)");
+        assert_eq!(times[0].1, "2023-11-14 22:13:20 UTC (30s ago)");
+        assert!(record_times(&d(None), now).is_empty());
+        assert_eq!(detail_state(&d(None), now), Some(RowState::Foreign));
+        for field in [
+            "service",
+            "host",
+            "pid",
+            "purpose",
+            "backtrace",
+            "expected runtime",
+            "auto-unlock",
+        ] {
+            assert!(FOREIGN_UNKNOWN.contains(field), "{field}");
+        }
     }
 }

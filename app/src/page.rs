@@ -333,6 +333,7 @@ fn Overview() -> impl IntoView {
                 <td data-testid="fleet-blacklisted">{move || counts().blacklisted}</td>
                 <td data-testid="fleet-overdue">{move || counts().overdue}</td>
                 <td data-testid="fleet-malformed">{move || counts().malformed}</td>
+                <td data-testid="fleet-foreign">{move || counts().foreign}</td>
                 <td data-testid="fleet-waiters">{move || counts().waiters}</td>
                 <UnlockerCell unlocker=f.unlocker.clone() now=now/>
                 <td class="source">{f.source}</td>
@@ -353,6 +354,7 @@ fn Overview() -> impl IntoView {
                         <th>"blacklisted"</th>
                         <th>"overdue"</th>
                         <th>"malformed"</th>
+                        <th title="held by clients of a foreign schema that keeps no times">"foreign"</th>
                         <th>"waiters"</th>
                         <th>"unlocker"</th>
                         <th class="source">"source"</th>

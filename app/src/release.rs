@@ -27,11 +27,14 @@ use crate::sessions::{holder_word, session_text};
 /// The snapshot the open dialog shows, and when it was taken (server clock).
 type Snapshot = Option<(LockDetail, Millis)>;
 
-/// "service@host:pid (session ID)", or what is known of a malformed record.
+/// "service@host:pid (session ID)", or what is known of a malformed record or
+/// of a foreign schema's lock (its session at most).
 pub fn holder_text(e: &LockEntry) -> String {
     match &e.body {
         LockBody::Held(r) => format!("{} (session {})", r.holder(), r.session),
         LockBody::Malformed { .. } => "an unknown holder (its record is malformed)".into(),
+        LockBody::Foreign { session: Some(s), .. } => format!("session {s} (foreign schema)"),
+        LockBody::Foreign { session: None, .. } => "an unknown session (foreign schema)".into(),
     }
 }
 
@@ -218,15 +221,28 @@ fn Facts(seen: Memo<LockDetail>) -> impl IntoView {
                 .map(|r| (rfc3339(r.auto_unlock_at), absolute_and_relative(r.auto_unlock_at, now)))
         })
     };
+    let foreign = move || {
+        seen.with(|d| {
+            d.entry
+                .as_ref()
+                .is_some_and(|e| matches!(e.body, LockBody::Foreign { .. }))
+        })
+    };
     let facts = move || {
         let d = seen.get();
         let (word, icon) = holder_word(d.holder);
-        let (who, session, purpose) = match d.entry.as_ref().map(|e| &e.body) {
-            Some(LockBody::Held(r)) => (r.holder(), r.session.to_string(), r.purpose.clone()),
-            Some(LockBody::Malformed { error, .. }) => (
+        let (who, session, purpose) = match d.entry.as_ref().map(|e| (e, &e.body)) {
+            Some((_, LockBody::Held(r))) => (r.holder(), r.session.to_string(), r.purpose.clone()),
+            Some((_, LockBody::Malformed { error, .. })) => (
                 "unknown: the record is malformed".into(),
                 "unknown".into(),
                 format!("unreadable ({error})"),
+            ),
+            // Only the session is known: the holder is described by it.
+            Some((e, LockBody::Foreign { session, .. })) => (
+                holder_text(e),
+                session.clone().unwrap_or_else(|| "unknown".into()),
+                "unknown (not kept by this schema)".into(),
             ),
             None => ("nobody (not held)".into(), "—".into(), "—".into()),
         };
@@ -270,6 +286,10 @@ fn Facts(seen: Memo<LockDetail>) -> impl IntoView {
                     <dt>"auto-unlock at"</dt>
                     <dd><time datetime=iso>{text}</time>" — it runs out by itself then, unless extended"</dd>
                 })}
+                {move || foreign().then(|| view! {
+                    <dt>"auto-unlock at"</dt>
+                    <dd>"unknown: not kept by this schema (its own housekeeping releases such locks)"</dd>
+                })}
             </dl>
         </section>
     }
@@ -301,5 +321,22 @@ mod tests {
         assert!(moved.contains("releasing would do nothing"));
         let gone = stale_text(&detail(Some(5)), &detail(None)).unwrap();
         assert!(gone.contains("nobody holds it now"), "{gone}");
+    }
+
+    #[test]
+    fn a_foreign_holder_is_its_session() {
+        let e = LockEntry::foreign("t".into(), 4, 4, Some("s-7".into()), Some(0));
+        assert_eq!(holder_text(&e), "session s-7 (foreign schema)");
+        let anon = LockEntry::foreign("t".into(), 4, 4, None, None);
+        assert_eq!(holder_text(&anon), "an unknown session (foreign schema)");
+        let moved = LockDetail {
+            entry: Some(e),
+            ..detail(None)
+        };
+        let warning = stale_text(&detail(Some(5)), &moved).unwrap();
+        assert!(
+            warning.contains("now fence 4 held by session s-7 (foreign schema)"),
+            "{warning}"
+        );
     }
 }

@@ -13,6 +13,7 @@ pub fn state_icon(s: RowState) -> &'static str {
         RowState::Blacklisted => "⊘",
         RowState::Overdue => "⚠",
         RowState::Malformed => "✖",
+        RowState::Foreign => "◇",
         RowState::Healthy => "✓",
     }
 }
@@ -58,6 +59,22 @@ pub fn row_text(r: &WindowRow) -> RowText {
                 waiters_title,
             }
         }
+        // A foreign schema's row names its holder's session at most: the rest
+        // is shown as unknown, never guessed.
+        LockBody::Foreign { session, .. } => RowText {
+            holder: match session {
+                Some(_) => "foreign schema".into(),
+                None => "unknown holder".into(),
+            },
+            session: session.as_deref().map(short).unwrap_or_default(),
+            holder_title: match session {
+                Some(s) => format!("session {s}, a client of a foreign schema: its service, host and pid are not kept"),
+                None => "a client of a foreign schema that names no session: its holder is unknown".into(),
+            },
+            purpose: "unknown (not kept by this schema)".into(),
+            waiters,
+            waiters_title,
+        },
     }
 }
 
@@ -79,6 +96,9 @@ pub struct Countdowns {
 }
 
 pub fn countdowns(r: &WindowRow, now: Millis) -> Countdowns {
+    if let LockBody::Foreign { written_at, .. } = &r.entry.body {
+        return foreign_countdowns(*written_at);
+    }
     let Some(rec) = r.entry.record() else {
         return Countdowns::default();
     };
@@ -101,6 +121,24 @@ pub fn countdowns(r: &WindowRow, now: Millis) -> Countdowns {
             utc_hms(rec.alert_at),
             utc_hms(rec.auto_unlock_at)
         ),
+    }
+}
+
+/// A foreign schema's lock keeps no acquisition, alert or auto-unlock time:
+/// both cells say "unknown" in words; the row's write time (not when it was
+/// acquired) goes in the title.
+fn foreign_countdowns(written_at: Option<Millis>) -> Countdowns {
+    let written = match written_at {
+        Some(at) => format!("row last written {} UTC (writer's clock)", utc_hms(at)),
+        None => "row write time unknown".into(),
+    };
+    Countdowns {
+        held_for: "unknown".into(),
+        held_title: format!("when it was acquired is not kept by this schema; {written}"),
+        expires_in: "unknown".into(),
+        expires_title: "its alert and auto-unlock times are not kept by this schema; \
+                        the schema's own housekeeping releases it"
+            .into(),
     }
 }
 
@@ -169,5 +207,32 @@ mod tests {
         assert_eq!(t.holder, "unknown");
         assert!(t.purpose.starts_with("malformed record:") && t.purpose.contains("not json"));
         assert_eq!(countdowns(&r, 5), Countdowns::default());
+    }
+
+    #[test]
+    fn a_foreign_row_shows_its_session_and_unknown_times() {
+        let row = |session: Option<&str>, written_at| WindowRow {
+            entry: LockEntry::foreign("t".into(), 3, 3, session.map(Into::into), written_at),
+            holder: Default::default(),
+            deadlock: false,
+            waiters: vec![],
+        };
+        let r = row(Some("0123456789abcdef"), Some(61_000));
+        let t = row_text(&r);
+        assert_eq!(t.holder, "foreign schema");
+        assert_eq!(t.session, "01234567…");
+        assert!(
+            t.holder_title.contains("session 0123456789abcdef"),
+            "{}",
+            t.holder_title
+        );
+        assert!(t.purpose.starts_with("unknown"), "{}", t.purpose);
+        let c = countdowns(&r, 999_999);
+        assert_eq!((c.held_for.as_str(), c.expires_in.as_str()), ("unknown", "unknown"));
+        assert!(c.held_title.contains("00:01:01 UTC"), "{}", c.held_title);
+        let anon = row(None, None);
+        assert_eq!(row_text(&anon).holder, "unknown holder");
+        assert_eq!(row_text(&anon).session, "");
+        assert!(countdowns(&anon, 0).held_title.contains("write time unknown"));
     }
 }

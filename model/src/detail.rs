@@ -71,7 +71,7 @@ impl LockDetail {
     pub fn build(state: &FleetState, name: &str, since: impl Fn(&str) -> (Millis, bool)) -> LockDetail {
         let entry = state.get(name).cloned();
         let sessions = state.sessions();
-        let holder_id = entry.as_ref().and_then(|e| e.record()).map(|r| r.session.to_string());
+        let holder_id = entry.as_ref().and_then(|e| e.holder_session()).map(str::to_string);
         let deadlocks = state.deadlocks();
         LockDetail {
             name: name.to_string(),

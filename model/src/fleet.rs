@@ -43,6 +43,15 @@ pub enum LockBody {
         raw: Vec<u8>,
         error: String,
     },
+    /// Held, written by a client of a schema that keeps less than a lockscope record
+    /// (ScyllaDB's published `tokens` table): only the holder's session and the row's
+    /// write time are known; every other field is unknown, never invented.
+    Foreign {
+        /// The holder's session id (`None`: the row names none).
+        session: Option<String>,
+        /// When the row was written, on the writer's clock (unix ms; `None`: unknown).
+        written_at: Option<Millis>,
+    },
 }
 
 impl LockEntry {
@@ -61,9 +70,36 @@ impl LockEntry {
         }
     }
 
+    /// A lock of a foreign schema that keeps only its holder's session and the row's time.
+    pub fn foreign(
+        name: String,
+        fence: i64,
+        revision: i64,
+        session: Option<String>,
+        written_at: Option<i64>,
+    ) -> LockEntry {
+        LockEntry {
+            name,
+            fence,
+            revision,
+            body: LockBody::Foreign { session, written_at },
+        }
+    }
+
+    /// The full lockscope record (`None`: malformed, or a foreign schema's lock).
     pub fn record(&self) -> Option<&LockRecord> {
         match &self.body {
             LockBody::Held(r) => Some(r),
+            LockBody::Malformed { .. } | LockBody::Foreign { .. } => None,
+        }
+    }
+
+    /// The session holding the lock, when known: the record's, or the one a
+    /// foreign schema's row names (`None` for a malformed value).
+    pub fn holder_session(&self) -> Option<&str> {
+        match &self.body {
+            LockBody::Held(r) => Some(&r.session),
+            LockBody::Foreign { session, .. } => session.as_deref(),
             LockBody::Malformed { .. } => None,
         }
     }
@@ -359,7 +395,7 @@ impl FleetState {
     fn find_deadlocks(&mut self, changes: &mut Vec<Changed>) {
         let found = Deadlocks::find(
             self.waiters.iter().map(|w| (w.session.as_str(), w.lock.as_str())),
-            |lock| self.get(lock).and_then(|e| e.record()).map(|r| &*r.session),
+            |lock| self.get(lock).and_then(|e| e.holder_session()),
         );
         if found == self.deadlocks {
             return;
@@ -378,10 +414,11 @@ impl FleetState {
         );
     }
 
-    /// What is known of the session holding `entry` (a malformed entry names none).
+    /// What is known of the session holding `entry` (a malformed entry, or a
+    /// foreign row without a session, names none).
     pub fn holder(&self, entry: &LockEntry) -> Holder {
-        match entry.record() {
-            Some(r) => self.sessions.holder(&r.session),
+        match entry.holder_session() {
+            Some(s) => self.sessions.holder(s),
             None => Holder::Unknown,
         }
     }

@@ -266,12 +266,20 @@ pub fn lock_events(
     let Some(a) = after else { return out };
     let kind = match (&a.body, before.filter(|_| same_acquisition)) {
         // Still unreadable: nothing new to say.
-        (LockBody::Malformed { .. }, Some(b)) if b.record().is_none() => return out,
+        (LockBody::Malformed { .. }, Some(b)) if matches!(b.body, LockBody::Malformed { .. }) => return out,
         (LockBody::Malformed { .. }, _) => Kind::Malformed,
-        (LockBody::Held(_), None) => Kind::Acquired,
+        (LockBody::Held(_) | LockBody::Foreign { .. }, None) => Kind::Acquired,
         (LockBody::Held(r), Some(b)) => match b.record() {
             Some(old) if a.revision <= b.revision || period(old) == period(r) => return out,
             // A new heartbeat period, or a record again after a malformed value.
+            _ => Kind::Extended,
+        },
+        // A foreign row keeps no heartbeat or deadlines: a rewrite of the same
+        // row (a newer write time) extends nothing anyone can see. Only a change
+        // of what is known (another session, or a foreign row again after
+        // another body) is recorded, so a replay shows the body as it stands.
+        (LockBody::Foreign { session, .. }, Some(b)) => match &b.body {
+            LockBody::Foreign { session: old, .. } if a.revision <= b.revision || old == session => return out,
             _ => Kind::Extended,
         },
     };
@@ -279,7 +287,7 @@ pub fn lock_events(
         kind: Some(kind),
         detail: match &a.body {
             LockBody::Malformed { error, .. } => error.clone(),
-            LockBody::Held(_) => String::new(),
+            LockBody::Held(_) | LockBody::Foreign { .. } => String::new(),
         },
         ..about(a)
     });
@@ -290,14 +298,15 @@ fn period(r: &LockRecord) -> i64 {
     r.heartbeat_at.div_euclid(EXTEND_SAMPLE_MS)
 }
 
-/// An entry's identity and holder fields, and its value as JSON.
+/// An entry's identity and holder fields, and its value as JSON. A foreign
+/// schema's lock names its session only: owner, service and host stay empty.
 fn about(e: &LockEntry) -> Draft {
     let r = e.record();
     Draft {
         lock: Some(e.name.clone()),
         fence: Some(e.fence),
         revision: Some(e.revision),
-        session: r.map(|r| r.session.to_string()),
+        session: e.holder_session().map(str::to_string),
         owner: r.map(|r| r.owner.clone()),
         service: r.map(|r| r.service.to_string()),
         host: r.map(|r| r.host.to_string()),

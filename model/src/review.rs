@@ -147,7 +147,8 @@ pub struct Travel {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holding {
     pub fence: i64,
-    /// `service@host:pid`, or that the record could not be read.
+    /// `service@host:pid`, or that the record could not be read, or that a
+    /// foreign schema does not say.
     pub holder: String,
     pub session: String,
 }
@@ -164,6 +165,11 @@ impl Holding {
                 fence: e.fence,
                 holder: "unreadable record".into(),
                 session: String::new(),
+            },
+            LockBody::Foreign { session, .. } => Holding {
+                fence: e.fence,
+                holder: "unknown (foreign schema)".into(),
+                session: session.clone().unwrap_or_default(),
             },
         }
     }

@@ -31,6 +31,11 @@ pub enum Verdict {
     Release { release_at: Millis },
     /// Unreadable: never released automatically (nobody knows its times).
     Malformed,
+    /// Written by a client of a foreign schema (ScyllaDB's `tokens` table):
+    /// never released automatically, whatever its holder's session looks like.
+    /// Its auto-unlock time is unknown; the published schema's own housekeeping
+    /// releases such locks.
+    Foreign,
 }
 
 /// The verdict on `entry` at `now` (the unlocker's clock) with `grace_ms`.
@@ -38,6 +43,7 @@ pub fn verdict(entry: &LockEntry, now: Millis, grace_ms: i64) -> Verdict {
     let r = match &entry.body {
         LockBody::Held(r) => r,
         LockBody::Malformed { .. } => return Verdict::Malformed,
+        LockBody::Foreign { .. } => return Verdict::Foreign,
     };
     let release_at = r.auto_unlock_at.saturating_add(grace_ms);
     if now >= release_at {
@@ -165,6 +171,24 @@ mod tests {
             verdict(&far, i64::MAX - 5, 500),
             Verdict::Expired { release_at: i64::MAX }
         );
+    }
+
+    #[test]
+    fn a_foreign_lock_is_never_released_automatically() {
+        // Whatever the clock, the grace, or what its row says: no times, no release.
+        let cases: [(Option<&str>, Option<Millis>, Millis, i64); 5] = [
+            (Some("s"), Some(0), 0, 0),
+            (Some("s"), Some(0), i64::MAX, 0),
+            (Some("s"), Some(i64::MIN), i64::MAX, 0),
+            (None, None, i64::MAX, 0),
+            (Some("s"), None, 1_000_000, DEFAULT_GRACE_MS),
+        ];
+        for (session, written_at, now, grace) in cases {
+            let e = LockEntry::foreign("t".into(), 1, 1, session.map(Into::into), written_at);
+            let v = verdict(&e, now, grace);
+            assert_eq!(v, Verdict::Foreign, "{session:?} {written_at:?} at {now}");
+            assert!(!matches!(v, Verdict::Release { .. } | Verdict::Expired { .. }));
+        }
     }
 
     #[test]

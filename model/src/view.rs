@@ -43,16 +43,21 @@ pub enum RowState {
     Overdue,
     /// The stored value is not a record this build can read.
     Malformed,
+    /// Held by a client of a foreign schema (ScyllaDB's `tokens` table) that
+    /// keeps no times: whether it is overdue or expired is unknown. Its holder's
+    /// session still counts: gone or blacklisted wins over this.
+    Foreign,
     Healthy,
 }
 
 impl RowState {
-    pub const ALL: [RowState; 6] = [
+    pub const ALL: [RowState; 7] = [
         RowState::Expired,
         RowState::Orphaned,
         RowState::Blacklisted,
         RowState::Overdue,
         RowState::Malformed,
+        RowState::Foreign,
         RowState::Healthy,
     ];
 
@@ -63,6 +68,17 @@ impl RowState {
         match &entry.body {
             LockBody::Malformed { .. } => RowState::Malformed,
             LockBody::Held(r) => RowState::of_record(r, holder, now),
+            LockBody::Foreign { session, .. } => RowState::of_foreign(session.is_some(), holder),
+        }
+    }
+
+    /// A foreign schema's lock: no times to compare, so only its holder's
+    /// session (when the row names one) can say more than "held".
+    fn of_foreign(names_session: bool, holder: Holder) -> RowState {
+        match holder {
+            Holder::Gone if names_session => RowState::Orphaned,
+            Holder::Blacklisted if names_session => RowState::Blacklisted,
+            _ => RowState::Foreign,
         }
     }
 
@@ -100,6 +116,7 @@ impl RowState {
             RowState::Blacklisted => "blacklisted",
             RowState::Overdue => "overdue",
             RowState::Malformed => "malformed",
+            RowState::Foreign => "foreign",
             RowState::Healthy => "healthy",
         }
     }
@@ -116,6 +133,7 @@ impl RowState {
             RowState::Blacklisted => "its holder's session is blacklisted: it will not be extended",
             RowState::Overdue => "past alert_at: held longer than its holder expected",
             RowState::Malformed => "the stored value is not a lock record this build can read",
+            RowState::Foreign => "held by a client of a foreign schema (times unknown)",
             RowState::Healthy => "within its expected runtime",
         }
     }
@@ -182,7 +200,8 @@ pub type SortPos = (i64, i64);
 /// by the hub per lock so that it can find the lock's old place in an order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SortFields {
-    /// `None` for a malformed entry, which has no times.
+    /// `None` for a malformed or foreign entry, which has no times (a foreign
+    /// row's write time is not when the lock was acquired).
     pub acquired_at: Option<Millis>,
     pub auto_unlock_at: Option<Millis>,
     pub fence: i64,
@@ -199,8 +218,8 @@ impl SortFields {
     }
 }
 
-/// `(a, b)` of a lock under `key`; the name breaks ties. Malformed entries, which
-/// have no times, sort after every record on time keys.
+/// `(a, b)` of a lock under `key`; the name breaks ties. Malformed and foreign
+/// entries, which have no times, sort after every record on time keys.
 pub fn sort_key(key: SortKey, f: &SortFields, state: RowState, waiters: u32) -> SortPos {
     match key {
         SortKey::Severity => (state as i64, f.acquired_at.unwrap_or(i64::MAX)),

@@ -311,10 +311,15 @@ fn store_failed(e: StoreError) -> Refusal {
     }
 }
 
-/// "fence 7 held by svc@host:1 (session s)" / "fence 7 holding a malformed record".
+/// "fence 7 held by svc@host:1 (session s)" / "fence 7 holding a malformed record" /
+/// "fence 7 held by session s (foreign schema)".
 fn describe(e: &LockEntry) -> String {
     match &e.body {
         LockBody::Held(r) => format!("fence {} held by {} (session {})", e.fence, r.holder(), r.session),
         LockBody::Malformed { .. } => format!("fence {} holding a malformed record", e.fence),
+        LockBody::Foreign { session: Some(s), .. } => format!("fence {} held by session {s} (foreign schema)", e.fence),
+        LockBody::Foreign { session: None, .. } => {
+            format!("fence {} held by an unknown session (foreign schema)", e.fence)
+        }
     }
 }

@@ -331,7 +331,13 @@ async fn lock(args: LockArgs) -> anyhow::Result<()> {
                     "{}@{}:{} (session {}), fence {}",
                     r.service, r.host, r.pid, r.session, h.fence
                 ),
-                None => format!("a malformed record, fence {}", h.fence),
+                None => match h.holder_session() {
+                    Some(s) => format!("session {s} (foreign schema), fence {}", h.fence),
+                    None if matches!(h.body, lockscope_model::LockBody::Foreign { .. }) => {
+                        format!("an unknown session (foreign schema), fence {}", h.fence)
+                    }
+                    None => format!("a malformed record, fence {}", h.fence),
+                },
             });
             bail!("{} is held by {}", args.name, who.as_deref().unwrap_or("someone"))
         }

@@ -152,7 +152,7 @@ impl Unlocker {
                     scan.due.push(row.entry);
                 }
                 Verdict::Expired { release_at } => scan.pending.push(pending(&row.entry, release_at)),
-                Verdict::Keep | Verdict::Overdue | Verdict::Malformed => {}
+                Verdict::Keep | Verdict::Overdue | Verdict::Malformed | Verdict::Foreign => {}
             }
         }
         Some(scan)

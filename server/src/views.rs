@@ -246,7 +246,11 @@ impl Views {
             // Shared with the table: the reducer interns every record's service.
             service: entry.record().map(|r| r.service.clone()),
             host: entry.record().map(|r| r.host.clone()),
-            session: entry.record().map(|r| r.session.clone()),
+            // A foreign schema's lock names its session too: its liveness counts.
+            session: match entry.record() {
+                Some(r) => Some(r.session.clone()),
+                None => entry.holder_session().map(Arc::from),
+            },
             version: self.next_version,
             deadline: RowState::next_change(entry, now),
         };
@@ -329,7 +333,7 @@ impl Views {
         c
     }
 
-    /// The oldest `acquired_at` among held locks (malformed ones have none), for
+    /// The oldest `acquired_at` among held locks (malformed and foreign ones have none), for
     /// `/metrics`. Read from the default view's index, which always exists and
     /// orders by (state, `acquired_at`): each state's oldest lock is the first
     /// of its run, so this is one lookup per state, O(log n), never a scan.
@@ -339,7 +343,7 @@ impl Views {
         let from: Arc<str> = Arc::from("");
         RowState::ALL
             .into_iter()
-            .filter(|s| *s != RowState::Malformed)
+            .filter(|s| !matches!(s, RowState::Malformed | RowState::Foreign))
             .filter_map(|s| {
                 let state = s as i64;
                 let first = index.set.get_index(index.set.rank(&(state, i64::MIN, from.clone())))?;

@@ -20,6 +20,10 @@ pub struct Counts {
     /// Held by a blacklisted session.
     #[serde(default)]
     pub blacklisted: u64,
+    /// Held by a client of a foreign schema that keeps no times: neither
+    /// healthy nor needing attention as far as anyone can tell.
+    #[serde(default)]
+    pub foreign: u64,
     /// Sessions waiting for a lock.
     pub waiters: u64,
 }
@@ -35,6 +39,7 @@ impl Counts {
             RowState::Blacklisted => Some(&mut self.blacklisted),
             RowState::Overdue => Some(&mut self.overdue),
             RowState::Malformed => Some(&mut self.malformed),
+            RowState::Foreign => Some(&mut self.foreign),
         }
     }
 
@@ -50,11 +55,13 @@ impl Counts {
         // `Counts` is `Copy`: read through the one state-to-field mapping.
         match { *self }.slot(state).copied() {
             Some(n) => n,
-            None => self.held.saturating_sub(self.attention()),
+            None => self.held.saturating_sub(self.attention()).saturating_sub(self.foreign),
         }
     }
 
-    /// Locks needing someone's attention: every state but healthy.
+    /// Locks needing someone's attention: every state but healthy and foreign
+    /// (a foreign schema's lock has no times to be late by; one whose session
+    /// is gone or blacklisted is counted as orphaned or blacklisted).
     pub fn attention(&self) -> u64 {
         self.expired + self.orphaned + self.blacklisted + self.overdue + self.malformed
     }

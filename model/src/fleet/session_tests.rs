@@ -260,3 +260,113 @@ fn the_first_reset_of_a_store_with_sessions_reports_each_lock_once() {
     assert_eq!(changes.iter().filter(|c| matches!(c, Changed::Lock(_))).count(), 2);
     assert_eq!(s.holder(s.get("a").unwrap()), Holder::Unknown);
 }
+
+/// A foreign schema's lock has no times: only its session's liveness (when the
+/// row names one) moves it off [`RowState::Foreign`], whatever the clock says.
+#[test]
+fn a_foreign_lock_follows_its_session_only() {
+    struct Case {
+        name: &'static str,
+        session: Option<&'static str>,
+        sessions: Vec<SessionEntry>,
+        blacklist: Vec<BlacklistEntry>,
+        want: RowState,
+    }
+    let cases = [
+        Case {
+            name: "session alive",
+            session: Some("s-1"),
+            sessions: vec![session("s-1")],
+            blacklist: vec![],
+            want: RowState::Foreign,
+        },
+        Case {
+            name: "session gone",
+            session: Some("s-1"),
+            sessions: vec![session("other")],
+            blacklist: vec![],
+            want: RowState::Orphaned,
+        },
+        Case {
+            name: "session blacklisted",
+            session: Some("s-1"),
+            sessions: vec![session("s-1")],
+            blacklist: vec![blacklisted("s-1")],
+            want: RowState::Blacklisted,
+        },
+        Case {
+            name: "blacklisted and gone",
+            session: Some("s-1"),
+            sessions: vec![],
+            blacklist: vec![blacklisted("s-1")],
+            want: RowState::Blacklisted,
+        },
+        Case {
+            name: "the row names no session",
+            session: None,
+            sessions: vec![],
+            blacklist: vec![],
+            want: RowState::Foreign,
+        },
+    ];
+    for c in cases {
+        let lock = LockEntry::foreign("t".into(), 2, 2, c.session.map(Into::into), Some(0));
+        let s = tracked(vec![lock], c.sessions, c.blacklist);
+        let e = s.get("t").unwrap();
+        // Times never matter: not at the epoch, not at the end of time.
+        for now in [0, i64::MAX] {
+            assert_eq!(s.state_of(e, now), c.want, "{} at {now}", c.name);
+        }
+        assert_eq!(s.counts(0).of(c.want), 1, "{}: counted", c.name);
+        assert_eq!(RowState::next_change(e, 0), None, "{}: no deadline", c.name);
+    }
+    // The pure function, each holder state, without a table.
+    let named = LockEntry::foreign("t".into(), 2, 2, Some("s-1".into()), None);
+    let anon = LockEntry::foreign("t".into(), 2, 2, None, None);
+    for (holder, want_named) in [
+        (Holder::Alive, RowState::Foreign),
+        (Holder::Unknown, RowState::Foreign),
+        (Holder::Gone, RowState::Orphaned),
+        (Holder::Blacklisted, RowState::Blacklisted),
+    ] {
+        assert_eq!(RowState::of(&named, holder, i64::MAX), want_named, "{holder:?}");
+        assert_eq!(
+            RowState::of(&anon, holder, i64::MAX),
+            RowState::Foreign,
+            "{holder:?}, no session"
+        );
+    }
+    // A store without sessions: the holder is unknown, the lock is foreign.
+    let mut s = FleetState::default();
+    s.apply(FleetEvent::Upsert(named.clone()));
+    assert_eq!(s.holder(&named), Holder::Unknown);
+    assert_eq!(s.state_of(&named, 0), RowState::Foreign);
+}
+
+#[test]
+fn a_foreign_lock_is_linked_to_its_session() {
+    let mut s = tracked(
+        vec![LockEntry::foreign("t".into(), 2, 2, Some("s-1".into()), Some(5))],
+        vec![session("s-1")],
+        vec![],
+    );
+    assert_eq!(s.get("t").unwrap().holder_session(), Some("s-1"));
+    assert_eq!(s.holder(s.get("t").unwrap()), Holder::Alive);
+    // Its session going moves its holder state: the views re-place its locks.
+    let changes = s.apply(FleetEvent::SessionGone { id: "s-1".into() });
+    assert!(changes.contains(&Changed::Holder("s-1".into())), "{changes:?}");
+    assert_eq!(s.state_of(s.get("t").unwrap(), 0), RowState::Orphaned);
+    let c = s.counts(0);
+    assert_eq!((c.orphaned, c.foreign, c.of(RowState::Healthy)), (1, 0, 0));
+    // A foreign lock's holder on a wait-for cycle is found like any other.
+    s.apply(FleetEvent::Upsert(lock_of("u", "s-2", 3)));
+    s.apply(FleetEvent::Waiting(Waiter {
+        lock: "t".into(),
+        session: "s-2".into(),
+    }));
+    s.apply(FleetEvent::Waiting(Waiter {
+        lock: "u".into(),
+        session: "s-1".into(),
+    }));
+    assert!(s.deadlocks().locks.contains("t"), "{:?}", s.deadlocks());
+}

@@ -324,3 +324,44 @@ fn locks_under_a_prefix_are_a_range_in_name_order() {
     assert_eq!(under(""), ["a", "ab", "ab/c", "ab\u{10FFFF}", "ac", "b", "é"]);
     assert!(under("z").is_empty());
 }
+
+#[test]
+fn a_foreign_body_round_trips_in_the_wire_format() {
+    let e = LockEntry::foreign("scylla/t".into(), 7, 9, Some("sess-1".into()), Some(1_700_000_000_000));
+    assert_eq!(e.record(), None, "no lockscope record");
+    assert_eq!(e.holder_session(), Some("sess-1"));
+    let json = serde_json::to_value(&e).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "name": "scylla/t", "fence": 7, "revision": 9,
+            "body": {"kind": "foreign", "session": "sess-1", "written_at": 1_700_000_000_000i64},
+        })
+    );
+    assert_eq!(serde_json::from_value::<LockEntry>(json).unwrap(), e);
+    // Unknowns are null on the wire, and read back as unknown.
+    let anon = LockEntry::foreign("t".into(), 1, 1, None, None);
+    let json = serde_json::to_string(&anon.body).unwrap();
+    assert_eq!(json, r#"{"kind":"foreign","session":null,"written_at":null}"#);
+    assert_eq!(serde_json::from_str::<LockBody>(&json).unwrap(), anon.body);
+    assert_eq!(anon.holder_session(), None);
+}
+
+#[test]
+fn foreign_locks_are_counted_apart_from_healthy_and_attention() {
+    let mut s = FleetState::default();
+    s.apply(up("a", 1, 1));
+    s.apply(FleetEvent::Upsert(LockEntry::foreign(
+        "f".into(),
+        2,
+        2,
+        Some("x".into()),
+        None,
+    )));
+    let now = sample("o").alert_at - 1;
+    let c = s.counts(now);
+    assert_eq!((c.held, c.foreign, c.attention()), (2, 1, 0));
+    assert_eq!(c.of(RowState::Foreign), 1);
+    assert_eq!(c.of(RowState::Healthy), 1, "the foreign lock is not healthy");
+    assert_eq!(c.worst(), RowState::Foreign);
+}

@@ -145,6 +145,97 @@ fn lock_changes_become_the_events_they_are() {
     }
 }
 
+fn foreign(name: &str, fence: i64, revision: i64, session: Option<&str>, written_at: i64) -> LockEntry {
+    LockEntry::foreign(name.into(), fence, revision, session.map(Into::into), Some(written_at))
+}
+
+#[test]
+fn a_foreign_lock_is_acquired_and_released_with_its_session_only() {
+    let f1 = foreign("a", 1, 1, Some("s-1"), 1_000);
+    let f1_rewritten = foreign("a", 1, 2, Some("s-1"), 500_000);
+    let f1_other_session = foreign("a", 1, 3, Some("s-2"), 500_000);
+    let f2 = foreign("a", 2, 4, Some("s-3"), 600_000);
+    let bad = malformed("a", 1, 5);
+    use Holder::*;
+    let cases: Vec<Case> = vec![
+        ("taken", None, Some(&f1), Alive, None, vec![Kind::Acquired]),
+        // No heartbeat or deadline to move: a newer write time says nothing.
+        ("the row rewritten", Some(&f1), Some(&f1_rewritten), Alive, None, vec![]),
+        ("a stale revision", Some(&f1_rewritten), Some(&f1), Alive, None, vec![]),
+        (
+            "another session, same fence",
+            Some(&f1),
+            Some(&f1_other_session),
+            Alive,
+            None,
+            vec![Kind::Extended],
+        ),
+        (
+            "re-taken under a new fence",
+            Some(&f1),
+            Some(&f2),
+            Alive,
+            None,
+            vec![Kind::Released, Kind::Acquired],
+        ),
+        (
+            "released by a live holder",
+            Some(&f1),
+            None,
+            Alive,
+            None,
+            vec![Kind::Released],
+        ),
+        (
+            "gone with its session",
+            Some(&f1),
+            None,
+            Gone,
+            None,
+            vec![Kind::Expired],
+        ),
+        (
+            "turns unreadable",
+            Some(&f1),
+            Some(&bad),
+            Alive,
+            None,
+            vec![Kind::Malformed],
+        ),
+        (
+            "readable again",
+            Some(&bad),
+            Some(&f1_rewritten),
+            Unknown,
+            None,
+            vec![Kind::Extended],
+        ),
+    ];
+    for (case, before, after, holder, note, want) in cases {
+        let got = lock_events(before, after, Some(9), holder, note);
+        assert_eq!(kinds(&got), want, "{case}");
+    }
+    // The session is known; what the schema does not keep stays empty.
+    let taken = lock_events(None, Some(&f1), None, Alive, None);
+    let d = &taken[0];
+    assert_eq!(d.session.as_deref(), Some("s-1"));
+    assert_eq!((&d.owner, &d.service, &d.host), (&None, &None, &None));
+    assert_eq!(d.detail, "");
+    let ended = lock_events(Some(&f1), None, Some(9), Alive, None);
+    assert_eq!(ended[0].session.as_deref(), Some("s-1"));
+    assert_eq!(ended[0].service, None);
+    // Time travel rebuilds the row as it was, foreign body and all.
+    let mut r = Replay::default();
+    for d in taken {
+        r.apply(&HistoryEvent::new("f", 10, d));
+    }
+    assert_eq!(r.locks["a"], f1);
+    for d in lock_events(Some(&f1), None, Some(9), Alive, None) {
+        r.apply(&HistoryEvent::new("f", 20, d));
+    }
+    assert!(r.locks.is_empty());
+}
+
 #[test]
 fn an_end_names_the_acquisition_and_carries_the_note() {
     let a1 = held("a", 1, 1, 1_000);

@@ -87,6 +87,19 @@ fn filters_narrow() {
     let bad = LockEntry::from_stored("billing/x".into(), 1, 1, b"{");
     assert!(!f(r#"{"service":"billing"}"#).matches(&bad, RowState::Malformed));
     assert!(f(r#"{"state":"malformed"}"#).matches(&bad, RowState::Malformed));
+    // A foreign lock: filtered by its state; it has no service or host to match.
+    let foreign = LockEntry::foreign("billing/y".into(), 1, 1, Some("s".into()), None);
+    assert!(f(r#"{"state":"foreign"}"#).matches(&foreign, RowState::Foreign));
+    assert!(!f(r#"{"state":"healthy"}"#).matches(&foreign, RowState::Foreign));
+    assert!(!f(r#"{"service":"billing"}"#).matches(&foreign, RowState::Foreign));
+    assert!(f(r#"{"prefix":"billing/"}"#).matches(&foreign, RowState::Foreign));
+    assert_eq!(
+        ViewSpec::from_query([("state", "foreign")]).unwrap().filter.state,
+        Some(RowState::Foreign)
+    );
+    for s in RowState::ALL {
+        assert_eq!(RowState::parse(s.as_str()), Some(s), "{s:?}");
+    }
 }
 
 #[test]

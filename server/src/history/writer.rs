@@ -253,14 +253,14 @@ async fn resync(
         .map(|e| {
             let record = match &e.body {
                 LockBody::Held(r) => Some(r),
-                LockBody::Malformed { .. } => None,
+                LockBody::Malformed { .. } | LockBody::Foreign { .. } => None,
             };
             let draft = Draft {
                 kind: Some(Kind::Released),
                 lock: Some(e.name.clone()),
                 fence: Some(e.fence),
                 revision: Some(revision),
-                session: record.map(|r| r.session.to_string()),
+                session: e.holder_session().map(str::to_string),
                 owner: record.map(|r| r.owner.clone()),
                 service: record.map(|r| r.service.to_string()),
                 host: record.map(|r| r.host.to_string()),

@@ -59,8 +59,8 @@ impl Watchers {
                     .filter(|name| {
                         let holds = state
                             .get(name)
-                            .and_then(|e| e.record())
-                            .is_some_and(|r| *r.session == **id);
+                            .and_then(|e| e.holder_session())
+                            .is_some_and(|s| s == &**id);
                         holds || state.waiters_of(name).any(|w| w == id)
                     })
                     .cloned()

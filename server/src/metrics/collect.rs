@@ -144,6 +144,13 @@ impl Collector for FleetCollector {
             &rows,
             |r| r.summary.counts.malformed,
         )?;
+        gauge(
+            e,
+            "locks_foreign",
+            "Locks held by clients of a foreign schema that keeps no times (whether they are overdue or expired is unknown).",
+            &rows,
+            |r| r.summary.counts.foreign,
+        )?;
         family(
             e,
             "oldest_lock_age",

@@ -108,6 +108,7 @@ async fn every_family_is_there_from_the_start_at_zero() {
         "lockscope_locks_orphaned",
         "lockscope_locks_blacklisted",
         "lockscope_locks_malformed",
+        "lockscope_locks_foreign",
         "lockscope_oldest_lock_age_seconds",
         "lockscope_lock_acquisitions_total",
         "lockscope_lock_conflicts_total",
