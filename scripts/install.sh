@@ -12,11 +12,14 @@ want_tests=1
 say() { printf '\033[1m[install]\033[0m %s\n' "$*"; }
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# Debian packages: protoc for etcd-client's build; for the tests also etcd,
+# Debian packages: protoc for etcd-client's build, OpenSSL's headers; for the tests also etcd,
 # PostgreSQL, Chromium and Node.
 pkgs=()
 command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/timestamp.proto ] || pkgs+=(libprotobuf-dev)
+# OpenSSL's headers for the ScyllaDB driver's TLS (openssl-sys finds them by pkg-config).
+[ -f /usr/include/openssl/ssl.h ] || pkgs+=(libssl-dev)
+command -v pkg-config >/dev/null || pkgs+=(pkg-config)
 if [ "$want_tests" = 1 ]; then
   # etcd for the etcd store's tests (each test starts its own).
   command -v etcd >/dev/null || pkgs+=(etcd-server)

@@ -122,8 +122,9 @@ pub struct ServeArgs {
     pub prefix: String,
     /// A fleet to watch, as NAME=STORE; repeatable (environment: `;`-separated).
     /// STORE is `etcd:ENDPOINT[,ENDPOINT…][#PREFIX]`, `sqlite:PATH`,
-    /// `postgres://…`, or a read-only ShedLock table:
-    /// `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`. With no
+    /// `postgres://…`, `scylla:HOST[,HOST…][/KEYSPACE][?dc=…&serial=local&user=…&password_file=…&tls_ca=…]`
+    /// (password of `user` also from LOCKSCOPE_SCYLLA_PASSWORD), or a read-only
+    /// ShedLock table: `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`. With no
     /// `--store` and no `--etcd`, lockscope runs on an embedded SQLite file with a
     /// demo fleet.
     #[arg(long = "store", env = "LOCKSCOPE_STORES", value_delimiter = ';', value_parser = parse_fleet)]

@@ -124,7 +124,7 @@ pub trait FleetStore: Send + Sync + 'static {
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>>;
 }
 
-/// A store lockscope may write: etcd, SQLite, PostgreSQL.
+/// A store lockscope may write: etcd, SQLite, PostgreSQL, ScyllaDB.
 pub(crate) struct WritableFleet {
     spec: StoreSpec,
     /// Connected on the first action, so that starting the dashboard never waits
@@ -141,7 +141,7 @@ impl WritableFleet {
     }
 
     async fn locks(&self) -> Result<&AnyLocks, StoreError> {
-        self.locks.get_or_try_init(|| self.spec.connect()).await
+        self.locks.get_or_try_init(|| self.spec.connect_admin()).await
     }
 }
 

@@ -15,6 +15,9 @@
 //! - [`etcd`]: the etcd v3 adapter (observer + [`protocol::LockStore`]).
 //! - [`sql`]: SQLite and PostgreSQL (observer + [`protocol::LockStore`]), and the
 //!   read-only ShedLock observer.
+//! - [`scylla`]: ScyllaDB / Cassandra LWT tables, the published schema and
+//!   lockscope's superset (observer + [`protocol::LockStore`]), over one narrow
+//!   CQL executor with an in-memory implementation for tests.
 //! - [`spec`]: a store as configured (`etcd:…`, `sqlite:…`, `postgres://…`,
 //!   `shedlock+…`), parsed once, and what it opens: the per-fleet handle
 //!   ([`fleet::FleetStore`]) and a lock store for the client library
@@ -29,6 +32,7 @@ pub mod etcd;
 pub mod fleet;
 mod link;
 pub mod protocol;
+pub mod scylla;
 pub mod spec;
 pub mod sql;
 #[cfg(feature = "test-util")]

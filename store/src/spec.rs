@@ -9,7 +9,12 @@
 //! - `sqlite:PATH` (created if missing) and `postgres://…` (`postgresql://…`):
 //!   lockscope's own tables;
 //! - `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`: a
-//!   ShedLock table, read-only (table default `shedlock`).
+//!   ShedLock table, read-only (table default `shedlock`);
+//! - `scylla:HOST[:PORT][,HOST…][/KEYSPACE][?dc=DC&serial=local&user=USER&password_file=PATH&tls_ca=PEM]`:
+//!   a ScyllaDB or Cassandra cluster (keyspace default `lockscope`; the
+//!   password of `user` from `password_file` or `LOCKSCOPE_SCYLLA_PASSWORD`);
+//! - `scylla-memory:NAME[?schema=published]`: an in-memory CQL keyspace of
+//!   this process (tests and demos).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +25,7 @@ use lockscope_model::{LockEntry, LockRecord};
 use crate::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
 use crate::fleet::{FleetStore, Leadership, ReadOnlyFleet, UnlockerInfo, WritableFleet};
 use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
+use crate::scylla::{ScyllaConfig, ScyllaLocks, ScyllaObserver, ScyllaTarget, Serial};
 use crate::sql::{ShedLockObserver, SqlLocks, SqlObserver};
 use crate::{Observer, StoreError};
 
@@ -37,6 +43,8 @@ pub enum StoreSpec {
     Sql { url: String },
     /// A ShedLock table, read-only.
     ShedLock { url: String, table: String },
+    /// ScyllaDB / Cassandra (or its in-memory emulation).
+    Scylla(ScyllaTarget),
 }
 
 impl StoreSpec {
@@ -76,6 +84,23 @@ impl StoreSpec {
             };
             crate::sql::validate_table(&table)?;
             Ok(StoreSpec::ShedLock { url, table })
+        } else if let Some(rest) = text.strip_prefix("scylla-memory:") {
+            let (name, query) = rest.split_once('?').unwrap_or((rest, ""));
+            let published = match query {
+                "" => false,
+                "schema=published" => true,
+                _ => return bad("scylla-memory:NAME takes only ?schema=published"),
+            };
+            if name.is_empty() {
+                return bad("scylla-memory: needs a name");
+            }
+            Ok(StoreSpec::Scylla(ScyllaTarget::Memory {
+                name: name.to_string(),
+                published,
+            }))
+        } else if let Some(rest) = text.strip_prefix("scylla:") {
+            parse_scylla(rest.trim_start_matches("//"))
+                .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if let Some(path) = text.strip_prefix("sqlite:") {
             let path = path.trim_start_matches("//");
             if path.is_empty() {
@@ -87,7 +112,7 @@ impl StoreSpec {
         } else if is_postgres(text) {
             Ok(StoreSpec::Sql { url: text.to_string() })
         } else {
-            bad("expected etcd:…, sqlite:PATH, postgres://… or shedlock+…")
+            bad("expected etcd:…, sqlite:PATH, postgres://…, scylla:… or shedlock+…")
         }
     }
 
@@ -121,6 +146,7 @@ impl StoreSpec {
             }
             StoreSpec::Sql { url } => redact(url),
             StoreSpec::ShedLock { url, table } => format!("ShedLock table {table} in {}", redact(url)),
+            StoreSpec::Scylla(target) => target.source(),
         }
     }
 
@@ -151,6 +177,7 @@ impl StoreSpec {
             StoreSpec::Etcd { .. } => Box::new(EtcdObserver::new(self.etcd_config())),
             StoreSpec::Sql { url } => Box::new(SqlObserver::new(url)),
             StoreSpec::ShedLock { url, table } => Box::new(ShedLockObserver::new(url, Some(table))?),
+            StoreSpec::Scylla(target) => Box::new(ScyllaObserver::new(target.clone())),
         })
     }
 
@@ -172,6 +199,17 @@ impl StoreSpec {
                 Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
             }
             StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
+            StoreSpec::Scylla(target) => Ok(AnyLocks::Scylla(target.connect(true).await?)),
+        }
+    }
+
+    /// Connects the dashboard's admin side: as [`Self::connect`], but it never
+    /// changes a store's schema (a ScyllaDB keyspace with only the published
+    /// tables is administered as it is).
+    pub(crate) async fn connect_admin(&self) -> Result<AnyLocks, StoreError> {
+        match self {
+            StoreSpec::Scylla(target) => Ok(AnyLocks::Scylla(target.connect(false).await?)),
+            _ => self.connect().await,
         }
     }
 
@@ -187,6 +225,57 @@ impl StoreSpec {
 
 fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// The part of a `scylla:` spec after the scheme (see the module docs).
+fn parse_scylla(rest: &str) -> Result<StoreSpec, String> {
+    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (hosts, keyspace) = match hosts.split_once('/') {
+        Some((h, k)) => (h, k),
+        None => (hosts, crate::scylla::DEFAULT_KEYSPACE),
+    };
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| {
+            if h.contains(':') {
+                h.to_string()
+            } else {
+                format!("{h}:9042")
+            }
+        })
+        .collect();
+    if nodes.is_empty() {
+        return Err("scylla: needs at least one contact point".into());
+    }
+    crate::scylla::validate_keyspace(keyspace).map_err(|e| e.to_string())?;
+    let mut config = ScyllaConfig::new(nodes, keyspace);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not KEY=VALUE"))?;
+        match (k, v) {
+            ("dc", dc) if !dc.is_empty() => config.datacenter = Some(dc.to_string()),
+            ("serial", "local") => config.serial = Serial::Local,
+            ("serial", "global") => config.serial = Serial::Serial,
+            ("user", user) if !user.is_empty() => config.user = Some(user.to_string()),
+            ("tls_ca", path) if !path.is_empty() => config.tls_ca = Some(path.to_string()),
+            ("password_file", path) if !path.is_empty() => config.password_file = Some(path.to_string()),
+            ("password", _) => {
+                return Err(format!(
+                    "a password is never written in a spec (it is shown and logged): set {}",
+                    crate::scylla::PASSWORD_ENV
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "unknown option {k}={v} (dc, serial=local|global, user, tls_ca)"
+                ))
+            }
+        }
+    }
+    Ok(StoreSpec::Scylla(ScyllaTarget::Cluster(config)))
 }
 
 /// `scheme://user:secret@host/…?opts` → `scheme://user@host/…`: what may be
@@ -212,6 +301,7 @@ pub enum AnyLocks {
     /// Boxed: an etcd client is several KiB, a pool a pointer.
     Etcd(Box<EtcdLocks>),
     Sql(SqlLocks),
+    Scylla(ScyllaLocks),
 }
 
 impl AnyLocks {
@@ -221,6 +311,7 @@ impl AnyLocks {
         match self {
             AnyLocks::Etcd(s) => s.put_raw(name, value).await.map(|_| ()),
             AnyLocks::Sql(s) => s.put_raw(name, value).await,
+            AnyLocks::Scylla(s) => s.put_raw(name, value).await,
         }
     }
 
@@ -229,6 +320,7 @@ impl AnyLocks {
         Ok(match self {
             AnyLocks::Etcd(s) => Box::new(s.campaign(candidate, ttl).await?),
             AnyLocks::Sql(s) => Box::new(s.campaign(candidate, ttl).await?),
+            AnyLocks::Scylla(s) => Box::new(s.campaign(candidate, ttl).await?),
         })
     }
 
@@ -237,6 +329,7 @@ impl AnyLocks {
         match self {
             AnyLocks::Etcd(s) => s.unlocker().await,
             AnyLocks::Sql(s) => s.unlocker().await,
+            AnyLocks::Scylla(s) => s.unlocker().await,
         }
     }
 }
@@ -247,6 +340,7 @@ macro_rules! either {
         match $self {
             AnyLocks::Etcd($s) => $call.await,
             AnyLocks::Sql($s) => $call.await,
+            AnyLocks::Scylla($s) => $call.await,
         }
     };
 }
@@ -359,6 +453,44 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(StoreSpec::parse(text).unwrap(), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn scylla_forms_parse() {
+        let StoreSpec::Scylla(ScyllaTarget::Cluster(c)) = StoreSpec::parse(
+            "scylla:10.0.0.1,10.0.0.2:19042/locks?dc=eu-west&serial=local&user=lockscope&password_file=/run/pw&tls_ca=/etc/ca.pem",
+        )
+        .unwrap() else {
+            panic!("a cluster")
+        };
+        assert_eq!(c.nodes, ["10.0.0.1:9042", "10.0.0.2:19042"]);
+        assert_eq!(c.keyspace, "locks");
+        assert_eq!(c.datacenter.as_deref(), Some("eu-west"));
+        assert_eq!(c.serial, Serial::Local);
+        assert_eq!(c.user.as_deref(), Some("lockscope"));
+        assert_eq!(c.password_file.as_deref(), Some("/run/pw"));
+        assert_eq!(c.tls_ca.as_deref(), Some("/etc/ca.pem"));
+        let plain = StoreSpec::parse("scylla://db-1").unwrap();
+        assert_eq!(plain.source(), "ScyllaDB db-1:9042 keyspace lockscope");
+        assert_eq!(
+            StoreSpec::parse("scylla-memory:demo?schema=published").unwrap(),
+            StoreSpec::Scylla(ScyllaTarget::Memory {
+                name: "demo".into(),
+                published: true
+            })
+        );
+        for (text, want) in [
+            ("scylla:", "at least one contact point"),
+            ("scylla:h/bad-keyspace", "not a plain CQL identifier"),
+            ("scylla:h?password=hunter2", "never written in a spec"),
+            ("scylla:h?serial=maybe", "unknown option"),
+            ("scylla-memory:", "needs a name"),
+            ("scylla-memory:x?schema=other", "only ?schema=published"),
+        ] {
+            let err = StoreSpec::parse(text).unwrap_err().to_string();
+            assert!(err.contains(want), "{text}: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
         }
     }
 

@@ -29,7 +29,13 @@ impl Unlocker {
                     Err(e) => {
                         tracing::warn!(error = %e.describe(), "campaigning for the unlocker role");
                         *failed.lock().unwrap() = Some(format!("campaigning: {}", e.describe()));
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        // A configuration error (a ScyllaDB keyspace with only the
+                        // published tables, say) will not go away by itself.
+                        let again = match e {
+                            lockscope_store::StoreError::Config(_) => Duration::from_secs(60),
+                            _ => Duration::from_secs(1),
+                        };
+                        tokio::time::sleep(again).await;
                     }
                 }
             }

@@ -1,4 +1,5 @@
-//! The whole server path against a real etcd: store → observer → hub → websocket
+//! The whole server path against a real etcd (and SQLite, and ScyllaDB in memory):
+//! store → observer → hub → websocket
 //! and → server-rendered page.
 
 use std::time::Duration;
@@ -12,7 +13,8 @@ use lockscope_model::view::{Sort, SortKey, ViewSpec};
 use lockscope_model::{ClientMsg, FleetSummary, ServerMsg, StoreStatus, Window, WindowFrame};
 use lockscope_store::etcd::{EtcdConfig, EtcdLocks};
 use lockscope_store::protocol::LockStore;
-use lockscope_store::spec::StoreSpec;
+use lockscope_store::scylla::cql::Value;
+use lockscope_store::spec::{AnyLocks, StoreSpec};
 use lockscope_store::testing::{take, EtcdServer};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -295,8 +297,12 @@ async fn a_cross_origin_websocket_is_refused_with_a_reason() {
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Error { .. }));
 }
 
+/// etcd, SQLite and ScyllaDB fleets side by side — ScyllaDB in memory (no CQL
+/// server runs here), served through the same observer and hub as a cluster
+/// would be: one lockscope fleet, and one with only the published schema,
+/// whose lock is shown with its session and every other field unknown.
 #[tokio::test]
-async fn two_fleets_side_by_side_etcd_and_sqlite() {
+async fn fleets_side_by_side_etcd_sqlite_and_scylla() {
     let s = stack(async |locks| {
         take(locks, "from-etcd").await;
     })
@@ -306,7 +312,44 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
     let sql = lockscope_store::sql::SqlLocks::connect(&url).await.unwrap();
     take(&sql, "from-sqlite").await;
     let sql_hub = HubHandle::spawn("sql", "sqlite", StoreSpec::Sql { url }.open().unwrap());
-    let fleets = Fleets::new(vec![s.hub.clone(), sql_hub.clone()]);
+    let name = format!("live-{}", std::process::id());
+    let scylla = StoreSpec::parse(&format!("scylla-memory:{name}")).unwrap();
+    let AnyLocks::Scylla(cql_locks) = scylla.connect().await.unwrap() else {
+        unreachable!("a scylla spec")
+    };
+    take(&cql_locks, "from-scylla").await;
+    let scylla_hub = HubHandle::spawn("cql", "scylla", scylla.open().unwrap());
+    let published = StoreSpec::parse(&format!("scylla-memory:{name}?schema=published")).unwrap();
+    let at = lockscope_store::now_ms() - 60_000;
+    let published_cql = lockscope_store::scylla::memory::MemoryCql::named(&name, true);
+    published_cql
+        .execute(
+            "INSERT INTO lockscope.tokens (token, service_session_id, timestamp) VALUES (?, ?, ?) IF NOT EXISTS",
+            vec![
+                Value::text("from-published"),
+                Value::text("svc-7"),
+                Value::Timestamp(at),
+            ],
+        )
+        .unwrap();
+    // Its session heartbeats (without one the lock would show orphaned).
+    published_cql
+        .execute(
+            "INSERT INTO lockscope.token_times (service_session_id, tokens, timestamp) VALUES (?, ?, ?)",
+            vec![
+                Value::text("svc-7"),
+                Value::List(vec![Value::text("from-published")]),
+                Value::Timestamp(at),
+            ],
+        )
+        .unwrap();
+    let published_hub = HubHandle::spawn("pub", "published", published.open().unwrap());
+    let fleets = Fleets::new(vec![
+        s.hub.clone(),
+        sql_hub.clone(),
+        scylla_hub.clone(),
+        published_hub.clone(),
+    ]);
     let (_stop, stop_rx) = watch::channel(false);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -318,7 +361,16 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
     ));
     until(&sql_hub, |s| s.counts.held == 1).await;
     until(&s.hub, |s| s.counts.held == 1).await;
+    until(&scylla_hub, |s| s.counts.held == 1).await;
+    let foreign = until(&published_hub, |s| s.counts.held == 1).await;
+    assert_eq!(foreign.counts.foreign, 1, "a published row is a foreign lock");
     let two = Stack { addr, ..s };
+    let (_, page) = two.get("/?fleet=cql").await;
+    assert!(page.contains("data-lock=\"from-scylla\""), "the ScyllaDB fleet's lock");
+    assert!(page.contains("data-fleet=\"cql\"") && page.contains("data-fleet=\"it\""));
+    let (_, page) = two.get("/?fleet=pub").await;
+    assert!(page.contains("data-lock=\"from-published\""));
+    assert!(page.contains("svc-7"), "the holder session the row names");
     let (_, page) = two.get("/?fleet=sql").await;
     assert!(page.contains("data-lock=\"from-sqlite\"") && !page.contains("data-lock=\"from-etcd\""));
     assert!(
@@ -345,4 +397,25 @@ async fn two_fleets_side_by_side_etcd_and_sqlite() {
     .await;
     let f = next_window(&mut ws).await;
     assert_eq!(f.order.unwrap(), ["from-sqlite"]);
+
+    let mut ws = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?fleet=pub"))
+        .await
+        .unwrap()
+        .0;
+    assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { ref fleet, .. } if fleet == "pub"));
+    send(
+        &mut ws,
+        &ClientMsg::View {
+            id: 1,
+            view: ViewSpec::default(),
+        },
+    )
+    .await;
+    let f = next_window(&mut ws).await;
+    assert_eq!(f.order.unwrap(), ["from-published"]);
+    let row = serde_json::to_value(&f.rows).unwrap().to_string();
+    assert!(
+        row.contains("\"kind\":\"foreign\"") && row.contains(&at.to_string()),
+        "the row's session and time, nothing else: {row}"
+    );
 }

@@ -20,7 +20,7 @@ mod listen;
 mod locks;
 mod observer;
 pub(crate) mod schema;
-mod sessions;
+pub(crate) mod sessions;
 mod shedlock;
 mod unlocker;
 

@@ -8,6 +8,7 @@
 
 pub mod contract;
 pub mod observer_contract;
+pub mod scylla;
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};

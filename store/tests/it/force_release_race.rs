@@ -1,7 +1,8 @@
 //! A guarded force-release (`FleetStore::release(name, fence)`, the admin's
 //! compare-and-set on the fencing token it saw) never deletes an acquisition other
 //! than the one it names, while the holder releases and re-acquires the same lock
-//! in a tight loop — against a real etcd, a real PostgreSQL and SQLite (a file).
+//! in a tight loop — against a real etcd, a real PostgreSQL, SQLite (a file) and
+//! ScyllaDB (in memory, or the cluster `SCYLLA_URI` names).
 //!
 //! Two loops run at once, neither sleeps. The holder: acquire `race/1` through the
 //! protocol, every other round extend it once, release it with its own fence
@@ -304,4 +305,12 @@ async fn postgres() {
 async fn sqlite() {
     let dir = tempfile::tempdir().unwrap();
     race("sqlite", StoreSpec::sqlite_file(&dir.path().join("locks.db"))).await;
+}
+
+/// In memory unless `SCYLLA_URI` names a cluster (`contract_scylla`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla() {
+    let ks = lockscope_store::testing::scylla::TestKeyspace::new("race").await;
+    ks.connect().await;
+    race("scylla", ks.spec()).await;
 }

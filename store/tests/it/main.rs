@@ -2,6 +2,7 @@
 //! PostgreSQL, in one test binary (one link instead of one per suite).
 
 mod contract_etcd;
+mod contract_scylla;
 mod contract_sql;
 mod etcd_observer;
 mod force_release_race;

@@ -2,7 +2,8 @@
 //! own store (`FleetStore::campaign`), and every release the unlocker makes is
 //! fenced by its leadership's term in the same store transaction, so that a
 //! deposed leader releases nothing — against a real etcd, a real PostgreSQL and
-//! SQLite (a file). Each case is written once over `FleetStore` and run per store;
+//! SQLite (a file), and ScyllaDB (in memory, where
+//! the fencing is two steps, see `store/src/scylla/unlocker.rs`). Each case is written once over `FleetStore` and run per store;
 //! each replica is its own `StoreSpec::open` (its own connection).
 //!
 //! 1. `exclusive_election`: two candidates campaign at once; exactly one is
@@ -46,6 +47,7 @@ enum Server {
     Etcd(EtcdServer),
     Postgres(PgServer),
     Sqlite(tempfile::TempDir),
+    Scylla(lockscope_store::testing::scylla::TestKeyspace),
 }
 
 async fn etcd() -> Store {
@@ -75,6 +77,16 @@ async fn sqlite() -> Store {
         label: "sqlite",
         spec: StoreSpec::sqlite_file(&dir.path().join("locks.db")),
         _server: Server::Sqlite(dir),
+    }
+}
+
+/// In memory unless `SCYLLA_URI` names a cluster (`contract_scylla`).
+async fn scylla() -> Store {
+    let ks = lockscope_store::testing::scylla::TestKeyspace::new("unlocker").await;
+    Store {
+        label: "scylla",
+        spec: ks.spec(),
+        _server: Server::Scylla(ks),
     }
 }
 
@@ -397,6 +409,11 @@ macro_rules! per_store {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {
                 super::$case(super::sqlite().await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn scylla() {
+                super::$case(super::scylla().await).await;
             }
         }
     };

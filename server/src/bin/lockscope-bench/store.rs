@@ -76,6 +76,9 @@ impl Target {
             StoreSpec::ShedLock { .. } => {
                 bail!("a ShedLock table is read-only to lockscope; fill and load write lockscope's own tables")
             }
+            StoreSpec::Scylla(_) => {
+                bail!("the bench writes etcd or SQL tables in bulk; it has no ScyllaDB writer yet")
+            }
         }
     }
 
