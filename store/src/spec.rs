@@ -234,12 +234,24 @@ fn parse_scylla(rest: &str) -> Result<StoreSpec, String> {
         Some((h, k)) => (h, k),
         None => (hosts, crate::scylla::DEFAULT_KEYSPACE),
     };
+    if hosts.contains('@') {
+        return Err(format!(
+            "credentials are never written in a spec (it is shown and logged): user=NAME, and the \
+             password in password_file=PATH or {}",
+            crate::scylla::PASSWORD_ENV
+        ));
+    }
     let nodes: Vec<String> = hosts
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
         .map(|h| {
-            if h.contains(':') {
+            // `host`, `host:port`, `[v6]`, `[v6]:port`.
+            let has_port = match h.rsplit_once(']') {
+                Some((_, rest)) => rest.starts_with(':'),
+                None => h.contains(':'),
+            };
+            if has_port {
                 h.to_string()
             } else {
                 format!("{h}:9042")
@@ -268,9 +280,10 @@ fn parse_scylla(rest: &str) -> Result<StoreSpec, String> {
                     crate::scylla::PASSWORD_ENV
                 ))
             }
+            // The value is not repeated: it might be a secret under a mistyped name.
             _ => {
                 return Err(format!(
-                    "unknown option {k}={v} (dc, serial=local|global, user, tls_ca)"
+                    "unknown or empty option {k} (dc, serial=local|global, user, password_file, tls_ca)"
                 ))
             }
         }
@@ -465,6 +478,11 @@ mod tests {
             panic!("a cluster")
         };
         assert_eq!(c.nodes, ["10.0.0.1:9042", "10.0.0.2:19042"]);
+        let StoreSpec::Scylla(ScyllaTarget::Cluster(v6)) = StoreSpec::parse("scylla:[::1],[fe80::1]:19042").unwrap()
+        else {
+            panic!("a cluster")
+        };
+        assert_eq!(v6.nodes, ["[::1]:9042", "[fe80::1]:19042"]);
         assert_eq!(c.keyspace, "locks");
         assert_eq!(c.datacenter.as_deref(), Some("eu-west"));
         assert_eq!(c.serial, Serial::Local);
@@ -484,7 +502,9 @@ mod tests {
             ("scylla:", "at least one contact point"),
             ("scylla:h/bad-keyspace", "not a plain CQL identifier"),
             ("scylla:h?password=hunter2", "never written in a spec"),
-            ("scylla:h?serial=maybe", "unknown option"),
+            ("scylla:h?serial=maybe", "unknown or empty option serial"),
+            ("scylla:h?pwd=hunter2", "unknown or empty option pwd"),
+            ("scylla://admin:hunter2@h", "credentials are never written"),
             ("scylla-memory:", "needs a name"),
             ("scylla-memory:x?schema=other", "only ?schema=published"),
         ] {

@@ -90,10 +90,10 @@ pub enum Mode {
     Lwt,
     /// A read that must see every committed LWT: at the serial consistency.
     SerialRead,
-    /// A read at QUORUM.
+    /// A read at QUORUM. (There are no plain writes: every write is an LWT,
+    /// since mixing the two on one partition orders them by two different
+    /// clocks.)
     Read,
-    /// A plain write at QUORUM.
-    Write,
     /// Schema reads and changes (`system_schema`, `CREATE TABLE`): at ONE, and
     /// the driver waits for schema agreement after a change.
     Schema,
@@ -152,7 +152,7 @@ pub enum Stmt {
     // Sessions.
     /// Binds session, timestamp, record, ttl_ms, ttl (s).
     SessionOpen,
-    /// Binds ttl (s), timestamp, record, ttl_ms, session, ttl_ms.
+    /// Binds ttl (s), timestamp, record, ttl_ms, waiting_for, session, ttl_ms.
     SessionBeat,
     /// Binds ttl (s), waiting_for, session, ttl_ms.
     SessionWaiting,
@@ -167,6 +167,8 @@ pub enum Stmt {
     // Blacklist.
     /// Binds session, record.
     BlacklistPut,
+    /// Binds record, session.
+    BlacklistUpdate,
     /// Binds session.
     BlacklistGet,
     /// Binds session.
@@ -190,12 +192,11 @@ impl Stmt {
             Columns | CreateTokens | CreateTokenTimes | CreateFences | CreateBlacklist | CreateUnlocker => Mode::Schema,
             FenceGet | LockGet | LockGetPublished | SessionGet | UnlockerGet => Mode::SerialRead,
             FenceInit | FenceBump | Acquire | Extend | Refence | Release | ReleaseExact | ReleasePublished
-            | SessionOpen | SessionBeat | SessionWaiting | SessionMark | BlacklistDelete | UnlockerClaim
-            | UnlockerRenew | UnlockerResign => Mode::Lwt,
+            | SessionOpen | SessionBeat | SessionWaiting | SessionMark | SessionClose | BlacklistPut
+            | BlacklistUpdate | BlacklistDelete | UnlockerClaim | UnlockerRenew | UnlockerResign => Mode::Lwt,
             LocksPage | LocksPagePublished | SessionsPage | SessionsPagePublished | BlacklistPage | BlacklistGet => {
                 Mode::Read
             }
-            SessionClose | BlacklistPut => Mode::Write,
         }
     }
 
@@ -252,13 +253,13 @@ impl Stmt {
                  VALUES (?, [], ?, ?, ?) IF NOT EXISTS USING TTL ?"
             }
             SessionBeat => {
-                "UPDATE KS.token_times USING TTL ? SET timestamp = ?, record = ?, ttl_ms = ? \
+                "UPDATE KS.token_times USING TTL ? SET timestamp = ?, record = ?, ttl_ms = ?, waiting_for = ? \
                  WHERE service_session_id = ? IF ttl_ms = ? AND blacklisted = null"
             }
             SessionWaiting => {
                 "UPDATE KS.token_times USING TTL ? SET waiting_for = ? WHERE service_session_id = ? IF ttl_ms = ?"
             }
-            SessionClose => "DELETE FROM KS.token_times WHERE service_session_id = ?",
+            SessionClose => "DELETE FROM KS.token_times WHERE service_session_id = ? IF EXISTS",
             SessionGet => {
                 "SELECT service_session_id, timestamp, record, ttl_ms, blacklisted FROM KS.token_times \
                  WHERE service_session_id = ?"
@@ -269,7 +270,10 @@ impl Stmt {
                  FROM KS.token_times"
             }
             SessionsPagePublished => "SELECT service_session_id, tokens, timestamp FROM KS.token_times",
-            BlacklistPut => "INSERT INTO KS.lockscope_blacklist (service_session_id, record) VALUES (?, ?)",
+            BlacklistPut => {
+                "INSERT INTO KS.lockscope_blacklist (service_session_id, record) VALUES (?, ?) IF NOT EXISTS"
+            }
+            BlacklistUpdate => "UPDATE KS.lockscope_blacklist SET record = ? WHERE service_session_id = ? IF EXISTS",
             BlacklistGet => "SELECT record FROM KS.lockscope_blacklist WHERE service_session_id = ?",
             BlacklistDelete => "DELETE FROM KS.lockscope_blacklist WHERE service_session_id = ? IF EXISTS",
             BlacklistPage => "SELECT service_session_id, record FROM KS.lockscope_blacklist",
@@ -290,7 +294,7 @@ impl Stmt {
     }
 
     /// Every statement, for preparing them all and for tests.
-    pub const ALL: [Stmt; 35] = {
+    pub const ALL: [Stmt; 36] = {
         use Stmt::*;
         [
             Columns,
@@ -321,6 +325,7 @@ impl Stmt {
             SessionsPage,
             SessionsPagePublished,
             BlacklistPut,
+            BlacklistUpdate,
             BlacklistGet,
             BlacklistDelete,
             BlacklistPage,

@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use scylla::client::session::Session;
+use scylla::client::execution_profile::ExecutionProfile;
+use scylla::client::session::{OpenSsl010Config, Session, TlsContext};
 use scylla::client::session_builder::SessionBuilder;
+use scylla::errors::ExecutionError;
 use scylla::response::{PagingState, PagingStateResponse};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::{Consistency, SerialConsistency};
@@ -124,7 +126,7 @@ impl DriverCql {
                     Consistency::Serial
                 });
             }
-            Mode::Read | Mode::Write => {
+            Mode::Read => {
                 p.set_consistency(if local {
                     Consistency::LocalQuorum
                 } else {
@@ -133,6 +135,10 @@ impl DriverCql {
             }
             Mode::Schema => p.set_consistency(Consistency::One),
         }
+        // Reads may be retried by the driver (on another node, after a
+        // timeout); writes may not: an LWT whose outcome is unknown is read
+        // back by the caller instead (`super::locks`).
+        p.set_is_idempotent(matches!(stmt.mode(), Mode::Read | Mode::SerialRead | Mode::Schema));
         prepared.insert(stmt, p.clone());
         Ok(p)
     }
@@ -146,10 +152,12 @@ impl DriverCql {
         self.sent.fetch_add(1, Ordering::Relaxed);
         if stmt.mode() == Mode::Schema && stmt != Stmt::Columns {
             // DDL is not prepared; wait until every node agrees on the schema.
+            let mut ddl = scylla::statement::unprepared::Statement::new(stmt.cql(&self.keyspace));
+            ddl.set_consistency(Consistency::One);
             self.session
-                .query_unpaged(stmt.cql(&self.keyspace), ())
+                .query_unpaged(ddl, ())
                 .await
-                .map_err(|e| StoreError::backend(format!("{stmt:?}"), e))?;
+                .map_err(|e| failure(stmt, e))?;
             self.session
                 .await_schema_agreement()
                 .await
@@ -158,7 +166,7 @@ impl DriverCql {
         }
         let mut prepared = self.prepared(stmt).await?;
         let values: Vec<Option<CqlValue>> = values.into_iter().map(to_cql).collect();
-        let failed = |e: scylla::errors::ExecutionError| StoreError::unreachable(format!("ScyllaDB {stmt:?}"), e);
+        let failed = |e| failure(stmt, e);
         let (result, next) = match page {
             Some((size, state)) => {
                 prepared.set_page_size(size);
@@ -224,9 +232,14 @@ impl Cql for DriverCql {
 /// A driver session to the cluster `config` names (also the test harness's,
 /// to create its keyspaces).
 pub(crate) async fn session(config: &ScyllaConfig) -> Result<Session, StoreError> {
+    let profile = ExecutionProfile::builder()
+        .request_timeout(Some(config.timeout))
+        .build()
+        .into_handle();
     let mut builder = SessionBuilder::new()
         .known_nodes(&config.nodes)
-        .connection_timeout(config.timeout);
+        .connection_timeout(config.timeout)
+        .default_execution_profile_handle(profile);
     if let Some(dc) = &config.datacenter {
         builder = builder.prefer_datacenter(dc.clone());
     }
@@ -234,7 +247,7 @@ pub(crate) async fn session(config: &ScyllaConfig) -> Result<Session, StoreError
         builder = builder.user(user.clone(), password(user, config.password_file.as_deref())?);
     }
     if let Some(ca) = &config.tls_ca {
-        builder = builder.tls_context(Some(tls(ca)?));
+        builder = builder.tls_context(Some(TlsContext::OpenSsl010Config(tls(ca)?)));
     }
     builder
         .build()
@@ -256,13 +269,38 @@ fn password(user: &str, file: Option<&str>) -> Result<String, StoreError> {
     })
 }
 
-fn tls(ca: &str) -> Result<openssl::ssl::SslContext, StoreError> {
-    use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode};
+/// TLS verifying the nodes against the CA in `ca` (OpenSSL's connector
+/// defaults; the driver checks each node's IP against its certificate).
+fn tls(ca: &str) -> Result<OpenSsl010Config, StoreError> {
+    use openssl::ssl::{SslConnector, SslMethod};
     let bad = |e: openssl::error::ErrorStack| StoreError::Config(format!("TLS with CA {ca}: {e}"));
-    let mut b = SslContextBuilder::new(SslMethod::tls()).map_err(bad)?;
+    let mut b = SslConnector::builder(SslMethod::tls()).map_err(bad)?;
     b.set_ca_file(ca).map_err(bad)?;
-    b.set_verify(SslVerifyMode::PEER);
-    Ok(b.build())
+    Ok(OpenSsl010Config::new(b))
+}
+
+/// What a failed request means: a timeout, the cluster unreachable (no
+/// connection, no replicas to answer), or an error in what was asked.
+fn failure(stmt: Stmt, e: ExecutionError) -> StoreError {
+    use scylla::errors::{DbError, RequestAttemptError};
+    let what = format!("ScyllaDB {stmt:?}");
+    match &e {
+        ExecutionError::RequestTimeout(d) => StoreError::Timeout(*d),
+        ExecutionError::ConnectionPoolError(_) | ExecutionError::EmptyPlan => StoreError::unreachable(what, e),
+        ExecutionError::LastAttemptError(
+            RequestAttemptError::BrokenConnectionError(_)
+            | RequestAttemptError::UnableToAllocStreamId
+            | RequestAttemptError::DbError(
+                DbError::Unavailable { .. }
+                | DbError::Overloaded
+                | DbError::ReadTimeout { .. }
+                | DbError::WriteTimeout { .. }
+                | DbError::IsBootstrapping,
+                _,
+            ),
+        ) => StoreError::unreachable(what, e),
+        _ => StoreError::backend(what, e),
+    }
 }
 
 pub(super) fn to_cql(v: Value) -> Option<CqlValue> {

@@ -34,7 +34,28 @@ impl ScyllaLocks {
         Ok(rows.first().and_then(entry_of))
     }
 
-    /// A guarded release on the published schema, which has no fencing token:
+    /// Sends an LWT on lock `name`'s row; when its outcome is unknown (a
+    /// timeout: it may have been applied), reads the row back at SERIAL and
+    /// takes `ours` of it as the answer, so that a lock taken is never left
+    /// held without its taker knowing. The read's own failure returns the
+    /// LWT's error (the lock then runs out, and the unlocker releases it).
+    async fn lwt_or_read_back(
+        &self,
+        name: &str,
+        ours: impl Fn(&LockEntry) -> bool,
+        stmt: Stmt,
+        values: Vec<Value>,
+    ) -> Result<bool, StoreError> {
+        match self.lwt(stmt, values).await {
+            Ok(applied) => Ok(applied),
+            Err(e) => match self.read(name).await {
+                Ok(row) => Ok(row.as_ref().is_some_and(ours)),
+                Err(_) => Err(e),
+            },
+        }
+    }
+
+    /// A guarded release of a row a published client wrote, which has no fencing token:
     /// the acquisition is named by its holder and row time (what
     /// [`super::foreign_entry`] shows as its fence).
     async fn release_published(&self, name: &str, written_at: i64) -> Result<bool, StoreError> {
@@ -103,6 +124,8 @@ impl LockStore for ScyllaLocks {
                     at,
                     record,
                     Value::BigInt(lease.0),
+                    // Rewritten with the others, so that it keeps their TTL.
+                    session.waiting_for.clone().map_or(Value::Null, Value::Text),
                     id.clone(),
                     Value::BigInt(lease.0),
                 ],
@@ -125,7 +148,7 @@ impl LockStore for ScyllaLocks {
     }
 
     async fn close_session(&self, _lease: SessionLease, session: &str) -> Result<(), StoreError> {
-        self.run(Stmt::SessionClose, vec![Value::text(session)]).await?;
+        self.lwt(Stmt::SessionClose, vec![Value::text(session)]).await?;
         Ok(())
     }
 
@@ -149,7 +172,9 @@ impl LockStore for ScyllaLocks {
         let fence = self.claim_fence(name).await?;
         let json = String::from_utf8(record.to_json()).expect("JSON is UTF-8");
         let inserted = self
-            .lwt(
+            .lwt_or_read_back(
+                name,
+                |row| row.record().is_some_and(|r| r.owner == record.owner),
                 Stmt::Acquire,
                 vec![
                     Value::text(name),
@@ -174,7 +199,9 @@ impl LockStore for ScyllaLocks {
         while self.fence_now(name).await? != Some(fence) {
             let later = self.claim_fence(name).await?;
             let moved = self
-                .lwt(
+                .lwt_or_read_back(
+                    name,
+                    |row| row.fence == later,
                     Stmt::Refence,
                     vec![
                         Value::BigInt(later),
@@ -206,6 +233,11 @@ impl LockStore for ScyllaLocks {
             let Some(now) = self.read(name).await?.filter(|e| e.fence == fence) else {
                 return Ok(Extend::Lost);
             };
+            if now.revision + 1 >= (fence + 1) * REVISION_STRIDE {
+                return Err(StoreError::backend_msg(format!(
+                    "lock {name} was extended 2^24 times in one acquisition: release it and take it again"
+                )));
+            }
             let extended = self
                 .lwt(
                     Stmt::Extend,

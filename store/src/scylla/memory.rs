@@ -15,11 +15,13 @@
 //! Paxos guarantees per row, and more); it answers `[applied]` followed by the
 //! row as ScyllaDB does (every column, before the write, on success and
 //! failure) or as Cassandra does (the conditioned columns, on failure only),
-//! per [`Shape`]; conditions on a missing row see nulls; a row exists while
-//! one of its cells (or the row marker an INSERT writes) is unexpired; TTLs
-//! expire on tokio's clock (paused time in tests). Not emulated: consistency
-//! levels, replicas, timeouts, and the write timestamps of mixed LWT and
-//! non-LWT writes.
+//! per [`Shape`]; conditions on a missing row see nulls; a null or an empty
+//! list is no cell; a row exists while one of its cells (or the row marker an
+//! INSERT writes) is unexpired; as many values as markers. TTLs expire on
+//! tokio's clock (paused time in tests), exactly, where servers truncate the
+//! write time to the second. Not emulated: consistency levels, replicas,
+//! timeouts and LWTs of unknown outcome, Paxos contention, and the write
+//! timestamps of mixed LWT and non-LWT writes (lockscope sends none).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -127,6 +129,8 @@ impl MemoryCql {
             .map_err(|e| StoreError::backend_msg(format!("CQL {cql:?}: {e}")))
     }
 
+    /// Runs a parsed statement; as many values as it has markers, as a
+    /// server checks.
     fn apply(
         &self,
         tables: &mut BTreeMap<String, Table>,
@@ -134,9 +138,28 @@ impl MemoryCql {
         values: Vec<Value>,
         page: Option<(usize, Option<String>)>,
     ) -> Result<(Vec<Row>, Option<String>), String> {
-        let now = Instant::now();
+        let given = values.len();
         let mut binds = values.into_iter();
-        let mut bind = |what: &str| binds.next().ok_or_else(|| format!("no value bound for {what}"));
+        let mut used = 0;
+        let mut bind = |what: &str| {
+            used += 1;
+            binds.next().ok_or_else(|| format!("no value bound for {what}"))
+        };
+        let result = self.apply_bound(tables, st, &mut bind, page)?;
+        if used != given {
+            return Err(format!("{given} values bound to a statement with {used} markers"));
+        }
+        Ok(result)
+    }
+
+    fn apply_bound(
+        &self,
+        tables: &mut BTreeMap<String, Table>,
+        st: Parsed,
+        mut bind: impl FnMut(&str) -> Result<Value, String>,
+        page: Option<(usize, Option<String>)>,
+    ) -> Result<(Vec<Row>, Option<String>), String> {
+        let now = Instant::now();
         let table_name = |t: &str| -> Result<String, String> {
             match t.split_once('.') {
                 Some((ks, name)) if ks == self.inner.keyspace => Ok(name.to_string()),
@@ -182,7 +205,12 @@ impl MemoryCql {
                 for c in &columns {
                     t.check_column(c)?;
                 }
-                let row_of = |cells: &Cells| columns.iter().map(|c| (c.clone(), cells.get(c, now))).collect();
+                let row_of = |key: &str, cells: &Cells| {
+                    columns
+                        .iter()
+                        .map(|c| (c.clone(), t.cell(key, cells, c, now)))
+                        .collect()
+                };
                 match by_key.as_slice() {
                     [(k, lit)] if *k == t.key => {
                         let key = t.key_value(literal(lit, &mut bind, k)?)?;
@@ -190,7 +218,7 @@ impl MemoryCql {
                             .rows
                             .get(&key)
                             .filter(|c| c.live(now))
-                            .map(row_of)
+                            .map(|cells| row_of(&key, cells))
                             .into_iter()
                             .collect();
                         Ok((rows, None))
@@ -203,16 +231,17 @@ impl MemoryCql {
                             Some(a) => std::ops::Bound::Excluded(a.clone()),
                             None => std::ops::Bound::Unbounded,
                         };
+                        let mut last = None;
                         for (key, cells) in t.rows.range((from, std::ops::Bound::Unbounded)) {
                             if !cells.live(now) {
                                 continue;
                             }
                             if rows.len() == size {
-                                next = Some(rows_last_key(&rows, &t.key));
+                                next = last;
                                 break;
                             }
-                            let _ = key;
-                            rows.push(row_of(cells));
+                            rows.push(row_of(key, cells));
+                            last = Some(key.clone());
                         }
                         Ok((rows, next))
                     }
@@ -260,8 +289,15 @@ impl MemoryCql {
                     cells.0.clear();
                 }
                 cells.0.insert(String::new(), (Value::Null, expires));
-                for (c, v) in row {
-                    cells.0.insert(c, (v, expires));
+                // The key is the row's name, not a cell: it never expires.
+                for (c, v) in row.into_iter().filter(|(c, _)| *c != key_col) {
+                    // A null (or an empty collection) is no cell: it keeps
+                    // nothing alive, and deletes what was there.
+                    match v {
+                        Value::Null => cells.0.remove(&c),
+                        Value::List(items) if items.is_empty() => cells.0.remove(&c),
+                        v => cells.0.insert(c, (v, expires)),
+                    };
                 }
                 Ok((
                     if_not_exists
@@ -297,6 +333,7 @@ impl MemoryCql {
                 for (c, v) in writes {
                     match v {
                         Value::Null => cells.0.remove(&c),
+                        Value::List(items) if items.is_empty() => cells.0.remove(&c),
                         v => cells.0.insert(c, (v, expires)),
                     };
                 }
@@ -328,14 +365,6 @@ impl MemoryCql {
             }
         }
     }
-}
-
-fn rows_last_key(rows: &[Row], key: &str) -> String {
-    rows.last()
-        .and_then(|r| r.get(key))
-        .and_then(Value::as_text)
-        .unwrap_or_default()
-        .to_string()
 }
 
 fn ttl_of(ttl: Option<Value>, now: Instant) -> Result<Option<Instant>, String> {

@@ -90,14 +90,17 @@ impl ScyllaLocks {
             }
         };
         let mut tokens = columns("tokens").await?;
-        if create && tokens.is_empty() {
-            for stmt in [
-                Stmt::CreateTokens,
-                Stmt::CreateTokenTimes,
-                Stmt::CreateFences,
-                Stmt::CreateBlacklist,
-                Stmt::CreateUnlocker,
-            ] {
+        let superset = |cols: &[String]| {
+            ["fence", "revision", "record"]
+                .iter()
+                .all(|c| cols.iter().any(|t| t == c))
+        };
+        // lockscope's own tables go with its columns; a keyspace with the
+        // columns but not the tables (created by hand, half way) gets them
+        // too. All `IF NOT EXISTS`: clients starting at once may all run them.
+        let missing = tokens.is_empty() || (superset(&tokens) && columns("lockscope_fences").await?.is_empty());
+        if create && missing {
+            for stmt in Stmt::ALL.into_iter().filter(|s| s.template().starts_with("CREATE")) {
                 cql.run(stmt, Vec::new()).await?;
             }
             tokens = columns("tokens").await?;
@@ -105,7 +108,13 @@ impl ScyllaLocks {
         if tokens.is_empty() {
             return Err(StoreError::Config(format!(
                 "keyspace {keyspace} has no tokens table: create the published schema or lockscope's \
-                 (docs/protocol.md, \"ScyllaDB\")"
+                 (docs/protocol.md, \"ScyllaDB and Cassandra\")"
+            )));
+        }
+        if superset(&tokens) && columns("lockscope_fences").await?.is_empty() {
+            return Err(StoreError::Config(format!(
+                "keyspace {keyspace} has lockscope's columns but not its tables (lockscope_fences, …): \
+                 run the CREATE TABLE statements of docs/protocol.md, \"ScyllaDB and Cassandra\""
             )));
         }
         let schema = if ["fence", "revision", "record"]
@@ -267,9 +276,11 @@ impl ScyllaLocks {
         Ok(rows.first().and_then(|r| col(r, "fence").as_i64()))
     }
 
+    /// A TTL in whole seconds for `ttl_ms`: rounded up, plus one, because
+    /// servers expire a cell at its write time truncated to the second plus
+    /// the TTL (so the row outlives the ttl, never the reverse).
     fn session_lease_ttl(ttl_ms: i64) -> i32 {
-        // Whole seconds, rounded up: the row outlives the session's ttl, never the reverse.
-        ((ttl_ms + 999) / 1000).clamp(1, i32::MAX as i64) as i32
+        ((ttl_ms + 999) / 1000 + 1).clamp(1, i32::MAX as i64) as i32
     }
 
     /// Blacklists `entry.session` (lockscope's blacklist table, and a mark on its

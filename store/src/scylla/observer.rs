@@ -24,7 +24,7 @@ use lockscope_model::{FleetEvent, LockEntry, Snapshot};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::cql::{col, Row, Value};
+use super::cql::{col, Row, Schema, Value};
 use super::{ScyllaLocks, ScyllaTarget};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
@@ -76,7 +76,13 @@ impl ScyllaObserver {
         loop {
             let started = now_ms();
             let locks = store.held().await?;
-            let rows = store.session_rows().await?.iter().filter_map(session_row).collect();
+            let schema = store.schema();
+            let rows = store
+                .session_rows()
+                .await?
+                .iter()
+                .filter_map(|r| session_row(r, schema))
+                .collect();
             let blacklist = store.blacklist_rows().await?;
             self.scans += 1;
             let now: BTreeMap<String, LockEntry> = locks.into_iter().map(|e| (e.name.clone(), e)).collect();
@@ -135,9 +141,19 @@ fn diff(before: &BTreeMap<String, LockEntry>, now: &BTreeMap<String, LockEntry>)
         }
     }
     for (name, entry) in now {
-        if before.get(name) != Some(entry) {
-            events.push(FleetEvent::Upsert(entry.clone()));
+        match before.get(name) {
+            Some(old) if old == entry => continue,
+            // A lower revision than shown is another acquisition (one whose
+            // token was still being moved onto a later one, or a published
+            // row written by a slower clock), which the reducer would drop as
+            // stale: the one shown is released first.
+            Some(old) if old.revision >= entry.revision => events.push(FleetEvent::Remove {
+                name: name.clone(),
+                revision: old.revision,
+            }),
+            _ => {}
         }
+        events.push(FleetEvent::Upsert(entry.clone()));
     }
     events
 }
@@ -146,7 +162,7 @@ fn diff(before: &BTreeMap<String, LockEntry>, now: &BTreeMap<String, LockEntry>)
 /// the session record and ttl; a published row carries only its heartbeat
 /// time and tokens, kept as the (unreadable) record text so that it is shown,
 /// and so that a new heartbeat counts as a write.
-fn session_row(row: &Row) -> Option<SessionRow> {
+fn session_row(row: &Row, schema: Schema) -> Option<SessionRow> {
     let id = col(row, "service_session_id").as_text()?.to_string();
     let heartbeat = col(row, "timestamp").as_i64();
     match (col(row, "record").as_text(), col(row, "ttl_ms").as_i64()) {
@@ -156,8 +172,10 @@ fn session_row(row: &Row) -> Option<SessionRow> {
             waiting_for: col(row, "waiting_for").as_text().map(str::to_string),
             expires_at: heartbeat.unwrap_or(0).saturating_add(ttl_ms),
         }),
-        // A row left with only its blacklist mark (its session's cells expired).
-        _ if col(row, "blacklisted") != &Value::Null => None,
+        // What is left of a lockscope session whose cells expired (its
+        // blacklist mark, say): gone. A published client's row on lockscope's
+        // tables has a heartbeat time of its own.
+        _ if schema == Schema::Superset && heartbeat.is_none() => None,
         _ => {
             let tokens: Vec<&str> = match col(row, "tokens") {
                 Value::List(items) => items.iter().filter_map(Value::as_text).collect(),
@@ -186,5 +204,49 @@ impl Observer for ScyllaObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
         let link = Link::new(events, self.backoff.clone());
         Box::pin(run_observer(link, "scylla", *self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockscope_model::FleetState;
+
+    fn entry(name: &str, session: &str, revision: i64) -> LockEntry {
+        LockEntry::foreign(name.into(), revision, revision, Some(session.into()), Some(revision))
+    }
+
+    /// A row with a lower revision than the one shown is another acquisition:
+    /// the reducer, which drops stale upserts, must still end up showing it.
+    #[test]
+    fn a_lower_revision_replaces_what_is_shown() {
+        let mut state = FleetState::default();
+        let before = BTreeMap::from([("x".to_string(), entry("x", "a", 50))]);
+        for e in diff(&BTreeMap::new(), &before) {
+            state.apply(e);
+        }
+        let cases = [
+            // (now, what the state shows after)
+            (entry("x", "b", 40), "b"), // lower: another acquisition
+            (entry("x", "b", 60), "b"), // higher: an update
+        ];
+        let mut shown = before;
+        for (now, want) in cases {
+            let now = BTreeMap::from([("x".to_string(), now)]);
+            for e in diff(&shown, &now) {
+                state.apply(e);
+            }
+            assert_eq!(state.get("x").and_then(|e| e.holder_session()), Some(want));
+            assert_eq!(state.get("x"), now.get("x"));
+            shown = now;
+        }
+        let gone = diff(&shown, &BTreeMap::new());
+        assert_eq!(
+            gone,
+            [FleetEvent::Remove {
+                name: "x".into(),
+                revision: 61
+            }]
+        );
     }
 }

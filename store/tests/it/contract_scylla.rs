@@ -136,6 +136,41 @@ observer_cases!(
     observer_malformed
 );
 
+/// A wait longer than the session's ttl stays visible: the heartbeat rewrites
+/// `waiting_for` with the row's other cells (each write carries the TTL).
+#[tokio::test]
+async fn a_long_wait_stays_visible_past_the_session_ttl() {
+    use lockscope_store::client::{Session, SessionConfig};
+    let ks = TestKeyspace::new("longwait").await;
+    let store = ks.connect().await;
+    let config = |service: &str| {
+        let mut c = SessionConfig::new(service);
+        c.heartbeat_every = Duration::from_millis(300);
+        c.session_ttl = Duration::from_secs(1);
+        c
+    };
+    let holder = Session::open(store.clone(), config("holder")).await.unwrap();
+    let _held = holder.lock("long/wait", contract::opts("hold")).await.unwrap();
+    let waiter = Session::open(store.clone(), config("waiter")).await.unwrap();
+    let id = waiter.id().to_string();
+    let waiting = tokio::spawn(async move {
+        let r = waiter
+            .lock("long/wait", contract::opts("wait").deadline(Duration::from_secs(8)))
+            .await;
+        (waiter, r.map(|g| g.fence()))
+    });
+    let mut watched = observer_contract::Watched::start(&ks.spec());
+    let is_waiting = |s: &FleetState| s.waiters().any(|w| w.session == id && w.lock == "long/wait");
+    watched.until("the waiter", is_waiting).await;
+    // Past the row's TTL (2 s: the 1 s ttl rounded up, plus one) and three
+    // session ttls, a fresh observer still finds the wait.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let mut fresh = observer_contract::Watched::start(&ks.spec());
+    fresh.until("the waiter, still", is_waiting).await;
+    let (_waiter, r) = waiting.await.unwrap();
+    assert!(matches!(r, Err(StoreError::Deadline { .. })), "{r:?}");
+}
+
 /// The fencing token grows across acquisitions although each release deletes
 /// the row (it lives in `lockscope_fences`), and a revision grows across
 /// acquisitions and extensions, as observers need.

@@ -25,7 +25,7 @@ fn the_protocols_statements_read_as_documented() {
         ),
         (
             Stmt::SessionBeat,
-            "UPDATE ks.token_times USING TTL ? SET timestamp = ?, record = ?, ttl_ms = ? \
+            "UPDATE ks.token_times USING TTL ? SET timestamp = ?, record = ?, ttl_ms = ?, waiting_for = ? \
              WHERE service_session_id = ? IF ttl_ms = ? AND blacklisted = null",
         ),
         (
@@ -103,10 +103,10 @@ fn sample_values(stmt: Stmt) -> Vec<Value> {
         ReleaseExact => vec![t(), b(), b()],
         ReleasePublished => vec![t(), t(), Value::Timestamp(1)],
         SessionOpen => vec![t(), Value::Timestamp(1), t(), b(), Value::Int(5)],
-        SessionBeat => vec![Value::Int(5), Value::Timestamp(1), t(), b(), t(), b()],
+        SessionBeat => vec![Value::Int(5), Value::Timestamp(1), t(), b(), Value::Null, t(), b()],
         SessionWaiting => vec![Value::Int(5), t(), t(), b()],
         SessionMark => vec![Value::Null, t()],
-        BlacklistPut => vec![t(), t()],
+        BlacklistPut | BlacklistUpdate => vec![t(), t()],
         UnlockerClaim => vec![t(), b(), Value::Int(5)],
         UnlockerRenew => vec![Value::Int(5), t(), b(), b()],
         UnlockerResign => vec![b()],

@@ -93,6 +93,7 @@ impl Table {
     }
 
     pub(super) fn key_value(&self, v: Value) -> Result<String, String> {
+        self.check_value(&self.key, &v)?;
         match v {
             Value::Text(s) => Ok(s),
             Value::Int(i) => Ok(format!("{i:020}")),
@@ -102,7 +103,23 @@ impl Table {
 
     pub(super) fn row_before(&self, key: &str, now: Instant) -> Option<Row> {
         let cells = self.rows.get(key).filter(|c| c.live(now))?;
-        Some(self.order.iter().map(|c| (c.clone(), cells.get(c, now))).collect())
+        Some(
+            self.order
+                .iter()
+                .map(|c| (c.clone(), self.cell(key, cells, c, now)))
+                .collect(),
+        )
+    }
+
+    /// Column `col` of the row named `key`: the key itself, or a cell.
+    pub(super) fn cell(&self, key: &str, cells: &Cells, col: &str, now: Instant) -> Value {
+        if col != self.key {
+            return cells.get(col, now);
+        }
+        match self.columns[col] {
+            Type::Int => key.parse().map_or(Value::Null, Value::Int),
+            _ => Value::text(key),
+        }
     }
 
     pub(super) fn conditions(

@@ -173,3 +173,41 @@ fn the_published_schema_has_only_its_columns() {
         .to_string()
         .contains("Undefined column name"));
 }
+
+#[test]
+fn a_statement_takes_exactly_as_many_values_as_markers() {
+    let db = ks(Shape::Scylla);
+    let extra = db.execute("SELECT k FROM ks.t WHERE k = ?", vec![t("a"), t("unused")]);
+    assert!(extra
+        .unwrap_err()
+        .to_string()
+        .contains("2 values bound to a statement with 1 markers"));
+    let wrong_key = db.execute("SELECT k FROM ks.t WHERE k = ?", vec![Value::BigInt(1)]);
+    assert!(wrong_key.is_err(), "the key is typed too");
+}
+
+#[tokio::test(start_paused = true)]
+async fn nulls_and_empty_lists_are_no_cells() {
+    let db = MemoryCql::published("ks", Shape::Scylla);
+    db.execute(
+        "INSERT INTO ks.token_times (service_session_id, tokens, timestamp) VALUES (?, [], ?) USING TTL ?",
+        vec![t("s"), Value::Null, Value::Int(5)],
+    )
+    .unwrap();
+    let rows = db
+        .execute(
+            "SELECT service_session_id, tokens FROM ks.token_times WHERE service_session_id = ?",
+            vec![t("s")],
+        )
+        .unwrap();
+    assert_eq!(rows[0]["tokens"], Value::Null, "an empty list reads as null");
+    // Only the row marker keeps the row: it goes with the marker's TTL.
+    tokio::time::advance(Duration::from_secs(6)).await;
+    assert!(db
+        .execute(
+            "SELECT service_session_id FROM ks.token_times WHERE service_session_id = ?",
+            vec![t("s")]
+        )
+        .unwrap()
+        .is_empty());
+}
