@@ -122,7 +122,7 @@ pub struct ServeArgs {
     pub prefix: String,
     /// A fleet to watch, as NAME=STORE; repeatable (environment: `;`-separated).
     /// STORE is `etcd:ENDPOINT[,ENDPOINT…][#PREFIX]`, `sqlite:PATH`,
-    /// `postgres://…`, `scylla:HOST[,HOST…][/KEYSPACE][?dc=…&serial=local&user=…&password_file=…&tls_ca=…]`
+    /// `postgres://…`, `scylla:HOST[,HOST…][/KEYSPACE][?dc=…&serial=local&user=…&password_file=…&tls_ca=…&scan_ms=…]`
     /// (password of `user` also from LOCKSCOPE_SCYLLA_PASSWORD), or a read-only
     /// ShedLock table: `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`. With no
     /// `--store` and no `--etcd`, lockscope runs on an embedded SQLite file with a

@@ -10,7 +10,7 @@
 //!   lockscope's own tables;
 //! - `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`: a
 //!   ShedLock table, read-only (table default `shedlock`);
-//! - `scylla:HOST[:PORT][,HOST…][/KEYSPACE][?dc=DC&serial=local&user=USER&password_file=PATH&tls_ca=PEM]`:
+//! - `scylla:HOST[:PORT][,HOST…][/KEYSPACE][?dc=DC&serial=local&user=USER&password_file=PATH&tls_ca=PEM&scan_ms=MS]`:
 //!   a ScyllaDB or Cassandra cluster (keyspace default `lockscope`; the
 //!   password of `user` from `password_file` or `LOCKSCOPE_SCYLLA_PASSWORD`);
 //! - `scylla-memory:NAME[?schema=published]`: an in-memory CQL keyspace of
@@ -274,6 +274,10 @@ fn parse_scylla(rest: &str) -> Result<StoreSpec, String> {
             ("user", user) if !user.is_empty() => config.user = Some(user.to_string()),
             ("tls_ca", path) if !path.is_empty() => config.tls_ca = Some(path.to_string()),
             ("password_file", path) if !path.is_empty() => config.password_file = Some(path.to_string()),
+            ("scan_ms", ms) => match ms.parse::<u64>() {
+                Ok(ms) if (100..=3_600_000).contains(&ms) => config.scan = std::time::Duration::from_millis(ms),
+                _ => return Err("scan_ms is a whole number of milliseconds from 100 to 3600000".into()),
+            },
             ("password", _) => {
                 return Err(format!(
                     "a password is never written in a spec (it is shown and logged): set {}",
@@ -283,7 +287,7 @@ fn parse_scylla(rest: &str) -> Result<StoreSpec, String> {
             // The value is not repeated: it might be a secret under a mistyped name.
             _ => {
                 return Err(format!(
-                    "unknown or empty option {k} (dc, serial=local|global, user, password_file, tls_ca)"
+                    "unknown or empty option {k} (dc, serial=local|global, user, password_file, tls_ca, scan_ms)"
                 ))
             }
         }
@@ -472,7 +476,7 @@ mod tests {
     #[test]
     fn scylla_forms_parse() {
         let StoreSpec::Scylla(ScyllaTarget::Cluster(c)) = StoreSpec::parse(
-            "scylla:10.0.0.1,10.0.0.2:19042/locks?dc=eu-west&serial=local&user=lockscope&password_file=/run/pw&tls_ca=/etc/ca.pem",
+            "scylla:10.0.0.1,10.0.0.2:19042/locks?dc=eu-west&serial=local&user=lockscope&password_file=/run/pw&tls_ca=/etc/ca.pem&scan_ms=2500",
         )
         .unwrap() else {
             panic!("a cluster")
@@ -489,6 +493,7 @@ mod tests {
         assert_eq!(c.user.as_deref(), Some("lockscope"));
         assert_eq!(c.password_file.as_deref(), Some("/run/pw"));
         assert_eq!(c.tls_ca.as_deref(), Some("/etc/ca.pem"));
+        assert_eq!(c.scan, std::time::Duration::from_millis(2500));
         let plain = StoreSpec::parse("scylla://db-1").unwrap();
         assert_eq!(plain.source(), "ScyllaDB db-1:9042 keyspace lockscope");
         assert_eq!(
@@ -503,6 +508,7 @@ mod tests {
             ("scylla:h/bad-keyspace", "not a plain CQL identifier"),
             ("scylla:h?password=hunter2", "never written in a spec"),
             ("scylla:h?serial=maybe", "unknown or empty option serial"),
+            ("scylla:h?scan_ms=5", "from 100 to 3600000"),
             ("scylla:h?pwd=hunter2", "unknown or empty option pwd"),
             ("scylla://admin:hunter2@h", "credentials are never written"),
             ("scylla-memory:", "needs a name"),

@@ -54,6 +54,8 @@ pub struct ScyllaConfig {
     pub tls_ca: Option<String>,
     /// Each request's timeout.
     pub timeout: Duration,
+    /// How often the dashboard's observer scans the tables.
+    pub scan: Duration,
 }
 
 impl ScyllaConfig {
@@ -67,6 +69,7 @@ impl ScyllaConfig {
             password_file: None,
             tls_ca: None,
             timeout: Duration::from_secs(5),
+            scan: Duration::from_secs(1),
         }
     }
 }

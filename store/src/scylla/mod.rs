@@ -374,6 +374,14 @@ impl ScyllaTarget {
         }
     }
 
+    /// How often the dashboard's observer scans the tables.
+    pub fn scan_interval(&self) -> std::time::Duration {
+        match self {
+            ScyllaTarget::Cluster(c) => c.scan,
+            ScyllaTarget::Memory { .. } => std::time::Duration::from_secs(1),
+        }
+    }
+
     /// Where the locks live, for people (no credentials).
     pub fn source(&self) -> String {
         match self {

@@ -47,8 +47,8 @@ pub struct ScyllaObserver {
 impl ScyllaObserver {
     pub fn new(target: ScyllaTarget) -> ScyllaObserver {
         ScyllaObserver {
+            poll: target.scan_interval(),
             target,
-            poll: Duration::from_secs(1),
             page: super::PAGE_ROWS,
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(10)),
             sessions: SessionTracker::default(),
