@@ -65,6 +65,8 @@ struct Inner {
     shape: Shape,
     tables: Mutex<BTreeMap<String, Table>>,
     sent: AtomicU64,
+    /// Microseconds each statement waits before it runs (0: none).
+    latency_us: AtomicU64,
 }
 
 impl MemoryCql {
@@ -76,6 +78,7 @@ impl MemoryCql {
                 shape,
                 tables: Mutex::new(BTreeMap::new()),
                 sent: AtomicU64::new(0),
+                latency_us: AtomicU64::new(0),
             }),
         }
     }
@@ -113,6 +116,21 @@ impl MemoryCql {
                 .expect("lockscope's tables parse");
         }
         db
+    }
+
+    /// Makes every statement wait `latency` before it runs, as a request
+    /// crossing a network would (tests whose races need time to happen in).
+    pub fn set_latency(&self, latency: Duration) {
+        self.inner
+            .latency_us
+            .store(latency.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn latency(&self) -> Option<Duration> {
+        match self.inner.latency_us.load(Ordering::Relaxed) {
+            0 => None,
+            us => Some(Duration::from_micros(us)),
+        }
     }
 
     pub fn keyspace(&self) -> &str {
@@ -375,13 +393,15 @@ fn ttl_of(ttl: Option<Value>, now: Instant) -> Result<Option<Instant>, String> {
     }
 }
 
-/// A statement's IF clause, bound.
 impl Cql for MemoryCql {
     fn run<'a>(&'a self, stmt: Stmt, values: Vec<Value>) -> BoxFuture<'a, Result<Vec<Row>, StoreError>> {
         Box::pin(async move {
             // A round trip's two halves: other tasks run while the request
             // travels and while the answer does, as they would on a network.
-            tokio::task::yield_now().await;
+            match self.latency() {
+                Some(d) => tokio::time::sleep(d).await,
+                None => tokio::task::yield_now().await,
+            }
             let result = self.execute(&stmt.cql(&self.inner.keyspace), values);
             tokio::task::yield_now().await;
             result

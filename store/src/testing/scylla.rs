@@ -63,6 +63,14 @@ impl TestKeyspace {
         self.target.connect(true).await.expect("connect to the test keyspace")
     }
 
+    /// In memory: each statement waits `latency` first, as on a network (a
+    /// cluster has its own).
+    pub fn set_latency(&self, latency: std::time::Duration) {
+        if let Some(m) = &self.memory {
+            m.set_latency(latency);
+        }
+    }
+
     /// Statements sent to the in-memory keyspace (`None` on a cluster).
     pub fn statements(&self) -> Option<u64> {
         use crate::scylla::cql::Cql;

@@ -312,5 +312,9 @@ async fn sqlite() {
 async fn scylla() {
     let ks = lockscope_store::testing::scylla::TestKeyspace::new("race").await;
     ks.connect().await;
+    // Without a network's delay the in-memory keyspace answers so fast that,
+    // on a busy machine, the admin's read and release never straddle the
+    // holder's release: the race would not happen.
+    ks.set_latency(std::time::Duration::from_micros(200));
     race("scylla", ks.spec()).await;
 }
