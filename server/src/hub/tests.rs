@@ -1,5 +1,5 @@
 use super::*;
-use lockscope_model::{FleetEvent, LockEntry, Window};
+use lockscope_model::{FleetEvent, LockEntry, ServerMsg, Window};
 
 fn up(name: &str, rev: i64) -> FleetEvent {
     FleetEvent::Upsert(LockEntry::from_stored(name.into(), rev, rev, b"x"))

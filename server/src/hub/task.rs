@@ -1,0 +1,239 @@
+//! The task that owns one fleet's live table: applies the observer's events,
+//! moves the views' indexes, answers commands and sends frames
+//! ([`super::HubHandle`] is how everything else reaches it).
+
+use std::time::Duration;
+
+use lockscope_model::view::WindowFrame;
+use lockscope_model::{FleetEvent, FleetState, FleetSummary, ServerMsg, StoreStatus};
+use lockscope_store::{now_ms, ObserverEvent};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use super::commands::Command;
+use super::history::HubHistory;
+use super::watchers::Watchers;
+use super::{Frame, MAX_BATCHES_PER_TURN, MAX_SLEEP};
+use crate::metrics::HubFeed;
+use crate::views::{BuildId, Built, Now, SubId, Views};
+
+/// The state the hub task owns (nothing else touches it: see the module docs
+/// of [`super`] on channels instead of a lock).
+pub(super) struct Hub {
+    pub(super) state: FleetState,
+    pub(super) views: Views,
+    pub(super) status: StoreStatus,
+    pub(super) subscribers: std::collections::HashMap<SubId, mpsc::Sender<Frame>>,
+    pub(super) summary: watch::Sender<FleetSummary>,
+    pub(super) started: Instant,
+    /// Page renders waiting for their view's index to be built.
+    pub(super) renders: Vec<(SubId, oneshot::Sender<(WindowFrame, StoreStatus)>)>,
+    /// An index build is running on a blocking thread. One at a time, so that a
+    /// burst of new views over a large fleet leaves a core to this task and the
+    /// rest of the server; results come back on `built_tx`'s channel.
+    pub(super) building: bool,
+    pub(super) built_tx: mpsc::Sender<Result<Built, BuildId>>,
+    pub(super) watchers: Watchers,
+    /// What `/metrics` reads besides the summary ([`HubHandle::stats`]).
+    pub(super) feed: HubFeed,
+    /// Where the fleet's history goes (`None`: the server keeps none).
+    pub(super) history: Option<HubHistory>,
+}
+
+impl Hub {
+    pub(super) async fn run(
+        mut self,
+        mut events: mpsc::Receiver<ObserverEvent>,
+        mut commands: mpsc::Receiver<Command>,
+        mut built: mpsc::Receiver<Result<Built, BuildId>>,
+    ) {
+        let mut events_open = true;
+        loop {
+            let wake = self.next_wake();
+            tokio::select! {
+                Some(b) = built.recv() => self.on_built(b),
+                ev = events.recv(), if events_open => match ev {
+                    Some(ev) => self.on_events(ev, &mut events),
+                    // The observer stopped (only at shutdown): keep serving what we have.
+                    None => events_open = false,
+                },
+                cmd = commands.recv() => match cmd {
+                    Some(cmd) => self.on_command(cmd),
+                    // Every handle is gone: nobody can read us any more.
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            self.turn();
+            self.start_build();
+            self.answer_renders();
+        }
+        debug!(fleet = %self.summary.borrow().name, "hub stopped");
+    }
+
+    pub(super) fn now(&self) -> Now {
+        Now {
+            wall: now_ms(),
+            mono: self.started.elapsed().as_millis() as i64,
+        }
+    }
+
+    /// When the hub next has something to do by itself: a frame that becomes due,
+    /// or a lock whose state changes with time.
+    fn next_wake(&self) -> Instant {
+        let now = self.now();
+        let mut wake = Instant::now() + MAX_SLEEP;
+        if !self.building && self.views.has_queued() {
+            // One index's keys are collected per turn (see `start_build`).
+            return Instant::now();
+        }
+        if let Some(at) = self.views.next_send() {
+            wake = wake.min(self.started + Duration::from_millis(at.max(0) as u64));
+        }
+        if let Some(at) = self.views.next_deadline() {
+            let wait = Duration::from_millis((at - now.wall).max(0) as u64);
+            wake = wake.min(Instant::now() + wait);
+        }
+        if let Some(at) = self.watchers.next_wake() {
+            wake = wake.min(at);
+        }
+        wake
+    }
+
+    /// After anything happened: states due by time, then frames due, then the summary.
+    fn turn(&mut self) {
+        let now = self.now();
+        self.views.advance(&self.state, now.wall);
+        self.views.mark_dirty(now);
+        for (id, frame) in self.views.due_frames(&self.state, now) {
+            self.deliver(id, &ServerMsg::Window(frame));
+        }
+        self.watchers.flush(&self.state, &self.views);
+        self.feed.turn(&self.views);
+        let counts = self.views.counts();
+        let status = self.status.clone();
+        self.summary.send_if_modified(|s| {
+            let changed = s.counts != counts || s.status != status;
+            s.counts = counts;
+            s.status = status;
+            changed
+        });
+    }
+
+    fn on_events(&mut self, first: ObserverEvent, events: &mut mpsc::Receiver<ObserverEvent>) {
+        let now = now_ms();
+        let mut next = Some(first);
+        let mut batches = 0;
+        while let Some(ev) = next.take() {
+            match ev {
+                ObserverEvent::Events(evs) => {
+                    for e in evs {
+                        let from_reset = matches!(e, FleetEvent::Reset(_));
+                        if let Some(h) = &mut self.history {
+                            h.before_apply(&self.state, &e, now);
+                        }
+                        for change in self.state.apply(e) {
+                            self.views.on_change(&self.state, &change, now);
+                            self.watchers.on_change(&self.state, &change, now, from_reset);
+                            self.feed.on_change(&self.state, &change);
+                        }
+                    }
+                }
+                ObserverEvent::Status(status) => {
+                    self.feed.on_status(&status);
+                    if let Some(h) = &mut self.history {
+                        h.on_status(&status, now);
+                    }
+                    self.status = status.clone();
+                    let msg = ServerMsg::Status {
+                        server_time: now_ms(),
+                        status,
+                    };
+                    let ids: Vec<SubId> = self.subscribers.keys().copied().collect();
+                    for id in ids {
+                        self.deliver(id, &msg);
+                    }
+                }
+            }
+            batches += 1;
+            if batches < MAX_BATCHES_PER_TURN {
+                next = events.try_recv().ok();
+            }
+        }
+    }
+
+    /// Starts the next index build, if none is running.
+    fn start_build(&mut self) {
+        if self.building {
+            return;
+        }
+        if let Some(build) = self.views.next_build(&self.state) {
+            self.building = true;
+            let done = self.built_tx.clone();
+            let id = build.id();
+            let sorting = tokio::task::spawn_blocking(move || build.run());
+            tokio::spawn(async move {
+                // A build that panicked is reported, so its index is queued again
+                // rather than waited for forever. The hub outlives its builds
+                // unless the server is shutting down.
+                let _ = done.send(sorting.await.map_err(|_| id)).await;
+            });
+        }
+    }
+
+    fn on_built(&mut self, built: Result<Built, BuildId>) {
+        self.building = false;
+        match built {
+            Ok(built) => self.views.install(built),
+            Err(failed) => {
+                warn!("an index build failed; queued again");
+                self.views.requeue(failed);
+            }
+        }
+    }
+
+    /// Answers the page renders whose view's index is now built.
+    fn answer_renders(&mut self) {
+        if self.renders.is_empty() {
+            return;
+        }
+        let now = self.now();
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.renders)
+            .into_iter()
+            .partition(|(id, _)| self.views.is_ready(*id));
+        self.renders = Vec::with_capacity(waiting.len());
+        for (id, reply) in waiting {
+            match reply.is_closed() {
+                // The request is gone: its view need not be kept (or built) for it.
+                true => self.views.unsubscribe(id),
+                false => self.renders.push((id, reply)),
+            }
+        }
+        for (id, reply) in ready {
+            let frame = self.views.render_sub(&self.state, id, now);
+            let _ = reply.send((frame, self.status.clone()));
+        }
+    }
+
+    /// Queues `msg` for subscriber `id`; one whose queue is full or gone is dropped
+    /// (its socket has stopped being read altogether).
+    pub(super) fn deliver(&mut self, id: SubId, msg: &ServerMsg) {
+        let Some(out) = self.subscribers.get(&id) else { return };
+        let frame: Frame = serde_json::to_string(msg).expect("server messages serialise").into();
+        match out.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Closed(_)) => self.drop_subscriber(id),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                warn!(subscriber = id, "subscriber queue full; dropping it");
+                self.feed.subscriber_lagged();
+                self.drop_subscriber(id);
+            }
+        }
+    }
+
+    pub(super) fn drop_subscriber(&mut self, id: SubId) {
+        self.subscribers.remove(&id);
+        self.views.unsubscribe(id);
+    }
+}
