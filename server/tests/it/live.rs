@@ -297,6 +297,24 @@ async fn a_cross_origin_websocket_is_refused_with_a_reason() {
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Error { .. }));
 }
 
+/// Fleet `fleet`'s first window of the default view, over a new websocket.
+async fn first_window(addr: std::net::SocketAddr, fleet: &str) -> WindowFrame {
+    let mut ws = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?fleet={fleet}"))
+        .await
+        .unwrap()
+        .0;
+    assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { fleet: ref f, .. } if f == fleet));
+    send(
+        &mut ws,
+        &ClientMsg::View {
+            id: 1,
+            view: ViewSpec::default(),
+        },
+    )
+    .await;
+    next_window(&mut ws).await
+}
+
 /// etcd, SQLite and ScyllaDB fleets side by side — ScyllaDB in memory (no CQL
 /// server runs here), served through the same observer and hub as a cluster
 /// would be: one lockscope fleet, and one with only the published schema,
@@ -382,36 +400,10 @@ async fn fleets_side_by_side_etcd_sqlite_and_scylla() {
         page.contains("data-lock=\"from-etcd\""),
         "the first fleet is the default"
     );
-    let mut ws = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?fleet=sql"))
-        .await
-        .unwrap()
-        .0;
-    assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { ref fleet, .. } if fleet == "sql"));
-    send(
-        &mut ws,
-        &ClientMsg::View {
-            id: 1,
-            view: ViewSpec::default(),
-        },
-    )
-    .await;
-    let f = next_window(&mut ws).await;
+    let f = first_window(addr, "sql").await;
     assert_eq!(f.order.unwrap(), ["from-sqlite"]);
 
-    let mut ws = tokio_tungstenite::connect_async(format!("ws://{addr}/ws?fleet=pub"))
-        .await
-        .unwrap()
-        .0;
-    assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { ref fleet, .. } if fleet == "pub"));
-    send(
-        &mut ws,
-        &ClientMsg::View {
-            id: 1,
-            view: ViewSpec::default(),
-        },
-    )
-    .await;
-    let f = next_window(&mut ws).await;
+    let f = first_window(addr, "pub").await;
     assert_eq!(f.order.unwrap(), ["from-published"]);
     let row = serde_json::to_value(&f.rows).unwrap().to_string();
     assert!(

@@ -110,10 +110,25 @@ pub enum Schema {
     Published,
 }
 
-/// Every statement lockscope sends. `?` markers bind [`Stmt::cql`]'s values in
-/// order; `KS` is the keyspace.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Stmt {
+/// Declares [`Stmt`] and [`Stmt::ALL`] from one list, so that a statement
+/// cannot be left out of the list the tests and the driver go through.
+macro_rules! statements {
+    ($($(#[$doc:meta])* $name:ident,)*) => {
+        /// Every statement lockscope sends. `?` markers bind [`Stmt::cql`]'s values in
+        /// order; `KS` is the keyspace.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Stmt {
+            $($(#[$doc])* $name,)*
+        }
+
+        impl Stmt {
+            /// Every statement (the tests check each is documented and runs).
+            pub const ALL: &'static [Stmt] = &[$(Stmt::$name,)*];
+        }
+    };
+}
+
+statements! {
     // Schema.
     /// Binds keyspace, table.
     Columns,
@@ -292,49 +307,6 @@ impl Stmt {
     pub fn cql(self, keyspace: &str) -> String {
         self.template().replace("KS.", &format!("{keyspace}."))
     }
-
-    /// Every statement, for preparing them all and for tests.
-    pub const ALL: [Stmt; 36] = {
-        use Stmt::*;
-        [
-            Columns,
-            CreateTokens,
-            CreateTokenTimes,
-            CreateFences,
-            CreateBlacklist,
-            CreateUnlocker,
-            FenceGet,
-            FenceInit,
-            FenceBump,
-            Acquire,
-            LockGet,
-            Extend,
-            Refence,
-            Release,
-            ReleaseExact,
-            ReleasePublished,
-            LockGetPublished,
-            LocksPage,
-            LocksPagePublished,
-            SessionOpen,
-            SessionBeat,
-            SessionWaiting,
-            SessionClose,
-            SessionGet,
-            SessionMark,
-            SessionsPage,
-            SessionsPagePublished,
-            BlacklistPut,
-            BlacklistUpdate,
-            BlacklistGet,
-            BlacklistDelete,
-            BlacklistPage,
-            UnlockerClaim,
-            UnlockerRenew,
-            UnlockerResign,
-            UnlockerGet,
-        ]
-    };
 }
 
 /// One page of a paged read, and where the next begins (`None`: the last page).

@@ -111,7 +111,7 @@ impl MemoryCql {
     /// A keyspace with lockscope's tables.
     pub fn superset(keyspace: &str, shape: Shape) -> MemoryCql {
         let db = MemoryCql::new(keyspace, shape);
-        for stmt in Stmt::ALL.into_iter().filter(|s| s.template().starts_with("CREATE")) {
+        for &stmt in Stmt::ALL.iter().filter(|s| s.template().starts_with("CREATE")) {
             db.execute(&stmt.cql(keyspace), Vec::new())
                 .expect("lockscope's tables parse");
         }
@@ -309,13 +309,7 @@ impl MemoryCql {
                 cells.0.insert(String::new(), (Value::Null, expires));
                 // The key is the row's name, not a cell: it never expires.
                 for (c, v) in row.into_iter().filter(|(c, _)| *c != key_col) {
-                    // A null (or an empty collection) is no cell: it keeps
-                    // nothing alive, and deletes what was there.
-                    match v {
-                        Value::Null => cells.0.remove(&c),
-                        Value::List(items) if items.is_empty() => cells.0.remove(&c),
-                        v => cells.0.insert(c, (v, expires)),
-                    };
+                    cells.write(c, v, expires);
                 }
                 Ok((
                     if_not_exists
@@ -349,11 +343,7 @@ impl MemoryCql {
                 let before = t.row_before(&key, now);
                 let cells = t.rows.entry(key).or_default();
                 for (c, v) in writes {
-                    match v {
-                        Value::Null => cells.0.remove(&c),
-                        Value::List(items) if items.is_empty() => cells.0.remove(&c),
-                        v => cells.0.insert(c, (v, expires)),
-                    };
+                    cells.write(c, v, expires);
                 }
                 Ok((
                     cond.is_some()

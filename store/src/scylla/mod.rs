@@ -100,7 +100,7 @@ impl ScyllaLocks {
         // too. All `IF NOT EXISTS`: clients starting at once may all run them.
         let missing = tokens.is_empty() || (superset(&tokens) && columns("lockscope_fences").await?.is_empty());
         if create && missing {
-            for stmt in Stmt::ALL.into_iter().filter(|s| s.template().starts_with("CREATE")) {
+            for &stmt in Stmt::ALL.iter().filter(|s| s.template().starts_with("CREATE")) {
                 cql.run(stmt, Vec::new()).await?;
             }
             tokens = columns("tokens").await?;

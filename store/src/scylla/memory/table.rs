@@ -32,6 +32,16 @@ pub(super) struct Table {
 pub(super) struct Cells(pub(super) BTreeMap<String, (Value, Option<Instant>)>);
 
 impl Cells {
+    /// Writes column `col`. A null (or an empty collection) is no cell: it
+    /// keeps nothing alive, and deletes what was there.
+    pub(super) fn write(&mut self, col: String, v: Value, expires: Option<Instant>) {
+        match v {
+            Value::Null => self.0.remove(&col),
+            Value::List(items) if items.is_empty() => self.0.remove(&col),
+            v => self.0.insert(col, (v, expires)),
+        };
+    }
+
     pub(super) fn live(&self, now: Instant) -> bool {
         self.0.values().any(|(_, exp)| exp.is_none_or(|e| e > now))
     }
