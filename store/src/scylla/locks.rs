@@ -259,13 +259,16 @@ impl LockStore for ScyllaLocks {
 
     async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
         validate_name(name)?;
-        match self.schema {
-            Schema::Superset => {
-                self.lwt(Stmt::Release, vec![Value::text(name), Value::BigInt(fence)])
-                    .await
-            }
-            Schema::Published => self.release_published(name, fence).await,
+        if self.schema == Schema::Superset
+            && self
+                .lwt(Stmt::Release, vec![Value::text(name), Value::BigInt(fence)])
+                .await?
+        {
+            return Ok(true);
         }
+        // A row a published client wrote (on either schema) has no fence: its
+        // acquisition is named by holder and time.
+        self.release_published(name, fence).await
     }
 
     async fn set_waiting(

@@ -288,11 +288,26 @@ impl ScyllaLocks {
     async fn put_blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
         self.superset("a blacklist")?;
         let json = serde_json::to_string(entry).expect("records serialise");
-        self.run(
-            Stmt::BlacklistPut,
-            vec![Value::text(&entry.session), Value::text(&json)],
-        )
-        .await?;
+        // Insert, or replace the record of an entry already there; an entry
+        // lifted in between is inserted again on the next round.
+        let mut written = false;
+        for _ in 0..3 {
+            let id = Value::text(&entry.session);
+            if self
+                .lwt(Stmt::BlacklistPut, vec![id.clone(), Value::text(&json)])
+                .await?
+                || self.lwt(Stmt::BlacklistUpdate, vec![Value::text(&json), id]).await?
+            {
+                written = true;
+                break;
+            }
+        }
+        if !written {
+            return Err(StoreError::backend_msg(format!(
+                "blacklisting {}: its entry kept appearing and vanishing",
+                entry.session
+            )));
+        }
         self.lwt(Stmt::SessionMark, vec![Value::Text(json), Value::text(&entry.session)])
             .await?;
         Ok(())

@@ -295,6 +295,43 @@ async fn the_published_schema_is_observed_and_administered() {
     assert!(matches!(admin.try_acquire("x", &rec).await, Err(StoreError::Config(_))));
 }
 
+/// On lockscope's tables too, a row a published client wrote is released by
+/// holder and time, and only the version named; blacklisting twice keeps the
+/// latest reason.
+#[tokio::test]
+async fn published_rows_on_lockscopes_tables_and_a_second_blacklisting() {
+    let (cql, store) = memory_store(Shape::Cassandra).await;
+    let at = now_ms();
+    cql.execute(
+        "INSERT INTO lockscope.tokens (token, service_session_id, timestamp) VALUES (?, ?, ?) IF NOT EXISTS",
+        vec![Value::text("legacy"), Value::text("svc-old"), Value::Timestamp(at)],
+    )
+    .unwrap();
+    let shown = store.get("legacy").await.unwrap().unwrap();
+    assert!(matches!(shown.body, LockBody::Foreign { .. }), "{shown:?}");
+    assert!(!store.release("legacy", at + 1).await.unwrap(), "another version");
+    assert!(store.get("legacy").await.unwrap().is_some());
+    assert!(store.release("legacy", at).await.unwrap());
+    assert!(store.get("legacy").await.unwrap().is_none());
+
+    for reason in ["first reason", "second reason"] {
+        store
+            .blacklist(&BlacklistRecord::new("svc-x", "tester", reason, now_ms()))
+            .await
+            .unwrap();
+    }
+    let rows = cql
+        .execute(
+            "SELECT record FROM lockscope.lockscope_blacklist WHERE service_session_id = ?",
+            vec![Value::text("svc-x")],
+        )
+        .unwrap();
+    let record = rows[0]["record"].as_text().unwrap().to_string();
+    assert!(record.contains("second reason"), "{record}");
+    assert!(store.lift_blacklist("svc-x").await.unwrap());
+    assert!(!store.lift_blacklist("svc-x").await.unwrap(), "once");
+}
+
 /// The observer reads in pages: a table of more rows than a page is seen whole.
 #[tokio::test]
 async fn the_observer_pages_through_a_large_table() {
