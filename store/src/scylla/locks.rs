@@ -1,5 +1,5 @@
 //! The lock protocol's operations on ScyllaDB ([`LockStore`] for
-//! [`ScyllaLocks`]), as `docs/protocol.md` ("ScyllaDB") lists them: every
+//! [`ScyllaLocks`]), as `docs/protocol.md` ("ScyllaDB and Cassandra") lists them: every
 //! write a lightweight transaction that compares what it must.
 //!
 //! What one partition's LWT cannot check (the blacklist lives in other

@@ -1,5 +1,5 @@
 //! The lockscope protocol on ScyllaDB / Cassandra lightweight transactions
-//! (`docs/protocol.md`, "ScyllaDB"), over the published two-table locking
+//! (`docs/protocol.md`, "ScyllaDB and Cassandra"), over the published two-table locking
 //! schema (`tokens`, `token_times`) and lockscope's superset of it.
 //!
 //! Every statement goes through one narrow interface, [`cql::Cql`]: the `scylla`
@@ -117,10 +117,7 @@ impl ScyllaLocks {
                  run the CREATE TABLE statements of docs/protocol.md, \"ScyllaDB and Cassandra\""
             )));
         }
-        let schema = if ["fence", "revision", "record"]
-            .iter()
-            .all(|c| tokens.iter().any(|t| t == c))
-        {
+        let schema = if superset(&tokens) {
             Schema::Superset
         } else {
             Schema::Published
@@ -128,7 +125,7 @@ impl ScyllaLocks {
         if create && schema == Schema::Published {
             return Err(StoreError::Config(format!(
                 "keyspace {keyspace} has only the published tables: lockscope's client library needs its \
-                 columns too (the ALTER TABLE statements in docs/protocol.md, \"ScyllaDB\"); the dashboard \
+                 columns too (the ALTER TABLE statements in docs/protocol.md, \"ScyllaDB and Cassandra\"); the dashboard \
                  observes and administers the published tables as they are"
             )));
         }
