@@ -1,6 +1,6 @@
 use super::*;
 use crate::intern::Interner;
-use crate::record::{sample, MALFORMED_KEEP_BYTES};
+use crate::record::{sample, LockRecord, MALFORMED_KEEP_BYTES};
 use std::sync::Arc;
 
 fn held(name: &str, fence: i64, revision: i64) -> LockEntry {

@@ -1,4 +1,5 @@
 use super::*;
+use crate::fleet::LockBody;
 use crate::record::sample;
 
 fn held(name: &str, acquired_at: i64) -> LockEntry {

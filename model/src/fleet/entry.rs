@@ -1,0 +1,95 @@
+//! One lock as a store shows it ([`LockEntry`]): its name, fencing token,
+//! revision, and what its value holds ([`LockBody`]): a lockscope record, a
+//! value that is not one, or a foreign schema's row.
+
+use serde::{Deserialize, Serialize};
+
+use crate::record::{LockRecord, Stored};
+use crate::time::Millis;
+
+/// One key under `<prefix>locks/`, as the store last showed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockEntry {
+    /// The lock's name (the key without `<prefix>locks/`).
+    pub name: String,
+    /// Fencing token: grows with every acquisition of this lock (etcd: `create_revision`).
+    pub fence: i64,
+    /// Store revision of the value shown (etcd: `mod_revision`; SQL: the row's
+    /// own counter). Events compare on it to drop stale ones; a guarded release
+    /// compares on `fence`.
+    pub revision: i64,
+    pub body: LockBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LockBody {
+    Held(LockRecord),
+    /// The key exists but its value is not a record this build understands. Shown
+    /// as such (the lock is still held as far as the store is concerned).
+    Malformed {
+        /// The stored bytes, cut to [`MALFORMED_KEEP_BYTES`].
+        raw: Vec<u8>,
+        error: String,
+    },
+    /// Held, written by a client of a schema that keeps less than a lockscope record
+    /// (ScyllaDB's published `tokens` table): only the holder's session and the row's
+    /// write time are known; every other field is unknown, never invented.
+    Foreign {
+        /// The holder's session id (`None`: the row names none).
+        session: Option<String>,
+        /// When the row was written, on the writer's clock (unix ms; `None`: unknown).
+        written_at: Option<Millis>,
+    },
+}
+
+impl LockEntry {
+    /// Builds an entry from a stored value; a value that does not parse becomes
+    /// [`LockBody::Malformed`] carrying its bytes.
+    pub fn from_stored(name: String, fence: i64, revision: i64, raw: &[u8]) -> LockEntry {
+        let body = match Stored::<LockRecord>::parse(raw) {
+            Stored::Record(rec) => LockBody::Held(rec),
+            Stored::Malformed { raw, error } => LockBody::Malformed { raw, error },
+        };
+        LockEntry {
+            name,
+            fence,
+            revision,
+            body,
+        }
+    }
+
+    /// A lock of a foreign schema that keeps only its holder's session and the row's time.
+    pub fn foreign(
+        name: String,
+        fence: i64,
+        revision: i64,
+        session: Option<String>,
+        written_at: Option<i64>,
+    ) -> LockEntry {
+        LockEntry {
+            name,
+            fence,
+            revision,
+            body: LockBody::Foreign { session, written_at },
+        }
+    }
+
+    /// The full lockscope record (`None`: malformed, or a foreign schema's lock).
+    pub fn record(&self) -> Option<&LockRecord> {
+        match &self.body {
+            LockBody::Held(r) => Some(r),
+            LockBody::Malformed { .. } | LockBody::Foreign { .. } => None,
+        }
+    }
+
+    /// The session holding the lock, when known: the record's, or the one a
+    /// foreign schema's row names (`None` for a malformed value).
+    pub fn holder_session(&self) -> Option<&str> {
+        match &self.body {
+            LockBody::Held(r) => Some(&r.session),
+            LockBody::Foreign { session, .. } => session.as_deref(),
+            LockBody::Malformed { .. } => None,
+        }
+    }
+}
