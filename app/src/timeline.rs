@@ -20,6 +20,10 @@ use crate::rows::short;
 /// Wait bars overlap when several sessions wait at once: each gets a row, up to this.
 const MAX_WAIT_ROWS: usize = 6;
 
+/// Ticks an axis draws at most, whatever its range (issue 23: a range up to
+/// `i64::MAX` once made the tick loop wrap around and allocate without end).
+pub const MAX_TICKS: usize = 8;
+
 /// An interval: an acquisition or a wait.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Span {
@@ -66,7 +70,7 @@ impl Span {
             "{what} by {who}{fence}: {since}{} UTC to {} UTC ({}), {end}",
             utc_hms(self.start),
             utc_hms(self.end),
-            human_duration(self.end - self.start)
+            human_duration(self.end.saturating_sub(self.start))
         )
     }
 }
@@ -99,8 +103,13 @@ pub struct Lanes {
     pub marks: Vec<Mark>,
 }
 
-/// The intervals and markers of one lock's `events` (oldest first) over `from..to`.
+/// The intervals and markers of one lock's `events` (oldest first) over `from..to`
+/// (an end before the start is taken as the start). At most one hold, one
+/// wait and one mark per event, and `MAX_WAIT_ROWS` wait rows: what it draws is
+/// bounded by the events the history query returned (the page asks for at
+/// most `MAX_HISTORY_ROWS` of the lock and as many blacklistings).
 pub fn lanes(events: &[HistoryEvent], from: Millis, to: Millis) -> Lanes {
+    let to = to.max(from);
     let mut out = Lanes::default();
     let mut open: Option<Span> = None;
     let mut last_end = from;
@@ -225,7 +234,9 @@ fn mark(e: &HistoryEvent) -> Mark {
     }
 }
 
-/// Axis ticks over `from..to`: about six, on round UTC instants.
+/// Axis ticks over `from..to`: about six, on round UTC instants, at most
+/// [`MAX_TICKS`], and the step between them. Any two instants (computed in
+/// `i128`: no `i64` overflows, whatever the range; an empty one is a point).
 pub fn ticks(from: Millis, to: Millis) -> (Vec<Millis>, i64) {
     const STEPS: [i64; 16] = [
         1_000,
@@ -245,11 +256,23 @@ pub fn ticks(from: Millis, to: Millis) -> (Vec<Millis>, i64) {
         604_800_000,
         2_592_000_000,
     ];
+    const DAY: i128 = 86_400_000;
+    let (from, to) = (from as i128, (to as i128).max(from as i128));
     let span = (to - from).max(1);
-    let step = STEPS.into_iter().find(|s| span / s <= 7).unwrap_or(span);
+    // Past the longest step, whole days, as few as keep the ticks under eight.
+    let step = STEPS
+        .into_iter()
+        .map(i128::from)
+        .find(|s| span / s <= 7)
+        .unwrap_or_else(|| (span + 6) / 7 / DAY * DAY + DAY);
     let first = from.div_euclid(step) * step + if from.rem_euclid(step) == 0 { 0 } else { step };
-    let ticks = (0..).map(|i| first + i * step).take_while(|t| *t <= to).collect();
-    (ticks, step)
+    let ticks = (0..MAX_TICKS as i128)
+        .map(|i| first + i * step)
+        .take_while(|t| *t <= to)
+        // In `from..=to`, so an `i64`.
+        .map(|t| t as Millis)
+        .collect();
+    (ticks, i64::try_from(step).unwrap_or(i64::MAX))
 }
 
 // Geometry, in the SVG's own units (it scales to the page's width).
@@ -271,9 +294,12 @@ fn px(v: f64) -> String {
 /// The timeline of `lock` from `events` over `from..to`.
 #[component]
 pub fn Timeline(lock: String, events: Vec<HistoryEvent>, from: Millis, to: Millis) -> impl IntoView {
-    let to = to.max(from + 1);
+    let to = to.max(from.saturating_add(1));
     let lanes = lanes(&events, from, to);
-    let x = move |t: Millis| LEFT + (t.clamp(from, to) - from) as f64 / (to - from) as f64 * (W - LEFT - RIGHT);
+    // In f64: a span of any two instants, no `i64` overflow.
+    let x = move |t: Millis| {
+        LEFT + (t.clamp(from, to) as f64 - from as f64) / (to as f64 - from as f64).max(1.0) * (W - LEFT - RIGHT)
+    };
     let marks_y = WAIT_Y + lanes.wait_rows.max(1) as f64 * WAIT_ROW + 10.0;
     let height = marks_y + 2.0 * 14.0 + 6.0;
     let (ticks, step) = ticks(from, to);

@@ -157,7 +157,8 @@ pub struct AuditQuery {
 impl AuditQuery {
     /// Reads a query from URL pairs (`fleet`, `actor`, `action`, `outcome`,
     /// `from`, `to`, `limit`; other keys are ignored, empty values mean "any").
-    /// Times take any form [`crate::time::parse_instant`] reads.
+    /// Times take any form [`crate::time::parse_instant`] reads, within
+    /// [`crate::time::EARLIEST`]`..=`[`crate::time::LATEST`].
     pub fn from_query<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<AuditQuery, String> {
         let mut q = AuditQuery::default();
         for (k, v) in pairs {
@@ -165,12 +166,14 @@ impl AuditQuery {
             if v.is_empty() {
                 continue;
             }
+            // Within `time::EARLIEST..=time::LATEST`, as every time a query takes.
             let instant = || {
-                crate::time::parse_instant(v).ok_or_else(|| {
-                    format!(
-                        "{k}={v:?}: not a time (use 2026-11-23T04:20:13Z, 2026-11-23T04:20 taken as UTC, or unix ms)"
-                    )
-                })
+                crate::time::parse_instant(v)
+                    .ok_or_else(|| {
+                        "not a time (use 2026-11-23T04:20:13Z, 2026-11-23T04:20 taken as UTC, or unix ms)".to_string()
+                    })
+                    .and_then(crate::time::in_range)
+                    .map_err(|why| format!("{k}={v:?}: {why}"))
             };
             match k {
                 "fleet" => q.fleet = Some(v.to_string()),
@@ -298,6 +301,15 @@ mod tests {
         ] {
             let err = AuditQuery::from_query([(k, v)]).unwrap_err();
             assert!(err.starts_with(k), "{err}");
+        }
+        // Issue 23: every time a query takes lies in one documented range.
+        for (k, v) in [
+            ("from", "-9223372036854775808"),
+            ("to", "9223372036854775807"),
+            ("to", "-1"),
+        ] {
+            let err = AuditQuery::from_query([(k, v)]).unwrap_err();
+            assert!(err.starts_with(k) && err.contains(crate::time::RANGE_HELP), "{err}");
         }
     }
 

@@ -87,13 +87,13 @@ impl ChartWindow {
 
     /// The window ending at `now`: buckets start on multiples of their width
     /// (unix time, so every replica and reload cuts the same buckets); the last
-    /// one is partial and ends at `now`.
+    /// one is partial and ends at `now`. Saturating: any `now` gives a frame.
     pub fn frame(self, now: Millis) -> Frame {
         let b = self.bucket_ms();
         let n = self.buckets();
-        let last = now.div_euclid(b) * b;
+        let last = now.div_euclid(b).saturating_mul(b);
         Frame {
-            from: last - (n as i64 - 1) * b,
+            from: last.saturating_sub((n as i64 - 1) * b),
             to: now,
             bucket_ms: b,
             buckets: n,
@@ -112,13 +112,15 @@ pub struct Frame {
 }
 
 impl Frame {
+    /// Where bucket `i` starts (saturating, for any frame a client sends).
     pub fn start(&self, i: usize) -> Millis {
-        self.from + i as i64 * self.bucket_ms
+        let i = i64::try_from(i).unwrap_or(i64::MAX);
+        self.from.saturating_add(i.saturating_mul(self.bucket_ms))
     }
 
     /// Where bucket `i` ends: the next one's start, or `to` for the last.
     pub fn end(&self, i: usize) -> Millis {
-        if i + 1 >= self.buckets {
+        if i.saturating_add(1) >= self.buckets {
             self.to
         } else {
             self.start(i + 1)
@@ -127,10 +129,11 @@ impl Frame {
 
     /// The bucket an instant falls in (`None` outside the window).
     pub fn index(&self, at: Millis) -> Option<usize> {
-        if at < self.from || at > self.to {
+        if at < self.from || at > self.to || self.buckets == 0 {
             return None;
         }
-        Some((((at - self.from) / self.bucket_ms) as usize).min(self.buckets - 1))
+        let i = at.abs_diff(self.from) / self.bucket_ms.max(1).unsigned_abs();
+        Some(usize::try_from(i).unwrap_or(usize::MAX).min(self.buckets - 1))
     }
 }
 
@@ -283,14 +286,15 @@ pub fn ms_label(ms: f64) -> String {
 /// the rank falls in; in the last bucket it is only "above". `None`: no waits,
 /// or `q` out of range.
 pub fn quantile(buckets: &[u64; WAIT_BUCKETS], q: f64) -> Option<Quantile> {
-    let total: u64 = buckets.iter().sum();
+    // Saturating: the counts come from what sessions published.
+    let total: u64 = buckets.iter().fold(0, |a, n| a.saturating_add(*n));
     if total == 0 || !(q > 0.0 && q <= 1.0) {
         return None;
     }
     let rank = q * total as f64;
     let mut below = 0u64;
     for (i, &n) in buckets.iter().enumerate() {
-        if n > 0 && (below + n) as f64 >= rank {
+        if n > 0 && below.saturating_add(n) as f64 >= rank {
             let Some(&upper) = WAIT_BUCKETS_MS.get(i) else {
                 return Some(Quantile::Above(*WAIT_BUCKETS_MS.last().expect("bounds")));
             };
@@ -298,9 +302,10 @@ pub fn quantile(buckets: &[u64; WAIT_BUCKETS], q: f64) -> Option<Quantile> {
             let within = (rank - below as f64) / n as f64;
             return Some(Quantile::Ms(lower as f64 + (upper - lower) as f64 * within));
         }
-        below += n;
+        below = below.saturating_add(n);
     }
-    unreachable!("the rank is at most the total")
+    // The rank is at most the total, which the last count reaches.
+    Some(Quantile::Above(*WAIT_BUCKETS_MS.last().expect("bounds")))
 }
 
 /// Bounds of the hold-time distribution's buckets (ms): a hold of `d` ms is
@@ -385,7 +390,7 @@ impl Charts {
     /// `now` (`now_mono` is the same instant as `frame.to`), so a wall clock
     /// that steps moves no sample between buckets.
     pub fn counter_buckets(series: &CounterSeries, frame: &Frame, now_mono: i64) -> Vec<Option<Increase>> {
-        let mono = |at: Millis| now_mono - (frame.to - at);
+        let mono = |at: Millis| now_mono.saturating_sub(frame.to.saturating_sub(at));
         (0..frame.buckets)
             .map(|i| series.increase(mono(frame.start(i)), mono(frame.end(i))))
             .collect()

@@ -63,9 +63,9 @@ impl Totals {
         }
     }
 
-    /// Waits counted (every bucket).
+    /// Waits counted (every bucket; saturating: a stored record may hold any counts).
     pub fn waits(&self) -> u64 {
-        self.wait_buckets.iter().sum()
+        self.wait_buckets.iter().fold(0, |a, n| a.saturating_add(*n))
     }
 
     fn fields(&self) -> impl Iterator<Item = u64> + '_ {

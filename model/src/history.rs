@@ -29,6 +29,10 @@ pub const EXTEND_SAMPLE_MS: i64 = 60_000;
 pub const MAX_HISTORY_ROWS: u32 = 10_000;
 /// Rows one history query answers when it names no limit.
 pub const DEFAULT_HISTORY_ROWS: u32 = 500;
+/// Locks (and, separately, waiters) the table at an instant answers at most
+/// (`GET /api/v1/fleets/{fleet}/table`): the first by name; `locks_total`
+/// and `waiters_total` then say how many there were ([`TableAt::capped`]).
+pub const MAX_TABLE_LOCKS: usize = 10_000;
 
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -337,6 +341,29 @@ pub struct TableAt {
     pub checkpoint: Option<Millis>,
     /// Events replayed after the checkpoint.
     pub replayed: u64,
+    /// Set when an answer was cut to [`MAX_TABLE_LOCKS`] locks: how many the
+    /// table held (never in a checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locks_total: Option<u64>,
+    /// Likewise for the waiters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiters_total: Option<u64>,
+}
+
+impl TableAt {
+    /// The table with at most `max` locks and `max` waiters (the first, by
+    /// name), saying how many it had when it had more.
+    pub fn capped(mut self, max: usize) -> TableAt {
+        if self.locks.len() > max {
+            self.locks_total = Some(self.locks.len() as u64);
+            self.locks.truncate(max);
+        }
+        if self.waiters.len() > max {
+            self.waiters_total = Some(self.waiters.len() as u64);
+            self.waiters.truncate(max);
+        }
+        self
+    }
 }
 
 /// A lock table being rebuilt: a checkpoint, then events in the order they were
@@ -416,6 +443,7 @@ impl Replay {
             waiters: self.waiters.iter().cloned().collect(),
             checkpoint,
             replayed,
+            ..TableAt::default()
         }
     }
 

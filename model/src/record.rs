@@ -310,12 +310,13 @@ impl Contention {
             .iter()
             .position(|&b| ms <= b)
             .unwrap_or(WAIT_BUCKETS_MS.len());
-        self.wait_buckets[i] += 1;
-        self.wait_sum_ms += ms;
+        self.wait_buckets[i] = self.wait_buckets[i].saturating_add(1);
+        self.wait_sum_ms = self.wait_sum_ms.saturating_add(ms);
     }
 
+    /// Waits counted (saturating: a stored record may hold any counts).
     pub fn waits(&self) -> u64 {
-        self.wait_buckets.iter().sum()
+        self.wait_buckets.iter().fold(0, |a, n| a.saturating_add(*n))
     }
 }
 

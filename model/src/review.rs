@@ -104,10 +104,12 @@ pub struct Review {
 
 impl Review {
     /// The range the page covers: the query's, an open end being `read_at` and
-    /// an open start an hour before the end.
+    /// an open start an hour before the end. Whatever the query and the clock
+    /// hold (a query is parsed within [`crate::time::EARLIEST`]`..=`[`crate::time::LATEST`],
+    /// but a review is also deserialised), never overflows: `from <= to`.
     pub fn range(&self) -> (Millis, Millis) {
         let to = self.query.to.unwrap_or(self.read_at);
-        let from = self.query.from.unwrap_or(to - 3_600_000).min(to);
+        let from = self.query.from.unwrap_or_else(|| to.saturating_sub(3_600_000)).min(to);
         (from, to)
     }
 

@@ -51,7 +51,8 @@ impl SessionEntry {
     /// the true offset lies between this estimate and the estimate plus the
     /// delivery delay (watch latency on etcd; up to one poll on SQLite).
     pub fn skew_estimate(&self) -> Option<Millis> {
-        Some(self.record()?.heartbeat_at - self.seen_at?)
+        // Saturating: a stored heartbeat may hold any time.
+        Some(self.record()?.heartbeat_at.saturating_sub(self.seen_at?))
     }
 }
 

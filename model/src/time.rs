@@ -84,9 +84,28 @@ pub fn parse_instant(text: &str) -> Option<Millis> {
         .map(|d| d.and_utc().timestamp_millis())
 }
 
+/// The earliest instant a query may name: 1970-01-01T00:00:00Z (unix ms 0).
+pub const EARLIEST: Millis = 0;
+/// The latest instant a query may name: 9999-12-31T23:59:59.999Z. Every
+/// instant in `EARLIEST..=LATEST` has an RFC 3339 form, and the span between
+/// any two of them (or one of them and a relative duration) fits an `i64`.
+pub const LATEST: Millis = 253_402_300_799_999;
+/// The accepted range, as a refusal states it.
+pub const RANGE_HELP: &str =
+    "times must lie between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z (unix ms 0 to 253402300799999)";
+
+/// `ms` when it lies in [`EARLIEST`]`..=`[`LATEST`], else why not (naming the range).
+pub fn in_range(ms: Millis) -> Result<Millis, String> {
+    if (EARLIEST..=LATEST).contains(&ms) {
+        Ok(ms)
+    } else {
+        Err(format!("{ms} is out of range: {RANGE_HELP}"))
+    }
+}
+
 /// A UTC instant and how long ago (or from now) it is: "04:20:13 UTC (3m 07s ago)".
 pub fn absolute_and_relative(at: Millis, now: Millis) -> String {
-    let rel = human_duration(now - at);
+    let rel = human_duration(now.saturating_sub(at));
     let when = if at <= now {
         format!("{rel} ago")
     } else {

@@ -78,3 +78,95 @@ fn ticks_fall_on_round_instants() {
     assert_eq!(t.len(), 3);
     assert_eq!(ticks(0, 3_600_000).1, 600_000);
 }
+
+/// Issue 23: `/history?…&from=0&to=9223372036854775807` made the tick loop
+/// wrap around (release) and allocate until the OOM killer came, or overflow
+/// (debug); `from=to=-9223372036854775808` overflowed rounding down.
+#[test]
+fn the_issues_ranges_give_a_few_ticks_and_a_drawable_timeline() {
+    for (from, to) in [
+        (0, i64::MAX),
+        (i64::MIN, i64::MIN),
+        (i64::MIN, i64::MAX),
+        (i64::MAX, i64::MAX),
+    ] {
+        let (t, step) = ticks(from, to);
+        assert!(t.len() <= MAX_TICKS && step > 0, "{from}..{to}: {t:?}");
+        assert!(t.iter().all(|t| (from..=to).contains(t)), "{from}..{to}: {t:?}");
+        let events = vec![
+            ev(from, Kind::Acquired, Some(1), "a"),
+            ev(to, Kind::ForceReleased, Some(1), "a"),
+        ];
+        let html =
+            leptos::prelude::Owner::new().with(|| view! { <Timeline lock="l".to_string() events from to/> }.to_html());
+        assert!(html.contains(r#"data-testid="timeline-hold""#), "{html}");
+    }
+}
+
+mod properties {
+    //! The timeline's arithmetic over any range (deterministic: a fixed seed,
+    //! 256 cases or `PROPTEST_CASES`; overflow checks on in the test profile,
+    //! explicit `i128`/saturating/`f64` arithmetic for the release build).
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+
+    use super::*;
+
+    fn run<S: Strategy>(strategy: S, test: impl Fn(S::Value) -> Result<(), TestCaseError>) {
+        let config = Config {
+            failure_persistence: None,
+            ..Config::default()
+        };
+        let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &[23; 32]));
+        if let Err(e) = runner.run(&strategy, test) {
+            panic!("{e}");
+        }
+    }
+
+    fn edge() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            3 => any::<i64>(),
+            1 => Just(i64::MIN),
+            1 => Just(i64::MAX),
+            1 => -1_000i64..1_000,
+            2 => 1_700_000_000_000i64..1_900_000_000_000,
+        ]
+    }
+
+    #[test]
+    fn ticks_are_few_round_and_inside_any_range() {
+        run((edge(), edge()), |(from, to)| {
+            let (t, step) = ticks(from, to);
+            prop_assert!(t.len() <= MAX_TICKS && step > 0);
+            prop_assert!(t.iter().all(|t| *t >= from && *t <= to.max(from)), "{t:?}");
+            prop_assert!(t.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(t.iter().all(|t| t.rem_euclid(step) == 0) || step == i64::MAX);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn lanes_stay_within_the_range_and_bounded_by_their_events() {
+        let kinds = proptest::sample::select(Kind::ALL.to_vec());
+        let event = (edge(), kinds, proptest::option::of(0i64..4), 0u8..3);
+        let events = proptest::collection::vec(event, 0..30);
+        run((events, edge(), edge()), |(events, from, to)| {
+            let mut events: Vec<HistoryEvent> = events
+                .into_iter()
+                .map(|(at, kind, fence, s)| ev(at, kind, fence, &format!("s{s}")))
+                .collect();
+            // As the history answers them: oldest first.
+            events.sort_by_key(|e| e.at);
+            let l = lanes(&events, from, to);
+            let n = events.len();
+            prop_assert!(l.holds.len() <= n && l.waits.len() <= n && l.marks.len() <= n);
+            prop_assert!(l.wait_rows <= MAX_WAIT_ROWS);
+            let to = to.max(from);
+            for s in l.holds.iter().chain(&l.waits) {
+                prop_assert!(from <= s.start && s.start <= s.end && s.end <= to, "{s:?}");
+                let _ = s.title("held");
+            }
+            Ok(())
+        });
+    }
+}

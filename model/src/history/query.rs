@@ -25,7 +25,9 @@ pub struct HistoryQuery {
 
 impl HistoryQuery {
     /// From query-string pairs (unknown keys ignored, empty values unset).
-    /// Times: anything [`parse_when`] reads, relative to `now`.
+    /// Times: anything [`parse_when`] reads, relative to `now`, within
+    /// [`crate::time::EARLIEST`]`..=`[`crate::time::LATEST`] (outside: an error
+    /// stating the range).
     pub fn from_query<'a>(
         fleet: &str,
         pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -40,7 +42,7 @@ impl HistoryQuery {
             if v.is_empty() {
                 continue;
             }
-            let when = || parse_when(v, now).ok_or_else(|| format!("{k}={v:?}: {WHEN_HELP}"));
+            let when = || parse_when(v, now).map_err(|why| format!("{k}={v:?}: {why}"));
             match k {
                 "from" => q.from = Some(when()?),
                 "to" => q.to = Some(when()?),
@@ -88,24 +90,47 @@ pub const WHEN_HELP: &str =
     "not a time (use 2026-11-23T02:17:00Z, 2026-11-23T02:17 taken as UTC, unix ms, now, or now-15m / -1h / -2d)";
 
 /// An instant as [`crate::time::parse_instant`] reads it, or relative to `now`:
-/// `now`, `now-15m`, `-15m`, `-1h30m`, `-2d` (units s, m, h, d).
-pub fn parse_when(text: &str, now: Millis) -> Option<Millis> {
+/// `now`, `now-15m`, `-15m`, `-1h30m`, `-2d` (units s, m, h, d); or why it is
+/// not one: [`WHEN_HELP`], or [`crate::time::RANGE_HELP`] for an instant (or
+/// a duration back from `now`) outside [`crate::time::EARLIEST`]`..=`[`crate::time::LATEST`].
+/// Never overflows, whatever `text` and `now`.
+pub fn parse_when(text: &str, now: Millis) -> Result<Millis, String> {
     let t = text.trim();
     let rel = t.strip_prefix("now").unwrap_or(t);
-    if rel.is_empty() && t == "now" {
-        return Some(now);
-    }
-    if let Some(ago) = rel
-        .strip_prefix('-')
-        .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
-    {
-        if !ago.contains(|c: char| c.is_ascii_alphabetic()) {
+    let at = if rel.is_empty() && t == "now" {
+        Some(now)
+    } else {
+        match rel
+            .strip_prefix('-')
+            .filter(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+        {
             // `-123` is unix ms, not a duration.
-            return crate::time::parse_instant(t);
+            Some(ago) if ago.contains(|c: char| c.is_ascii_alphabetic()) => match parse_duration(ago) {
+                // A duration too long for an `i64`, or reaching before `i64::MIN`.
+                Some(d) => Some(
+                    now.checked_sub(d)
+                        .ok_or_else(|| format!("{t}: {}", crate::time::RANGE_HELP))?,
+                ),
+                None if valid_units(ago) => return Err(format!("{t}: {}", crate::time::RANGE_HELP)),
+                None => None,
+            },
+            _ => crate::time::parse_instant(t),
         }
-        return parse_duration(ago).map(|d| now - d);
+    };
+    crate::time::in_range(at.ok_or_else(|| WHEN_HELP.to_string())?)
+}
+
+/// Written as a duration (`1h30m`: numbers, each followed by a unit), whatever its size.
+fn valid_units(text: &str) -> bool {
+    let mut digits = false;
+    for c in text.chars() {
+        match c {
+            '0'..='9' => digits = true,
+            's' | 'm' | 'h' | 'd' if digits => digits = false,
+            _ => return false,
+        }
     }
-    crate::time::parse_instant(t)
+    !text.is_empty() && !digits
 }
 
 /// `1h30m`, `15m`, `2d`, `90s` as milliseconds.

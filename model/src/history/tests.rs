@@ -371,7 +371,9 @@ fn times_are_absolute_or_relative_to_now() {
         ("-1h30m", Some(now - 5_400_000)),
         ("-2d", Some(now - 172_800_000)),
         ("-90s", Some(now - 90_000)),
-        ("-123", Some(-123)),
+        ("123", Some(123)),
+        // Unix ms before 1970: outside the accepted range.
+        ("-123", None),
         (
             "2026-11-23T02:17:00Z",
             crate::time::parse_instant("2026-11-23T02:17:00Z"),
@@ -381,8 +383,36 @@ fn times_are_absolute_or_relative_to_now() {
         ("yesterday", None),
     ];
     for (text, want) in cases {
-        assert_eq!(parse_when(text, now), want, "{text}");
+        assert_eq!(parse_when(text, now).ok(), want, "{text}");
     }
+}
+
+#[test]
+fn times_outside_the_accepted_range_are_refused_saying_the_range() {
+    // Issue 23: `to=9223372036854775807` and `from=-9223372036854775808` reached
+    // the timeline's arithmetic and overflowed it.
+    let now = 1_795_407_613_000;
+    for text in [
+        "9223372036854775807",
+        "-9223372036854775808",
+        "-1",
+        "253402300800000",
+        "now-9999999999999999999d",
+        "-106751991167d",
+        "-3000000d",
+    ] {
+        let why = parse_when(text, now).unwrap_err();
+        assert!(why.contains(crate::time::RANGE_HELP), "{text}: {why}");
+    }
+    assert_eq!(parse_when("0", now), Ok(crate::time::EARLIEST));
+    assert_eq!(parse_when("253402300799999", now), Ok(crate::time::LATEST));
+    assert_eq!(parse_when("9999-12-31T23:59:59.999Z", now), Ok(crate::time::LATEST));
+    // Relative to a clock outside the range (a wrong clock, never a panic).
+    assert!(parse_when("-1h", i64::MIN).is_err());
+    assert!(parse_when("now", i64::MAX).is_err());
+    let why = HistoryQuery::from_query("F", [("from", "0"), ("to", "9223372036854775807")], now).unwrap_err();
+    assert!(why.starts_with("to=\"9223372036854775807\": "), "{why}");
+    assert!(why.contains(crate::time::RANGE_HELP), "{why}");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
-use lockscope_model::history::{parse_when, HistoryQuery, WHEN_HELP};
+use lockscope_model::history::{parse_when, HistoryQuery, MAX_TABLE_LOCKS};
 use lockscope_store::now_ms;
 
 use super::{error, format, no_fleet, Caller};
@@ -90,11 +90,12 @@ pub(super) async fn table(
     let Some((_, at)) = pairs.iter().find(|(k, _)| k == "at") else {
         return error(StatusCode::BAD_REQUEST, "give the instant: ?at=2026-11-23T02:17:00Z");
     };
-    let Some(at) = parse_when(at, now_ms()) else {
-        return error(StatusCode::BAD_REQUEST, &format!("at={at:?}: {WHEN_HELP}"));
+    let at = match parse_when(at, now_ms()) {
+        Ok(at) => at,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &format!("at={at:?}: {why}")),
     };
     match history.table_at(&fleet, at).await {
-        Ok(t) => Json(t).into_response(),
+        Ok(t) => Json(t.capped(MAX_TABLE_LOCKS)).into_response(),
         Err(HistoryError::OutOfRange(why)) => error(StatusCode::NOT_FOUND, &why),
         Err(e) => unavailable(&e),
     }

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use lockscope_model::history::{parse_when, HistoryEvent, HistoryQuery, Kind, TableAt, MAX_HISTORY_ROWS, WHEN_HELP};
+use lockscope_model::history::{parse_when, HistoryEvent, HistoryQuery, Kind, TableAt, MAX_HISTORY_ROWS};
 use lockscope_model::review::{diff_tables, Review, ReviewForm, Travel};
 use lockscope_model::time::{rfc3339, Millis};
 use lockscope_model::view::{ViewSpec, WindowFrame, MAX_WINDOW};
@@ -39,32 +39,45 @@ pub(super) async fn history_page(
             .into_response());
     };
     let pairs = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let review = review(history, hub.fleet(), ReviewForm::from_query(pairs), now_ms()).await;
+    let (review, bad_input) = review(history, hub.fleet(), ReviewForm::from_query(pairs), now_ms()).await;
     let page = Page {
         screen: Screen::History {
             review: Box::new(review),
         },
         ..watch_page(hub, &state)
     };
-    Ok(render(&state, id, &caller, page, req).await)
+    let mut response = render(&state, id, &caller, page, req).await;
+    if bad_input {
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+    }
+    Ok(response)
 }
 
-/// Runs what `form` asks of `fleet`'s history at `now`. A filter that cannot be
-/// used is reported and the default range shown instead; a history that
-/// cannot be read is reported in the page too.
-async fn review(history: &History, fleet: &str, form: ReviewForm, now: Millis) -> Review {
+/// Runs what `form` asks of `fleet`'s history at `now`, and whether the URL's
+/// filter or instant could not be used (the page then answers 400). Such a
+/// filter is reported and the default range shown instead (a time outside
+/// [`lockscope_model::time::EARLIEST`]`..=`[`lockscope_model::time::LATEST`]
+/// is refused saying the range); a history that cannot be read is reported in
+/// the page too.
+async fn review(history: &History, fleet: &str, form: ReviewForm, now: Millis) -> (Review, bool) {
     let mut errors = Vec::new();
     let query = HistoryQuery::from_query(fleet, form.query_pairs(), now).unwrap_or_else(|e| {
         errors.push(e);
-        HistoryQuery::from_query(fleet, ReviewForm::from_query([]).query_pairs(), now).expect("the default parses")
+        HistoryQuery::from_query(fleet, ReviewForm::from_query([]).query_pairs(), now).unwrap_or_else(|_| {
+            HistoryQuery {
+                // The default range reaches before 1970 only on a clock that does.
+                fleet: fleet.to_string(),
+                ..HistoryQuery::default()
+            }
+        })
     });
     let at = match form.at.as_str() {
         "" => None,
-        text => parse_when(text, now).or_else(|| {
-            errors.push(format!("at={text:?}: {WHEN_HELP}"));
-            None
-        }),
+        text => parse_when(text, now)
+            .map_err(|why| errors.push(format!("at={text:?}: {why}")))
+            .ok(),
     };
+    let bad_input = !errors.is_empty();
     let mut form = form;
     // The slider sends unix ms: the form shows the instant.
     if let (Some(at), Ok(_)) = (at, form.at.parse::<i64>()) {
@@ -90,7 +103,7 @@ async fn review(history: &History, fleet: &str, form: ReviewForm, now: Millis) -
         review.travel = Some(travel(history, fleet, at, review.range().0).await);
     }
     review.error = (!errors.is_empty()).then(|| errors.join("; "));
-    review
+    (review, bad_input)
 }
 
 /// Every event of `lock` in `q`'s range (whatever its other filters), and the
