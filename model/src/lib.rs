@@ -38,11 +38,11 @@ pub mod unlock;
 pub mod view;
 pub mod wire;
 
-pub use fleet::{Changed, Counts, FleetEvent, FleetState, LockBody, LockEntry, Snapshot, StoreStatus, Waiter};
-pub use record::LockRecord;
 #[cfg(test)]
 mod proptests;
 
+pub use fleet::{Changed, Counts, FleetEvent, FleetState, LockBody, LockEntry, Snapshot, StoreStatus, Waiter};
+pub use record::LockRecord;
 pub use session::{BlacklistEntry, Holder, SessionEntry};
 pub use view::{Aggregates, RowState, ViewSpec, Window, WindowFrame, WindowRow};
 pub use wire::{ClientMsg, FleetSummary, Page, Screen, ServerMsg, Watch, PROTOCOL_VERSION};
