@@ -46,7 +46,11 @@ pub fn charts_href(fleet: &str, window: ChartWindow) -> String {
 
 /// The API answer the page asks for again.
 pub fn api_href(fleet: &str, window: ChartWindow) -> String {
-    format!("/api/v1/fleets/{}/charts?window={}", encode(fleet), window.as_str())
+    format!(
+        "/api/v1/fleets/{}/charts?window={}",
+        lockscope_model::url::segment(fleet),
+        window.as_str()
+    )
 }
 
 fn window_word(w: ChartWindow) -> &'static str {

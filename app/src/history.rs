@@ -52,7 +52,10 @@ pub fn resolved_pairs(r: &Review) -> Vec<(&'static str, String)> {
 
 /// The export of the page's query as `format` (`csv`, `ndjson`, `json`).
 pub fn export_href(r: &Review, format: &str) -> String {
-    let mut url = format!("/api/v1/fleets/{}/history?", encode(&r.query.fleet));
+    let mut url = format!(
+        "/api/v1/fleets/{}/history?",
+        lockscope_model::url::segment(&r.query.fleet)
+    );
     for (k, v) in resolved_pairs(r) {
         url.push_str(&format!("{k}={}&", encode(&v)));
     }

@@ -228,7 +228,8 @@ pub fn sessions_href(fleet: &str) -> String {
     format!("/sessions?fleet={}", encode(fleet))
 }
 
-/// Percent-encodes a query value.
+/// Percent-encodes a query value (`/` kept). A path segment is encoded with
+/// [`lockscope_model::url::segment`] instead.
 pub fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {

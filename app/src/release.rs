@@ -4,8 +4,8 @@
 //! A force-release that deletes a lock someone else just acquired is the worst
 //! thing this product can do, so the dialog acts on exactly what the operator
 //! read: opening it freezes a snapshot of the lock, the dialog shows that
-//! snapshot and posts its fencing token and revision (the server deletes only
-//! that acquisition). Should the live lock move on meanwhile (another
+//! snapshot and posts its fencing token, owner id and revision (the server deletes
+//! only that acquisition). Should the live lock move on meanwhile (another
 //! acquisition, or released), the dialog says so prominently. Rendered by the
 //! server (or without JavaScript), the snapshot is the rendered lock itself.
 //!
@@ -161,12 +161,25 @@ fn AliveWarning(seen: Memo<LockDetail>) -> impl IntoView {
 fn ReleaseForm(seen: Memo<LockDetail>) -> impl IntoView {
     let fence = Memo::new(move |_| seen.with(|d| d.entry.as_ref().map(|e| e.fence)));
     let revision = Memo::new(move |_| seen.with(|d| d.entry.as_ref().map(|e| e.revision)));
+    // The acquisition's own id (fresh per acquisition): the server releases only
+    // the one with this fence *and* this owner. Empty: the lock shows none
+    // (a malformed value, a foreign schema's row).
+    let owner = Memo::new(move |_| {
+        seen.with(|d| {
+            d.entry
+                .as_ref()
+                .and_then(|e| e.record())
+                .map(|r| r.owner.clone())
+                .unwrap_or_default()
+        })
+    });
     let name = seen.with_untracked(|d| d.name.clone());
     view! {
         <AdminForm action="/actions/release" testid="release-form" class="release-form">
             <input type="hidden" name="name" value=name.clone()/>
             <input type="hidden" name="fence" value=move || fence.get()/>
             <input type="hidden" name="revision" value=move || revision.get()/>
+            <input type="hidden" name="owner" value=move || owner.get()/>
             <p class="explain">
                 {move || format!(
                     "Deletes the lock only if it is still this acquisition (fence {}); if it changed, nothing \

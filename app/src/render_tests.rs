@@ -58,6 +58,10 @@ fn an_operator_gets_the_release_dialog_of_what_they_see() {
         "{html}"
     );
     assert!(html.contains(r#"<input type="hidden" name="revision" value="9">"#));
+    assert!(
+        html.contains(r#"<input type="hidden" name="owner" value="o">"#),
+        "the form posts the acquisition's owner id, so the server releases exactly it"
+    );
     assert!(html.contains(r#"<input type="hidden" name="csrf" value="tok123">"#));
     assert!(html.contains(r#"name="back" value="/lock?fleet=embedded&amp;name=demo/job-3""#));
     assert!(html.contains(r#"name="confirm" required"#));

@@ -22,6 +22,7 @@
 //! - [`contention`]: the sessions' contention counters summed as increases
 //!   (counter resets handled); [`charts`]: rates and percentiles over windows.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
+//! - [`url`]: percent-encoding a lock name or fleet as one URL path segment.
 
 pub mod admin;
 pub mod charts;
@@ -35,6 +36,7 @@ pub mod review;
 pub mod session;
 pub mod time;
 pub mod unlock;
+pub mod url;
 pub mod view;
 pub mod wire;
 

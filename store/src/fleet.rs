@@ -3,8 +3,10 @@
 //! knows which kind of store is behind it ([`crate::spec::StoreSpec::open`]).
 //!
 //! Every action is a compare-and-set in the store: a release deletes the lock
-//! only if it is still the acquisition the operator saw (its fencing token), and
-//! says what is there instead when it is not.
+//! only if it is still the acquisition the operator saw (its fencing token, and
+//! for an operator's release its owner id too), and says what is there instead
+//! when it is not; a blacklisting creates the session's entry only if it has
+//! none.
 //!
 //! The **unlocker** role (auto-releasing expired locks) is held by one dashboard
 //! replica at a time, elected through the fleet's own store
@@ -19,7 +21,7 @@ use lockscope_model::record::BlacklistRecord;
 use lockscope_model::LockEntry;
 use tokio::sync::OnceCell;
 
-use crate::protocol::LockStore;
+use crate::protocol::{Blacklisting, LockStore};
 use crate::spec::{AnyLocks, StoreSpec};
 use crate::{Observer, StoreError};
 
@@ -102,8 +104,30 @@ pub trait FleetStore: Send + Sync + 'static {
     /// Deletes lock `name` only if `fence` still holds it.
     fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Release, StoreError>>;
 
-    /// Blacklists `entry.session`: it can no longer acquire, extend or heartbeat.
-    fn blacklist<'a>(&'a self, entry: &'a BlacklistRecord) -> BoxFuture<'a, Result<(), StoreError>>;
+    /// An operator's release: deletes lock `name` only if it is still exactly
+    /// the acquisition they saw, fencing token `fence` with record owner `owner`
+    /// (fresh per acquisition; `None`: the lock showed no owner, a malformed
+    /// value or a foreign schema's row). The owner is compared on a read of the
+    /// lock, the fence by the store's compare-and-set right after it: a fence
+    /// never names two acquisitions of one lock (etcd: the key's
+    /// `create_revision`; SQL and ScyllaDB: a counter per lock that survives
+    /// its releases), so the two together name one acquisition, whatever other
+    /// locks share its fence.
+    fn release_seen<'a>(
+        &'a self,
+        name: &'a str,
+        fence: i64,
+        owner: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Release, StoreError>>;
+
+    /// Blacklists `entry.session` (it can no longer acquire, extend or
+    /// heartbeat) if it has no entry yet; an entry already there is kept as it
+    /// is and returned ([`Blacklisting::Exists`]).
+    fn blacklist<'a>(&'a self, entry: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>>;
+
+    /// Whether `session` is registered in the store now (read from the store,
+    /// never from an observer's view, which lags).
+    fn session_registered<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Lifts a blacklist entry; `false`: there was none.
     fn lift_blacklist<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
@@ -171,8 +195,29 @@ impl FleetStore for WritableFleet {
         })
     }
 
-    fn blacklist<'a>(&'a self, entry: &'a BlacklistRecord) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn release_seen<'a>(
+        &'a self,
+        name: &'a str,
+        fence: i64,
+        owner: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Release, StoreError>> {
+        Box::pin(async move {
+            let locks = self.locks().await?;
+            match locks.get(name).await? {
+                None => return Ok(Release::NotHeld),
+                Some(now) if now.fence != fence || owner_of(&now) != owner => return Ok(Release::Changed(now)),
+                Some(_) => {}
+            }
+            self.release(name, fence).await
+        })
+    }
+
+    fn blacklist<'a>(&'a self, entry: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
         Box::pin(async move { self.locks().await?.blacklist(entry).await })
+    }
+
+    fn session_registered<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { self.locks().await?.session_registered(session).await })
     }
 
     fn lift_blacklist<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
@@ -193,6 +238,12 @@ impl FleetStore for WritableFleet {
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
         Box::pin(async move { self.locks().await?.unlocker().await })
     }
+}
+
+/// The owner id of the acquisition `entry` shows (`None`: a malformed value, a
+/// foreign schema's row).
+pub fn owner_of(entry: &LockEntry) -> Option<&str> {
+    entry.record().map(|r| r.owner.as_str())
 }
 
 /// A candidate's name: 1–512 bytes (it is shown, and stored in the store).
@@ -248,7 +299,20 @@ impl FleetStore for ReadOnlyFleet {
         self.refuse()
     }
 
-    fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<(), StoreError>> {
+    fn release_seen<'a>(
+        &'a self,
+        _: &'a str,
+        _: i64,
+        _: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Release, StoreError>> {
+        self.refuse()
+    }
+
+    fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
+        self.refuse()
+    }
+
+    fn session_registered<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         self.refuse()
     }
 

@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use lockscope_model::record::{BlacklistRecord, SessionRecord};
+use lockscope_model::record::{BlacklistRecord, SessionRecord, Stored};
 use lockscope_model::{LockEntry, LockRecord};
 
 use crate::StoreError;
@@ -37,6 +37,17 @@ pub enum Extend {
     Lost,
     /// The session is blacklisted: it may not extend anything.
     Blacklisted,
+}
+
+/// What a blacklist write did. It is a create-if-absent in the store, never an
+/// overwrite: a second blacklisting of one session changes nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Blacklisting {
+    /// The entry was written: the session was not blacklisted.
+    Written,
+    /// Nothing written: the session has an entry already, this one (as stored;
+    /// `None`: it vanished before it could be read back, lifted meanwhile).
+    Exists(Option<Stored<BlacklistRecord>>),
 }
 
 /// A session's registration, as the store needs it back (etcd: the lease).
@@ -97,8 +108,14 @@ pub trait LockStore: Clone + Send + Sync + 'static {
         max: Duration,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Blacklists a session: from now on it cannot acquire or extend.
-    fn blacklist(&self, entry: &BlacklistRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Blacklists a session, from now on it cannot acquire or extend: creates
+    /// its entry only if it has none, in one atomic step (an existing entry is
+    /// kept as it is, and returned).
+    fn blacklist(&self, entry: &BlacklistRecord) -> impl Future<Output = Result<Blacklisting, StoreError>> + Send;
+
+    /// Whether the session is registered in the store now (opened, not closed
+    /// or run out). Read from the store itself, not from any observer's view.
+    fn session_registered(&self, session: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Removes a session's blacklist entry; `false`: there was none.
     fn lift_blacklist(&self, session: &str) -> impl Future<Output = Result<bool, StoreError>> + Send;

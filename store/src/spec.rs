@@ -24,7 +24,7 @@ use lockscope_model::{LockEntry, LockRecord};
 
 use crate::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
 use crate::fleet::{FleetStore, Leadership, ReadOnlyFleet, UnlockerInfo, WritableFleet};
-use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
+use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
 use crate::scylla::{ScyllaConfig, ScyllaLocks, ScyllaObserver, ScyllaTarget, Serial};
 use crate::sql::{ShedLockObserver, SqlLocks, SqlObserver};
 use crate::{Observer, StoreError};
@@ -401,8 +401,12 @@ impl LockStore for AnyLocks {
         either!(self, s => s.wait_released(name, from, max))
     }
 
-    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
+    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<Blacklisting, StoreError> {
         either!(self, s => s.blacklist(entry))
+    }
+
+    async fn session_registered(&self, session: &str) -> Result<bool, StoreError> {
+        either!(self, s => s.session_registered(session))
     }
 
     async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {

@@ -6,11 +6,11 @@ use std::time::Duration;
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
 };
-use lockscope_model::record::{BlacklistRecord, SessionRecord, WaiterRecord, RECORD_VERSION};
+use lockscope_model::record::{BlacklistRecord, SessionRecord, Stored, WaiterRecord, RECORD_VERSION};
 use lockscope_model::{LockEntry, LockRecord};
 
 use super::{timed, EtcdConfig};
-use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
+use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{now_ms, validate_name, StoreError};
 
 /// The etcd lock store: what services link to (through [`crate::client`]) and
@@ -244,14 +244,27 @@ impl LockStore for EtcdLocks {
         self.wait_deleted(&self.cfg.lock_key(name), from.0, max).await
     }
 
-    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
+    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<Blacklisting, StoreError> {
+        // Created only if absent; otherwise the same transaction reads the entry there.
         let key = self.cfg.blacklist_key(&entry.session);
-        timed(
-            self.cfg.request_timeout,
-            self.client.clone().put(key, json_of(entry), None),
-        )
-        .await?;
-        Ok(())
+        let txn = Txn::new()
+            .when([absent(&key)])
+            .and_then([TxnOp::put(key.clone(), json_of(entry), None)])
+            .or_else([TxnOp::get(key, None)]);
+        let resp = self.txn(txn).await?;
+        if resp.succeeded() {
+            return Ok(Blacklisting::Written);
+        }
+        Ok(Blacklisting::Exists(
+            read(&resp, 0).first().map(|kv| Stored::parse(kv.value())),
+        ))
+    }
+
+    async fn session_registered(&self, session: &str) -> Result<bool, StoreError> {
+        let key = self.cfg.session_key(session);
+        let opts = GetOptions::new().with_count_only();
+        let resp = timed(self.cfg.request_timeout, self.client.clone().get(key, Some(opts))).await?;
+        Ok(resp.count() > 0)
     }
 
     async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {

@@ -182,8 +182,6 @@ statements! {
     // Blacklist.
     /// Binds session, record.
     BlacklistPut,
-    /// Binds record, session.
-    BlacklistUpdate,
     /// Binds session.
     BlacklistGet,
     /// Binds session.
@@ -208,7 +206,7 @@ impl Stmt {
             FenceGet | LockGet | LockGetPublished | SessionGet | UnlockerGet => Mode::SerialRead,
             FenceInit | FenceBump | Acquire | Extend | Refence | Release | ReleaseExact | ReleasePublished
             | SessionOpen | SessionBeat | SessionWaiting | SessionMark | SessionClose | BlacklistPut
-            | BlacklistUpdate | BlacklistDelete | UnlockerClaim | UnlockerRenew | UnlockerResign => Mode::Lwt,
+            | BlacklistDelete | UnlockerClaim | UnlockerRenew | UnlockerResign => Mode::Lwt,
             LocksPage | LocksPagePublished | SessionsPage | SessionsPagePublished | BlacklistPage | BlacklistGet => {
                 Mode::Read
             }
@@ -288,7 +286,6 @@ impl Stmt {
             BlacklistPut => {
                 "INSERT INTO KS.lockscope_blacklist (service_session_id, record) VALUES (?, ?) IF NOT EXISTS"
             }
-            BlacklistUpdate => "UPDATE KS.lockscope_blacklist SET record = ? WHERE service_session_id = ? IF EXISTS",
             BlacklistGet => "SELECT record FROM KS.lockscope_blacklist WHERE service_session_id = ?",
             BlacklistDelete => "DELETE FROM KS.lockscope_blacklist WHERE service_session_id = ? IF EXISTS",
             BlacklistPage => "SELECT service_session_id, record FROM KS.lockscope_blacklist",

@@ -15,7 +15,7 @@ use lockscope_model::{LockEntry, LockRecord};
 
 use super::cql::{col, Schema, Stmt, Value};
 use super::{entry_of, ScyllaLocks, REVISION_STRIDE};
-use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
+use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{validate_name, StoreError};
 
 /// A blocked acquirer's pause between two looks (no notifications on this
@@ -300,8 +300,12 @@ impl LockStore for ScyllaLocks {
         Ok(())
     }
 
-    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
+    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<Blacklisting, StoreError> {
         self.put_blacklist(entry).await
+    }
+
+    async fn session_registered(&self, session: &str) -> Result<bool, StoreError> {
+        self.registered(session).await
     }
 
     async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {

@@ -38,9 +38,10 @@ pub use unlocker::ScyllaLeadership;
 
 use std::sync::Arc;
 
-use lockscope_model::record::{BlacklistRecord, SessionRecord};
+use lockscope_model::record::{BlacklistRecord, SessionRecord, Stored};
 use lockscope_model::LockEntry;
 
+use crate::protocol::Blacklisting;
 use crate::StoreError;
 use cql::{col, scan, Cql, Row, Schema, Stmt, Value};
 
@@ -280,34 +281,38 @@ impl ScyllaLocks {
         ((ttl_ms + 999) / 1000 + 1).clamp(1, i32::MAX as i64) as i32
     }
 
-    /// Blacklists `entry.session` (lockscope's blacklist table, and a mark on its
-    /// `token_times` row that its heartbeat LWT checks).
-    async fn put_blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
+    /// Blacklists `entry.session` if it has no entry yet (`INSERT … IF NOT
+    /// EXISTS`: an entry already there is kept as it is, and returned), then
+    /// marks its `token_times` row, which its heartbeat LWT checks.
+    async fn put_blacklist(&self, entry: &BlacklistRecord) -> Result<Blacklisting, StoreError> {
         self.superset("a blacklist")?;
         let json = serde_json::to_string(entry).expect("records serialise");
-        // Insert, or replace the record of an entry already there; an entry
-        // lifted in between is inserted again on the next round.
-        let mut written = false;
-        for _ in 0..3 {
-            let id = Value::text(&entry.session);
-            if self
-                .lwt(Stmt::BlacklistPut, vec![id.clone(), Value::text(&json)])
-                .await?
-                || self.lwt(Stmt::BlacklistUpdate, vec![Value::text(&json), id]).await?
-            {
-                written = true;
-                break;
-            }
-        }
-        if !written {
-            return Err(StoreError::backend_msg(format!(
-                "blacklisting {}: its entry kept appearing and vanishing",
-                entry.session
-            )));
+        let id = Value::text(&entry.session);
+        let put = cql::applied(
+            self.run(Stmt::BlacklistPut, vec![id.clone(), Value::text(&json)])
+                .await?,
+        )?;
+        if !put.applied {
+            // Both servers return the row that stopped the insert; read it if not.
+            let existing = match col(&put.row, "record").as_text() {
+                Some(r) => Some(r.to_string()),
+                None => self
+                    .run(Stmt::BlacklistGet, vec![id])
+                    .await?
+                    .first()
+                    .and_then(|r| col(r, "record").as_text().map(str::to_string)),
+            };
+            return Ok(Blacklisting::Exists(existing.map(|r| Stored::parse(r.as_bytes()))));
         }
         self.lwt(Stmt::SessionMark, vec![Value::Text(json), Value::text(&entry.session)])
             .await?;
-        Ok(())
+        Ok(Blacklisting::Written)
+    }
+
+    /// Whether the session's `token_times` row exists (it runs out with its TTL).
+    async fn registered(&self, session: &str) -> Result<bool, StoreError> {
+        self.superset("a session")?;
+        Ok(!self.run(Stmt::SessionGet, vec![Value::text(session)]).await?.is_empty())
     }
 
     fn session_values(session: &SessionRecord) -> (Value, Value) {

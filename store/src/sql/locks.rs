@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use lockscope_model::record::{BlacklistRecord, SessionRecord};
+use lockscope_model::record::{BlacklistRecord, SessionRecord, Stored};
 use lockscope_model::{LockEntry, LockRecord};
 use sqlx::Row;
 use tokio::sync::broadcast;
 
 use super::{entry_of, json_of, Change, SqlLocks};
-use crate::protocol::{Attempt, Extend, LockStore, SessionLease, WaitFrom};
+use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{validate_name, StoreError};
 
 /// Release: frees lock `$1` only if fence `$2` holds it. The unlocker's fenced
@@ -187,14 +187,27 @@ impl LockStore for SqlLocks {
         }
     }
 
-    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<(), StoreError> {
+    async fn blacklist(&self, entry: &BlacklistRecord) -> Result<Blacklisting, StoreError> {
+        // Created only if absent: an entry already there is kept as it is.
         let q = self.sql(
             "INSERT INTO lockscope_blacklist (session, record) VALUES ($1, $2) \
-             ON CONFLICT (session) DO UPDATE SET record = excluded.record",
+             ON CONFLICT (session) DO NOTHING",
         );
-        self.exec(sqlx::query(&q).bind(&entry.session).bind(json_of(entry)))
+        let r = self
+            .exec(sqlx::query(&q).bind(&entry.session).bind(json_of(entry)))
             .await?;
-        Ok(())
+        if r.rows_affected() == 1 {
+            return Ok(Blacklisting::Written);
+        }
+        let q = self.sql("SELECT record FROM lockscope_blacklist WHERE session = $1");
+        let row = self.one(sqlx::query(&q).bind(&entry.session)).await?;
+        let record = row.map(|r| r.try_get::<String, _>(0)).transpose()?;
+        Ok(Blacklisting::Exists(record.map(|r| Stored::parse(r.as_bytes()))))
+    }
+
+    async fn session_registered(&self, session: &str) -> Result<bool, StoreError> {
+        let q = self.sql("SELECT 1 FROM lockscope_sessions WHERE session = $1");
+        Ok(self.one(sqlx::query(&q).bind(session)).await?.is_some())
     }
 
     async fn lift_blacklist(&self, session: &str) -> Result<bool, StoreError> {

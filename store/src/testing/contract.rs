@@ -10,12 +10,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockscope_model::record::{BlacklistRecord, RECORD_VERSION};
+use lockscope_model::record::{BlacklistRecord, Stored, RECORD_VERSION};
 use tokio::time::Instant;
 
 use super::take;
 use crate::client::{LockOptions, LossReason, Session, SessionConfig};
-use crate::protocol::{Attempt, LockStore};
+use crate::protocol::{Attempt, Blacklisting, LockStore};
 use crate::{now_ms, StoreError};
 
 /// Options for contract tests: no backtrace, a generous deadline.
@@ -210,7 +210,31 @@ pub async fn heartbeat_extends_and_blacklist_refuses<S: LockStore>(store: S) {
         reason: "runaway worker".into(),
         at: now_ms(),
     };
-    store.blacklist(&entry).await.unwrap();
+    assert!(
+        store.session_registered(session.id()).await.unwrap(),
+        "a session is registered from the moment it opens"
+    );
+    assert!(!store.session_registered("no-such-session").await.unwrap());
+    assert_eq!(store.blacklist(&entry).await.unwrap(), Blacklisting::Written);
+    // docs/api.md: "blacklist only: the session is not blacklisted already | 409 | changed":
+    // a second blacklisting is a create-if-absent that finds the first entry,
+    // and keeps its author, reason and time.
+    let second = BlacklistRecord {
+        by: "someone-else".into(),
+        reason: "a second reason".into(),
+        at: entry.at + 1,
+        ..entry.clone()
+    };
+    assert_eq!(
+        store.blacklist(&second).await.unwrap(),
+        Blacklisting::Exists(Some(Stored::Record(entry.clone()))),
+        "the second blacklisting writes nothing and reads the first entry back"
+    );
+    assert_eq!(
+        store.blacklist(&second).await.unwrap(),
+        Blacklisting::Exists(Some(Stored::Record(entry.clone()))),
+        "and the first entry is still there as it was"
+    );
 
     assert!(matches!(guard.alive().await, Err(StoreError::Blacklisted { .. })));
     assert_eq!(guard.loss(), Some(LossReason::Blacklisted));

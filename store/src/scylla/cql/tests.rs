@@ -100,7 +100,7 @@ fn sample_values(stmt: Stmt) -> Vec<Value> {
         SessionBeat => vec![Value::Int(5), Value::Timestamp(1), t(), b(), Value::Null, t(), b()],
         SessionWaiting => vec![Value::Int(5), t(), t(), b()],
         SessionMark => vec![Value::Null, t()],
-        BlacklistPut | BlacklistUpdate => vec![t(), t()],
+        BlacklistPut => vec![t(), t()],
         UnlockerClaim => vec![t(), b(), Value::Int(5)],
         UnlockerRenew => vec![Value::Int(5), t(), b(), b()],
         UnlockerResign => vec![b()],
