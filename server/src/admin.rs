@@ -4,16 +4,20 @@
 //! input, whether the store is writable — acts through the fleet's store
 //! handle, and records the attempt in the audit log, allowed or refused.
 //!
-//! A release is a compare-and-set on the fencing token the actor saw: if the
-//! lock is no longer that acquisition nothing is deleted, and the answer says
-//! what is there now.
+//! A release names the acquisition the actor saw by its fencing token and its
+//! owner id (fresh per acquisition), and the store deletes the lock only if it
+//! is still exactly that one: otherwise nothing is deleted, and the answer says
+//! what is there now. A blacklisting is a create-if-absent in the store, and
+//! whether the fleet knows the session is the store's answer too: every
+//! decision is the store's, never the hub's view (which lags it).
 
 use axum::http::StatusCode;
 use lockscope_model::admin::{in_scope, whole_fleet, Action, AuditEntry, AuditQuery, Outcome, Role};
 use lockscope_model::history::{Kind, ReleaseNote};
-use lockscope_model::record::BlacklistRecord;
+use lockscope_model::record::{BlacklistRecord, Stored};
 use lockscope_model::{LockBody, LockEntry};
 use lockscope_store::fleet::Release;
+use lockscope_store::protocol::Blacklisting;
 use lockscope_store::{now_ms, StoreError};
 
 use crate::auth::{Identity, Who, UNAUTHENTICATED};
@@ -32,6 +36,10 @@ pub struct Attempt {
     pub target: String,
     /// The fencing token the actor saw (release).
     pub fence: Option<i64>,
+    /// The owner id of the acquisition the actor saw (release): `Some(None)`
+    /// when it showed none (a malformed value, a foreign schema's row); `None`:
+    /// not sent.
+    pub owner: Option<Option<String>>,
     /// The store revision of the lock the actor saw, when the page sent it (for
     /// the record: the release compares the fence, which a heartbeat does not change).
     pub revision: Option<i64>,
@@ -225,6 +233,12 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
             let fence = a
                 .fence
                 .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "give the fencing token you saw (fence)"))?;
+            let owner = a.owner.as_ref().ok_or_else(|| {
+                refuse(
+                    StatusCode::BAD_REQUEST,
+                    "give the owner id of the acquisition you saw (owner: the lock's entry.body.owner, null when it has none)",
+                )
+            })?;
             // The history records the store's delete as this force-release.
             let note = ReleaseNote {
                 kind: Kind::ForceReleased,
@@ -232,14 +246,29 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                 reason: a.reason.clone(),
             };
             hub.note_release(&a.target, fence, Some(note)).await;
-            let released = store.release(&a.target, fence).await;
+            let released = store.release_seen(&a.target, fence, owner.as_deref()).await;
             if !matches!(released, Ok(Release::Released)) {
                 hub.note_release(&a.target, fence, None).await;
             }
             match released.map_err(store_failed)? {
-                Release::Released => Ok(format!("released fence {fence} of {}{}", a.target, seen(a.revision))),
+                Release::Released => Ok(format!(
+                    "released fence {fence} of {}{}{}",
+                    a.target,
+                    owner.as_ref().map_or_else(String::new, |o| format!(" (owner {o})")),
+                    seen(a.revision)
+                )),
                 Release::NotHeld => Err(changed(format!("{} is not held now", a.target), None)),
-                Release::Changed(now) => Err(changed(format!("{} is now {}", a.target, describe(&now)), Some(now))),
+                Release::Changed(now) => {
+                    let other = if now.fence == fence {
+                        " — another acquisition than the one you saw (its owner differs)"
+                    } else {
+                        ""
+                    };
+                    Err(changed(
+                        format!("{} is now {}{other}", a.target, describe(&now)),
+                        Some(now),
+                    ))
+                }
             }
         }
         Action::Blacklist | Action::Unblacklist => {
@@ -253,21 +282,25 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                 return Err(out_of_scope("a session action (it covers the whole fleet)".into()));
             }
             if a.action == Action::Blacklist {
-                if let Some(bl) = &session.blacklist {
-                    let by = bl.body.value().map_or_else(
-                        || "a malformed entry".to_string(),
-                        |r| format!("by {} for {:?}", r.by, r.reason),
-                    );
-                    return Err(changed(format!("already blacklisted {by}"), None));
-                }
-                if !session.known && session.locks.is_empty() {
+                // The view only ever lags the store: what it shows (registered,
+                // holding a lock, blacklisted) was so; what it does not show
+                // yet, the store answers (a session registered a moment ago).
+                let in_view = session.known || !session.locks.is_empty() || session.blacklist.is_some();
+                if !in_view && !store.session_registered(&a.target).await.map_err(store_failed)? {
                     return Err(refuse(
                         StatusCode::NOT_FOUND,
                         format!("fleet {} knows no session {:?}", a.fleet, a.target),
                     ));
                 }
                 let record = BlacklistRecord::new(&a.target, &id.actor, reason, at);
-                store.blacklist(&record).await.map_err(store_failed)?;
+                if let Blacklisting::Exists(there) = store.blacklist(&record).await.map_err(store_failed)? {
+                    let by = match &there {
+                        Some(Stored::Record(r)) => format!(" by {} for {:?}", r.by, r.reason),
+                        Some(Stored::Malformed { .. }) => " (a malformed entry)".to_string(),
+                        None => String::new(),
+                    };
+                    return Err(changed(format!("already blacklisted{by}"), None));
+                }
                 let n = session.locks.len();
                 Ok(format!(
                     "blacklisted session {} (holding {n} lock{})",

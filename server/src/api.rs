@@ -163,7 +163,17 @@ fn no_fleet(state: &AppState, fleet: &str) -> Response {
 #[serde(deny_unknown_fields)]
 struct ReleaseBody {
     fence: i64,
+    /// Required, and `null` only for a lock that shows no owner (a malformed
+    /// value, a foreign schema's row): the fence and owner name one acquisition.
+    #[serde(deserialize_with = "present")]
+    owner: Option<String>,
     reason: String,
+}
+
+/// A field that must be sent, possibly as `null` (serde takes a missing
+/// `Option` for `None` unless told otherwise; without `default` it is an error).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d)
 }
 
 #[derive(Deserialize)]
@@ -191,21 +201,16 @@ async fn release(
     body: Bytes,
 ) -> Response {
     let parsed = parse::<ReleaseBody>(&caller.headers, &body);
-    let (fence, reason) = match &parsed {
-        Ok(b) => (Some(b.fence), b.reason.clone()),
-        Err(_) => (None, String::new()),
+    let (fence, owner, reason) = match &parsed {
+        Ok(b) => (Some(b.fence), Some(b.owner.clone()), b.reason.clone()),
+        Err(_) => (None, None, String::new()),
     };
-    act(
-        &state,
-        &caller,
-        Action::Release,
-        fleet,
-        name,
+    let attempt = Attempt {
         fence,
-        reason,
-        parsed.err(),
-    )
-    .await
+        owner,
+        ..attempt(Action::Release, fleet, name, reason, parsed.err())
+    };
+    act(&state, &caller, attempt).await
 }
 
 async fn blacklist(
@@ -236,30 +241,25 @@ async fn session_action(
 ) -> Response {
     let parsed = parse::<ReasonBody>(&caller.headers, &body);
     let reason = parsed.as_ref().map(|b| b.reason.clone()).unwrap_or_default();
-    act(&state, &caller, action, fleet, session, None, reason, parsed.err()).await
+    act(&state, &caller, attempt(action, fleet, session, reason, parsed.err())).await
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn act(
-    state: &AppState,
-    caller: &Caller,
-    action: Action,
-    fleet: String,
-    target: String,
-    fence: Option<i64>,
-    reason: String,
-    invalid: Option<String>,
-) -> Response {
-    let attempt = Attempt {
+/// An API attempt on `target`, without a fence or owner.
+fn attempt(action: Action, fleet: String, target: String, reason: String, invalid: Option<String>) -> Attempt {
+    Attempt {
         action,
         fleet,
         target,
-        fence,
+        fence: None,
+        owner: None,
         revision: None,
         reason,
         via: "api",
         invalid,
-    };
+    }
+}
+
+async fn act(state: &AppState, caller: &Caller, attempt: Attempt) -> Response {
     let answer = admin::attempt(state, &caller.who, caller.csrf(), attempt).await;
     (answer.status, Json(answer.json())).into_response()
 }

@@ -47,6 +47,9 @@ struct ActionForm {
     fence: String,
     /// Release: the store revision the page showed.
     revision: String,
+    /// Release: the owner id of the acquisition the page showed (empty: it
+    /// showed none; absent: a form from before owners were sent, refused).
+    owner: Option<String>,
     reason: String,
     /// Release: the lock's name typed again.
     confirm: String,
@@ -68,26 +71,28 @@ fn read(posted: Posted) -> (ActionForm, Option<String>) {
 async fn release(State(state): State<AppState>, caller: Caller, posted: Posted) -> Response {
     let (f, unreadable) = read(posted);
     let fence = f.fence.trim().parse::<i64>();
-    let invalid = unreadable.or(match (&fence, f.confirm.trim() == f.name) {
-        (Err(_), _) => Some(format!("fence {:?} is not a fencing token", f.fence)),
-        (_, false) => Some("type the lock's name exactly to confirm the release".to_string()),
+    let invalid = unreadable.or(match (&fence, f.confirm.trim() == f.name, &f.owner) {
+        (Err(_), _, _) => Some(format!("fence {:?} is not a fencing token", f.fence)),
+        (_, false, _) => Some("type the lock's name exactly to confirm the release".to_string()),
+        (_, _, None) => Some("the form names no owner of the acquisition: reload the page".to_string()),
         _ => None,
     });
     let fence = fence.ok();
+    let owner = f.owner.clone().map(|o| Some(o).filter(|o| !o.is_empty()));
     let target = f.name.clone();
-    act(state, caller, Action::Release, f, target, fence, invalid).await
+    act(state, caller, Action::Release, f, target, (fence, owner), invalid).await
 }
 
 async fn blacklist(State(state): State<AppState>, caller: Caller, posted: Posted) -> Response {
     let (f, invalid) = read(posted);
     let target = f.session.clone();
-    act(state, caller, Action::Blacklist, f, target, None, invalid).await
+    act(state, caller, Action::Blacklist, f, target, (None, None), invalid).await
 }
 
 async fn unblacklist(State(state): State<AppState>, caller: Caller, posted: Posted) -> Response {
     let (f, invalid) = read(posted);
     let target = f.session.clone();
-    act(state, caller, Action::Unblacklist, f, target, None, invalid).await
+    act(state, caller, Action::Unblacklist, f, target, (None, None), invalid).await
 }
 
 async fn act(
@@ -96,7 +101,7 @@ async fn act(
     action: Action,
     f: ActionForm,
     target: String,
-    fence: Option<i64>,
+    (fence, owner): (Option<i64>, Option<Option<String>>),
     invalid: Option<String>,
 ) -> Response {
     let csrf = match &caller.who {
@@ -108,6 +113,7 @@ async fn act(
         fleet: f.fleet,
         target,
         fence,
+        owner,
         revision: f.revision.trim().parse().ok(),
         reason: f.reason,
         via: "browser",

@@ -2,6 +2,12 @@
 //! server's JSON API (so the server checks the token's role and scope and
 //! records the attempt in its audit log, exactly as for the page).
 //!
+//! Lock names and fleets go into the URL path as path segments
+//! ([`lockscope_model::url::segment`]: percent-encoded, never form-encoded, so
+//! `x y` never arrives as `x+y`). A release first reads the lock and sends the
+//! owner id of the acquisition it found with the fence given: the server
+//! releases exactly that acquisition, or nothing.
+//!
 //! The client speaks plain HTTP: run it on the dashboard's host (or through an
 //! SSH tunnel); it refuses to send a token in clear to another host unless told
 //! `--insecure-http`.
@@ -76,7 +82,6 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let enc = crate::http::encode;
     let base = args.server.trim_end_matches('/');
     let uri: hyper::Uri = base
         .parse()
@@ -92,60 +97,115 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
             "--server {base}: refusing to send the token in clear to another host; use --insecure-http to do it anyway"
         );
     }
+    let remote = Remote { base, token };
+    let seg = lockscope_model::url::segment;
     let (method, path, body) = match &args.action {
         AdminAction::Release {
             fleet,
             name,
             fence,
             reason,
-        } => (
-            "POST",
-            format!("/api/v1/fleets/{}/locks/{}/release", enc(fleet), enc(name)),
-            serde_json::json!({ "fence": fence, "reason": reason }),
-        ),
+        } => {
+            let lock = format!("/api/v1/fleets/{}/locks/{}", seg(fleet), seg(name));
+            let owner = remote.acquisition(&lock, name, *fence).await?;
+            (
+                "POST",
+                format!("{lock}/release"),
+                serde_json::json!({ "fence": fence, "owner": owner, "reason": reason }),
+            )
+        }
         AdminAction::Blacklist { fleet, session, reason } => (
             "POST",
-            format!("/api/v1/fleets/{}/sessions/{}/blacklist", enc(fleet), enc(session)),
+            format!("/api/v1/fleets/{}/sessions/{}/blacklist", seg(fleet), seg(session)),
             serde_json::json!({ "reason": reason }),
         ),
         AdminAction::Unblacklist { fleet, session, reason } => (
             "DELETE",
-            format!("/api/v1/fleets/{}/sessions/{}/blacklist", enc(fleet), enc(session)),
+            format!("/api/v1/fleets/{}/sessions/{}/blacklist", seg(fleet), seg(session)),
             serde_json::json!({ "reason": reason }),
         ),
     };
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("{base}{path}"))
-        .header("content-type", "application/json");
-    if let Some(t) = &token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let req = req
-        .body(Full::new(Bytes::from(body.to_string())))
-        .context("building the request")?;
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let resp = client
-        .request(req)
-        .await
-        .with_context(|| format!("calling {base} (plain HTTP)"))?;
-    let status = resp.status();
-    let bytes = resp
-        .into_body()
-        .collect()
-        .await
-        .context("reading the answer")?
-        .to_bytes();
-    let answer: serde_json::Value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| serde_json::json!({ "detail": String::from_utf8_lossy(&bytes) }));
+    let (status, answer) = remote.call(method, &path, Some(body)).await?;
     println!("{}", serde_json::to_string_pretty(&answer)?);
     if !status.is_success() {
-        let why = answer["detail"]
-            .as_str()
-            .or(answer["error"].as_str())
-            .unwrap_or("no reason given")
-            .to_string();
-        bail!("{status}: {why}");
+        bail!("{status}: {}", why(&answer));
     }
     Ok(())
+}
+
+/// The server, and the token every request carries.
+struct Remote<'a> {
+    base: &'a str,
+    token: Option<String>,
+}
+
+impl Remote<'_> {
+    /// Sends one request; the answer's status and JSON (a body that is not
+    /// JSON becomes `{"detail": <its text>}`).
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> anyhow::Result<(hyper::StatusCode, serde_json::Value)> {
+        let base = self.base;
+        let mut req = hyper::Request::builder().method(method).uri(format!("{base}{path}"));
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let req = req.body(Full::new(body)).context("building the request")?;
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        let resp = client
+            .request(req)
+            .await
+            .with_context(|| format!("calling {base} (plain HTTP)"))?;
+        let status = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .context("reading the answer")?
+            .to_bytes();
+        let answer = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| serde_json::json!({ "detail": String::from_utf8_lossy(&bytes) }));
+        Ok((status, answer))
+    }
+
+    /// Reads the lock at `lock` (its API path) and says on stderr which
+    /// acquisition the release will name: the owner id it returns is sent with
+    /// the fence, so the server releases that acquisition or nothing.
+    async fn acquisition(&self, lock: &str, name: &str, fence: i64) -> anyhow::Result<Option<String>> {
+        let (status, detail) = self.call("GET", lock, None).await?;
+        if !status.is_success() {
+            bail!(
+                "reading lock {name:?} first: {status}: {}; nothing released",
+                why(&detail)
+            );
+        }
+        let entry = &detail["entry"];
+        let now = entry["fence"].as_i64().context("the server's answer names no fence")?;
+        let owner = entry["body"]["owner"].as_str().map(str::to_string);
+        eprintln!(
+            "lock {name:?}: fence {now}, owner {}, session {}",
+            owner.as_deref().unwrap_or("(none: not a lockscope record)"),
+            entry["body"]["session"].as_str().unwrap_or("(unknown)"),
+        );
+        if now != fence {
+            // Sent anyway: the server answers 409 with what is there, and audits it.
+            eprintln!("lock {name:?} is fence {now} now, not fence {fence}: the release will change nothing");
+        }
+        Ok(owner)
+    }
+}
+
+/// The reason an answer gives.
+fn why(answer: &serde_json::Value) -> &str {
+    answer["detail"]
+        .as_str()
+        .or(answer["error"].as_str())
+        .unwrap_or("no reason given")
 }

@@ -21,19 +21,19 @@ use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::{AnyLocks, StoreSpec};
 use tokio::sync::watch;
 
-struct Server {
-    base: String,
-    audit: AuditLog,
+pub(crate) struct Server {
+    pub(crate) base: String,
+    pub(crate) audit: AuditLog,
     hub: HubHandle,
-    store: AnyLocks,
-    tokens: BTreeMap<&'static str, String>,
+    pub(crate) store: AnyLocks,
+    pub(crate) tokens: BTreeMap<&'static str, String>,
     _dir: tempfile::TempDir,
     _stop: watch::Sender<bool>,
 }
 
-struct Reply {
-    status: u16,
-    body: String,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
+    pub(crate) body: String,
     headers: hyper::HeaderMap,
 }
 
@@ -44,7 +44,12 @@ impl Server {
     async fn start() -> Server {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("locks.db");
-        let spec = StoreSpec::sqlite_file(&db);
+        Server::start_on(StoreSpec::sqlite_file(&db), dir).await
+    }
+
+    /// [`Server::start`] with the writable fleet (named `sql` whatever its
+    /// store) on `spec`; `dir` lives as long as the server.
+    pub(crate) async fn start_on(spec: StoreSpec, dir: tempfile::TempDir) -> Server {
         let store = spec.connect().await.unwrap();
         let shed = StoreSpec::parse(&format!("shedlock+sqlite:{}", dir.path().join("shed.db").display())).unwrap();
         let mut tokens = BTreeMap::new();
@@ -95,7 +100,7 @@ impl Server {
         }
     }
 
-    async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
+    pub(crate) async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Reply {
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
@@ -115,7 +120,7 @@ impl Server {
         }
     }
 
-    fn bearer(&self, who: &str) -> String {
+    pub(crate) fn bearer(&self, who: &str) -> String {
         format!("Bearer {}", self.tokens[who])
     }
 
@@ -207,7 +212,9 @@ enum Ask<'a> {
 
 /// Sends `action` on `target` through the API or (`form`) the browser's form.
 async fn ask(s: &Server, how: Ask<'_>, form: bool, action: Action, target: &str, fence: i64) -> Reply {
+    // Form values are form-encoded; a path segment never is.
     let enc = lockscope::http::encode;
+    let seg = lockscope_model::url::segment;
     let mut headers: Vec<(&str, String)> = Vec::new();
     let csrf_field = match how {
         Ask::NoCredentials => String::new(),
@@ -228,7 +235,7 @@ async fn ask(s: &Server, how: Ask<'_>, form: bool, action: Action, target: &str,
         headers.push(("content-type", "application/x-www-form-urlencoded".into()));
         let key = if action == Action::Release { "name" } else { "session" };
         let body = format!(
-            "fleet=sql&{key}={t}&confirm={t}&fence={fence}&reason=matrix&csrf={csrf_field}&back=%2F",
+            "fleet=sql&{key}={t}&confirm={t}&fence={fence}&owner=&reason=matrix&csrf={csrf_field}&back=%2F",
             t = enc(target)
         );
         ("POST", format!("/actions/{}", action.as_str()), body)
@@ -237,12 +244,12 @@ async fn ask(s: &Server, how: Ask<'_>, form: bool, action: Action, target: &str,
         match action {
             Action::Release => (
                 "POST",
-                format!("/api/v1/fleets/sql/locks/{}/release", enc(target)),
-                format!(r#"{{"fence": {fence}, "reason": "matrix"}}"#),
+                format!("/api/v1/fleets/sql/locks/{}/release", seg(target)),
+                format!(r#"{{"fence": {fence}, "owner": null, "reason": "matrix"}}"#),
             ),
             Action::Blacklist | Action::Unblacklist => (
                 if action == Action::Blacklist { "POST" } else { "DELETE" },
-                format!("/api/v1/fleets/sql/sessions/{}/blacklist", enc(target)),
+                format!("/api/v1/fleets/sql/sessions/{}/blacklist", seg(target)),
                 r#"{"reason": "matrix"}"#.to_string(),
             ),
         }
@@ -258,6 +265,8 @@ struct Fixture {
     /// A blacklisted session (the target of unblacklist).
     blacklisted: String,
     fence_a: i64,
+    /// The owner id of `team-a/1`'s acquisition.
+    owner_a: String,
 }
 
 /// A session holding `team-a/1`, and another session that is blacklisted.
@@ -269,6 +278,16 @@ async fn fixture(s: &Server) -> Fixture {
     let mut batch = session.try_lock_batch(&["team-a/1"], opts).await.unwrap();
     let guard = batch.taken.pop().expect("team-a/1 taken");
     let fence_a = guard.fence();
+    let owner_a = s
+        .store
+        .get("team-a/1")
+        .await
+        .unwrap()
+        .unwrap()
+        .record()
+        .unwrap()
+        .owner
+        .clone();
     let other = Session::open(s.store.clone(), SessionConfig::new("other"))
         .await
         .unwrap();
@@ -289,6 +308,7 @@ async fn fixture(s: &Server) -> Fixture {
         session_a: id,
         blacklisted,
         fence_a,
+        owner_a,
         _session: session,
         _guards: vec![guard],
     }
@@ -386,7 +406,7 @@ async fn scope_bad_input_and_read_only_fleets_are_refused() {
         (
             "POST",
             "/api/v1/fleets/sql/locks/team-b%2F1/release".into(),
-            format!(r#"{{"fence": {}, "reason": "x"}}"#, b.fence()),
+            format!(r#"{{"fence": {}, "owner": null, "reason": "x"}}"#, b.fence()),
             403,
             "outside",
         ),
@@ -400,28 +420,39 @@ async fn scope_bad_input_and_read_only_fleets_are_refused() {
         (
             "POST",
             "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
-            r#"{"fence": "seven", "reason": "x"}"#.into(),
+            r#"{"fence": "seven", "owner": null, "reason": "x"}"#.into(),
             400,
             "not what this call takes",
         ),
         (
             "POST",
             "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
-            format!(r#"{{"fence": {}}}"#, f.fence_a),
+            format!(r#"{{"fence": {}, "owner": "{}"}}"#, f.fence_a, f.owner_a),
             400,
             "missing field `reason`",
         ),
         (
+            // docs/api.md: "`fence` and `owner` ... all three required".
             "POST",
             "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
-            format!(r#"{{"fence": {}, "reason": "  "}}"#, f.fence_a),
+            r#"{"fence": 1, "reason": "x"}"#.into(),
+            400,
+            "missing field `owner` at line 1 column 27",
+        ),
+        (
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release".into(),
+            format!(
+                r#"{{"fence": {}, "owner": "{}", "reason": "  "}}"#,
+                f.fence_a, f.owner_a
+            ),
             400,
             "give a reason",
         ),
         (
             "POST",
             "/api/v1/fleets/nope/locks/team-a%2F1/release".into(),
-            format!(r#"{{"fence": {}, "reason": "x"}}"#, f.fence_a),
+            format!(r#"{{"fence": {}, "owner": "{}", "reason": "x"}}"#, f.fence_a, f.owner_a),
             404,
             "no fleet named",
         ),
@@ -464,7 +495,7 @@ async fn scope_bad_input_and_read_only_fleets_are_refused() {
                 ("authorization", &s.bearer("admin")),
                 ("content-type", "application/json"),
             ],
-            r#"{"fence": 0, "reason": "x"}"#,
+            r#"{"fence": 0, "owner": null, "reason": "x"}"#,
         )
         .await;
     assert_eq!(r.status, 409, "{}", r.body);
@@ -484,7 +515,11 @@ async fn allowed_actions_do_exactly_what_they_say() {
             "POST",
             "/api/v1/fleets/sql/locks/team-a%2F1/release",
             &json,
-            &format!(r#"{{"fence": {}, "reason": "stale"}}"#, f.fence_a - 1),
+            &format!(
+                r#"{{"fence": {}, "owner": "{}", "reason": "stale"}}"#,
+                f.fence_a - 1,
+                f.owner_a
+            ),
         )
         .await;
     assert_eq!(r.status, 409, "{}", r.body);
@@ -493,13 +528,31 @@ async fn allowed_actions_do_exactly_what_they_say() {
     assert_eq!(v["current"]["fence"], f.fence_a);
     unchanged(&s, &f, "stale fence").await;
     assert_eq!(s.last_audit().await.unwrap().outcome, Some(Outcome::Changed));
-    // The fence seen: released, audited as done.
+    // The fence seen with another owner: another acquisition, nothing deleted.
     let r = s
         .send(
             "POST",
             "/api/v1/fleets/sql/locks/team-a%2F1/release",
             &json,
-            &format!(r#"{{"fence": {}, "reason": "stuck"}}"#, f.fence_a),
+            &format!(
+                r#"{{"fence": {}, "owner": "someone-else", "reason": "stale"}}"#,
+                f.fence_a
+            ),
+        )
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("its owner differs"), "{}", r.body);
+    unchanged(&s, &f, "another owner").await;
+    // The fence and owner seen: released, audited as done.
+    let r = s
+        .send(
+            "POST",
+            "/api/v1/fleets/sql/locks/team-a%2F1/release",
+            &json,
+            &format!(
+                r#"{{"fence": {}, "owner": "{}", "reason": "stuck"}}"#,
+                f.fence_a, f.owner_a
+            ),
         )
         .await;
     assert_eq!(r.status, 200, "{}", r.body);
@@ -561,7 +614,7 @@ async fn allowed_actions_do_exactly_what_they_say() {
         .await;
     assert_eq!(r.status, 200);
     assert!(r.body.starts_with("id,at,actor"), "{}", r.body);
-    assert_eq!(r.body.lines().count(), 1 + 4, "{}", r.body);
+    assert_eq!(r.body.lines().count(), 1 + 5, "{}", r.body);
     let r = s
         .send(
             "GET",
@@ -573,7 +626,7 @@ async fn allowed_actions_do_exactly_what_they_say() {
             "",
         )
         .await;
-    assert_eq!(r.body.lines().count(), 2, "{}", r.body);
+    assert_eq!(r.body.lines().count(), 3, "{}", r.body);
 }
 
 #[tokio::test]

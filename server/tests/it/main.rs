@@ -5,6 +5,7 @@
 //! tests of two real processes that run one at a time, never beside other suites).
 
 mod admin;
+mod admin_exact;
 mod demo;
 mod history;
 mod live;
