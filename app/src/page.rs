@@ -91,21 +91,24 @@ pub fn App() -> impl IntoView {
         <NoAuthBanner/>
         <header class="top">
             <h1><a href=locks_href>"lockscope"</a></h1>
-            <span class="fleet" data-testid="fleet">{move || live.fleet.get()}</span>
-            <nav class="pages">
-                <a href=locks_href data-testid="nav-locks" class:here=here(Kind::Locks) aria-current=here(Kind::Locks).then_some("page")>"locks"</a>
-                " "
-                <a href=sessions_href data-testid="nav-sessions" class:here=here(Kind::Sessions) aria-current=here(Kind::Sessions).then_some("page")>"sessions"</a>
-                " "
-                <a href=history_href data-testid="nav-history" class:here=here(Kind::History) aria-current=here(Kind::History).then_some("page")>"history"</a>
-                " "
-                <a href=charts_href data-testid="nav-charts" class:here=here(Kind::Charts) aria-current=here(Kind::Charts).then_some("page")>"charts"</a>
-                {is_admin.then(|| view! {
+            // A stranger (the sign-in page) sees the product name and the form only.
+            {(!here(Kind::SignIn)).then(|| view! {
+                <span class="fleet" data-testid="fleet">{move || live.fleet.get()}</span>
+                <nav class="pages">
+                    <a href=locks_href data-testid="nav-locks" class:here=here(Kind::Locks) aria-current=here(Kind::Locks).then_some("page")>"locks"</a>
                     " "
-                    <a href="/audit" data-testid="nav-audit" class:here=here(Kind::Audit) aria-current=here(Kind::Audit).then_some("page")>"audit"</a>
-                })}
-            </nav>
-            <span class="source" data-testid="source">{move || live.source()}</span>
+                    <a href=sessions_href data-testid="nav-sessions" class:here=here(Kind::Sessions) aria-current=here(Kind::Sessions).then_some("page")>"sessions"</a>
+                    " "
+                    <a href=history_href data-testid="nav-history" class:here=here(Kind::History) aria-current=here(Kind::History).then_some("page")>"history"</a>
+                    " "
+                    <a href=charts_href data-testid="nav-charts" class:here=here(Kind::Charts) aria-current=here(Kind::Charts).then_some("page")>"charts"</a>
+                    {is_admin.then(|| view! {
+                        " "
+                        <a href="/audit" data-testid="nav-audit" class:here=here(Kind::Audit) aria-current=here(Kind::Audit).then_some("page")>"audit"</a>
+                    })}
+                </nav>
+                <span class="source" data-testid="source">{move || live.source()}</span>
+            })}
             {kind.is_live().then(|| view! { <Indicator/> })}
             <WhoAmI signing_in=here(Kind::SignIn)/>
         </header>

@@ -241,6 +241,15 @@ fn the_sign_in_form_posts_a_token() {
     assert!(html.contains("unknown token"));
     assert!(html.contains("not signed in"));
     assert!(!html.contains("signout"));
+    // A stranger sees the product name and the form only: no fleet, store or pages.
+    for hidden in [
+        r#"data-testid="fleet""#,
+        r#"data-testid="source""#,
+        "nav-locks",
+        "nav-audit",
+    ] {
+        assert!(!html.contains(hidden), "{hidden}");
+    }
 }
 
 fn history_page() -> Page {

@@ -108,9 +108,9 @@ fn changed(why: String, current: Option<LockEntry>) -> Refusal {
 /// request's CSRF check (`Ok` for requests that need none).
 pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: Attempt) -> Answer {
     let at = now_ms();
-    let result = match who {
-        Who::Nobody(why) => Err(refuse(StatusCode::UNAUTHORIZED, why.clone())),
-        Who::Known(id) => match csrf {
+    let result = match who.identity() {
+        Err((status, why)) => Err(refuse(status, why)),
+        Ok(id) => match csrf {
             Err(why) => Err(refuse(StatusCode::FORBIDDEN, why)),
             Ok(()) => act(state, id, &a, at).await,
         },
@@ -121,7 +121,7 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
     };
     let (actor, role) = match who {
         Who::Known(id) => (id.actor.clone(), Some(id.role)),
-        Who::Nobody(_) => (UNAUTHENTICATED.to_string(), None),
+        Who::Nobody(_) | Who::Ambiguous(_) => (UNAUTHENTICATED.to_string(), None),
     };
     // Anyone can make an attempt (and so an entry): what it stores is bounded.
     let entry = AuditEntry {

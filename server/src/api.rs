@@ -78,12 +78,10 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 impl Caller {
-    /// The identity of a read request, or the 401 that refuses it.
+    /// The identity of a read request, or the 401 (400: ambiguous
+    /// credentials) that refuses it.
     pub fn reader(&self) -> Result<&Identity, Unauthorized> {
-        match &self.who {
-            Who::Known(id) => Ok(id),
-            Who::Nobody(why) => Err(Unauthorized(why.clone())),
-        }
+        self.who.identity().map_err(|(status, why)| Unauthorized { status, why })
     }
 
     /// The CSRF check of a state-changing API request. Bearer tokens need none;
@@ -105,12 +103,16 @@ impl Caller {
     }
 }
 
-/// A request without an identity, and why: answered 401.
-pub struct Unauthorized(pub String);
+/// A request without an identity, and why: answered 401, or 400 when its
+/// credentials are ambiguous ([`Who::identity`]).
+pub struct Unauthorized {
+    pub status: StatusCode,
+    pub why: String,
+}
 
 impl IntoResponse for Unauthorized {
     fn into_response(self) -> Response {
-        error(StatusCode::UNAUTHORIZED, &self.0)
+        error(self.status, &self.why)
     }
 }
 

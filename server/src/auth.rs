@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, StatusCode};
 use lockscope_model::admin::{Role, Viewer};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -73,8 +73,25 @@ impl std::fmt::Debug for Via {
 #[derive(Clone, Debug)]
 pub enum Who {
     Known(Identity),
-    /// No usable credentials, and why.
+    /// No usable credentials, and why (`401`).
     Nobody(String),
+    /// Credentials that could name more than one party (a repeated
+    /// `Authorization` or proxy identity header), and why: refused (`400`),
+    /// whichever copy is genuine.
+    Ambiguous(String),
+}
+
+impl Who {
+    /// The identity, or the status and reason that refuse the request: `401`
+    /// without usable credentials, `400` with ambiguous ones. (The one place a
+    /// `Who` becomes a status.)
+    pub fn identity(&self) -> Result<&Identity, (StatusCode, String)> {
+        match self {
+            Who::Known(id) => Ok(id),
+            Who::Nobody(why) => Err((StatusCode::UNAUTHORIZED, why.clone())),
+            Who::Ambiguous(why) => Err((StatusCode::BAD_REQUEST, why.clone())),
+        }
+    }
 }
 
 pub struct Auth {
@@ -118,18 +135,17 @@ impl Auth {
                 via: Via::NoAuth,
             });
         };
-        if let Some(auth) = headers.get(header::AUTHORIZATION) {
-            let token = auth
-                .to_str()
-                .ok()
-                .and_then(|a| a.strip_prefix("Bearer "))
-                .map(str::trim);
-            return match token {
-                None => Who::Nobody("the Authorization header is not `Bearer TOKEN`".into()),
-                Some(token) => match self.verify_token(token).await {
-                    Some(t) => Who::Known(token_identity(t, Via::Token)),
-                    None => Who::Nobody("the API token is not valid".into()),
-                },
+        let proxy_header = config.proxy.as_ref().map(|p| p.header.as_str());
+        if let Some(why) = repeated(headers, "Authorization", "send one")
+            .or_else(|| proxy_header.and_then(|h| repeated(headers, h, "the proxy must replace the client's")))
+        {
+            return Who::Ambiguous(why);
+        }
+        if let Some(token) = bearer(headers) {
+            let token = std::str::from_utf8(token).unwrap_or("");
+            return match self.verify_token(token).await {
+                Some(t) => Who::Known(token_identity(t, Via::Token)),
+                None => Who::Nobody("the API token is not valid".into()),
             };
         }
         if let Some(proxy) = &config.proxy {
@@ -244,6 +260,23 @@ fn scope(map: &BTreeMap<String, Vec<String>>) -> Vec<(String, Vec<String>)> {
     map.iter().map(|(f, p)| (f.clone(), p.clone())).collect()
 }
 
+/// The token of an `Authorization: Bearer TOKEN` header (the scheme in any
+/// case). `None` without one, or for another scheme (such as the `Basic` of a
+/// proxy that authenticated the user itself): that header is ignored.
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, rest) = value.split_at_checked(6)?;
+    let bearer = scheme.eq_ignore_ascii_case(b"bearer") && rest.first().is_none_or(|c| *c == b' ');
+    bearer.then(|| rest.trim_ascii())
+}
+
+/// Why a request carrying `name` more than once is refused (`hint`: what to
+/// do), if it does: a second copy may be the client's own, and no copy can be
+/// told apart from the genuine one.
+fn repeated(headers: &HeaderMap, name: &str, hint: &str) -> Option<String> {
+    (headers.get_all(name).iter().count() > 1).then(|| format!("more than one {name} header: {hint}"))
+}
+
 /// A cookie's value from the request.
 pub fn cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
@@ -288,11 +321,15 @@ pub fn expected_csrf(identity: &Identity, headers: &HeaderMap) -> Result<Option<
 /// When a browser names the request's origin (`Origin`, `Sec-Fetch-Site`),
 /// it must be this server: another site's page (even one on another port of
 /// this host, which shares our cookies) cannot act or read through it.
+/// `Sec-Fetch-Site: none` (typed in the address bar, a bookmark) is refused
+/// too: what this guards (a form post, an API call, the websocket) only
+/// ever comes from our own pages.
 pub fn same_origin(headers: &HeaderMap) -> Result<(), String> {
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        if !matches!(site, "same-origin" | "none") {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        if site.as_bytes() != b"same-origin" {
+            let site = String::from_utf8_lossy(site.as_bytes());
             return Err(format!(
-                "a {site} request refused: only this server's own pages may send it"
+                "a request with Sec-Fetch-Site: {site} refused: only this server's own pages may send it"
             ));
         }
     }

@@ -106,7 +106,7 @@ async fn act(
 ) -> Response {
     let csrf = match &caller.who {
         Who::Known(id) => check_csrf(id, &caller.headers, Some(&f.csrf)),
-        Who::Nobody(_) => Ok(()),
+        Who::Nobody(_) | Who::Ambiguous(_) => Ok(()),
     };
     let attempt = Attempt {
         action,
@@ -194,7 +194,8 @@ async fn signin_page(
 }
 
 /// The sign-in form (to someone not yet known: they get a CSRF cookie, and a
-/// page that names nobody).
+/// page that names nobody and shows nothing of the fleets: no names, stores or
+/// counts, which `/api/v1/fleets` refuses them too).
 async fn signin_screen(
     state: &AppState,
     caller: &Caller,
@@ -214,7 +215,6 @@ async fn signin_screen(
             error: error.clone(),
         },
         server_time: now_ms(),
-        fleets: state.fleets.summaries(),
         ..Page::default()
     };
     let mut response = render(state, stranger, caller, page, req).await;

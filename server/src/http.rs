@@ -3,7 +3,9 @@
 //! ([`charts_page`]), `/signin`), the live feed (`/ws`), the JSON API
 //! ([`crate::api`]), the browser's admin forms ([`crate::forms`]), `/healthz`,
 //! `/metrics` ([`crate::metrics`]),
-//! the favicon, and the built site's static files (`/pkg/...`).
+//! the favicon, and the built site's static files (`/pkg/...`). What every
+//! request meets before its route — the anonymous admin's guard, the static
+//! files' errors, the net under panicking handlers — is in [`edge`].
 //!
 //! With authentication configured, every page and the websocket need an
 //! identity: a browser without one is sent to `/signin`.
@@ -26,7 +28,6 @@ use lockscope_model::view::ViewSpec;
 use lockscope_model::{Page, Screen};
 use lockscope_store::now_ms;
 use tokio::sync::watch;
-use tower_http::services::ServeDir;
 
 use crate::api::Caller;
 use crate::audit::AuditLog;
@@ -37,6 +38,7 @@ use crate::metrics::Metrics;
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
 mod charts_page;
+pub mod edge;
 mod history_page;
 
 #[derive(Clone)]
@@ -163,47 +165,11 @@ pub fn app(state: AppState) -> Router {
         .route("/favicon.svg", get(favicon))
         .route("/ws", get(ws_upgrade))
         .route("/healthz", get(healthz))
-        .nest_service("/pkg", ServeDir::new(site.join("pkg")))
+        .nest_service("/pkg", edge::static_files(site.join("pkg")))
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") })
-        .layer(axum::middleware::from_fn_with_state(state.clone(), loopback_names_only))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), edge::loopback_names_only))
+        .layer(edge::catch_panics())
         .with_state(state)
-}
-
-/// Without authentication the server listens on loopback only, and answers only
-/// requests that name a loopback host: a page on another site whose name
-/// resolves to 127.0.0.1 (DNS rebinding) would otherwise be same-origin here,
-/// and its script the anonymous admin. Nor does it answer what a reverse proxy
-/// forwards (which would put the anonymous admin on the proxy's network).
-async fn loopback_names_only(
-    State(state): State<AppState>,
-    req: Request<Body>,
-    next: axum::middleware::Next,
-) -> Response {
-    if state.auth.enabled() {
-        return next.run(req).await;
-    }
-    let host = req
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("");
-    if is_loopback_name(host) {
-        next.run(req).await
-    } else {
-        AppError::Forbidden(format!(
-            "no authentication is configured, so only loopback host names are served (not {host:?})"
-        ))
-        .into_response()
-    }
-}
-
-/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
-fn is_loopback_name(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
-    };
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// One fleet's (`?fleet=`) view named by the URL (filter, sort, offset; see
@@ -316,6 +282,7 @@ async fn audit_page(
 fn signed_in(caller: &Caller, req: &Request<Body>) -> Result<Identity, AppError> {
     match &caller.who {
         Who::Known(id) => Ok(id.clone()),
+        Who::Ambiguous(why) => Err(AppError::BadRequest(why.clone())),
         Who::Nobody(why) => {
             tracing::debug!(%why, "page without identity: to /signin");
             let next = req.uri().path_and_query().map_or("/", |p| p.as_str());
@@ -386,7 +353,7 @@ pub async fn render(state: &AppState, id: Identity, caller: &Caller, mut page: P
 async fn healthz(State(state): State<AppState>, caller: Caller) -> Json<serde_json::Value> {
     match caller.who {
         Who::Known(_) => Json(serde_json::json!({ "status": "ok", "fleets": state.fleets.summaries() })),
-        Who::Nobody(_) => Json(serde_json::json!({ "status": "ok" })),
+        Who::Nobody(_) | Who::Ambiguous(_) => Json(serde_json::json!({ "status": "ok" })),
     }
 }
 
@@ -431,23 +398,4 @@ async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_names() {
-        for ok in ["127.0.0.1:3000", "localhost", "LOCALHOST:80", "[::1]:3000", "127.1.2.3"] {
-            assert!(is_loopback_name(ok), "{ok}");
-        }
-        for bad in [
-            "evil.example",
-            "evil.example:3000",
-            "10.0.0.1:3000",
-            "",
-            "[::2]:1",
-            "localhost.evil.example",
-        ] {
-            assert!(!is_loopback_name(bad), "{bad}");
-        }
-    }
-}
+mod tests;
