@@ -18,6 +18,8 @@
 //!   [`timeline`]: one lock's timeline (SVG); [`travel`]: the table at an instant.
 //! - [`charts`]: the contention charts page (kept current by asking the API again).
 //! - [`unlocker`]: the overview's unlocker cell (mode, active replica, what is due).
+//! - [`outage`]: what the page says while a fleet's store is not live (the
+//!   overview's "unknown", the banner with the failure in one line).
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 
 pub mod actions;
@@ -26,6 +28,7 @@ pub mod charts;
 pub mod detail;
 pub mod history;
 pub mod live;
+pub mod outage;
 pub mod page;
 pub mod release;
 #[cfg(all(test, feature = "ssr"))]

@@ -113,6 +113,7 @@ pub fn App() -> impl IntoView {
             <WhoAmI signing_in=here(Kind::SignIn)/>
         </header>
         <main>
+            {kind.is_live().then(|| view! { <crate::outage::StoreBanner/> })}
             {notice.map(|entry| view! { <Notice entry/> })}
             {body}
         </main>
@@ -270,12 +271,13 @@ fn Indicator() -> impl IntoView {
             (Connection::Live, StoreStatus::Connecting { .. }) => {
                 ("store-connecting", "connecting to the store…".to_string())
             }
-            (Connection::Live, StoreStatus::Unreachable { since, retry_at, error }) => (
+            // What went wrong is the banner's (crate::outage::StoreBanner): the
+            // header stays one short line.
+            (Connection::Live, StoreStatus::Unreachable { since, .. }) => (
                 "store-unreachable",
                 format!(
-                    "store unreachable since {} UTC, retrying in {} ({error}); showing the last known state",
-                    utc_hms(since),
-                    human_duration((retry_at - now).max(0))
+                    "store unreachable since {} UTC; showing the last known state",
+                    utc_hms(since)
                 ),
             ),
         }
@@ -285,6 +287,11 @@ fn Indicator() -> impl IntoView {
             {move || state().1}
         </span>
     }
+}
+
+/// The worst cell's icon: its state's, "?" for a fleet whose state is unknown.
+fn worst_icon(state: &str) -> &'static str {
+    RowState::parse(state).map_or("?", state_icon)
 }
 
 fn lag_text(ms: i64) -> String {
@@ -314,31 +321,35 @@ fn Overview() -> impl IntoView {
                 ("unreachable", format!("unreachable since {} UTC", utc_hms(*since)))
             }
         };
-        // The fleet's colour is its worst lock's, beside the store connection's.
-        let worst = move || counts().worst();
-        let worst_text = move || {
-            let c = counts();
-            match worst() {
-                RowState::Healthy => "all healthy".to_string(),
-                w => format!("{} {}", c.of(w), w.as_str()),
+        // The fleet's colour is its worst lock's, beside the store connection's;
+        // a store that is not live leaves it unknown, never healthy, and its
+        // counts the last known (crate::outage).
+        let status = StoredValue::new(f.status.clone());
+        let worst = move || status.with_value(|s| crate::outage::worst(s, &counts()));
+        let stale = crate::outage::last_known_title(&f.status);
+        let count = move |n: u64| {
+            view! {
+                {n}
+                {stale.map(|_| view! { <span class="last-known-mark" aria-hidden="true">"?"</span> })}
             }
         };
         view! {
-            <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current data-worst=move || worst().as_str()>
+            <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current data-worst=move || worst().state class:last-known=stale.is_some()>
                 <td><a href=format!("/?fleet={}", encode(&f.name))>{f.name.clone()}</a></td>
                 <td class="state" data-state=state>{label}</td>
-                <td class="worst" data-testid="fleet-worst" data-state=move || worst().as_str() title=move || worst().reason()>
-                    <span class="icon" aria-hidden="true">{move || state_icon(worst())}</span>
-                    {worst_text}
+                <td class="worst" data-testid="fleet-worst" data-state=move || worst().state title=move || worst().title>
+                    <span class="icon" aria-hidden="true">{move || worst_icon(worst().state)}</span>
+                    {move || worst().text}
+                    {stale.map(|_| view! { <span class="last-known-note">" (counts: last known)"</span> })}
                 </td>
-                <td data-testid="fleet-held">{move || counts().held}</td>
-                <td data-testid="fleet-expired">{move || counts().expired}</td>
-                <td data-testid="fleet-orphaned">{move || counts().orphaned}</td>
-                <td data-testid="fleet-blacklisted">{move || counts().blacklisted}</td>
-                <td data-testid="fleet-overdue">{move || counts().overdue}</td>
-                <td data-testid="fleet-malformed">{move || counts().malformed}</td>
-                <td data-testid="fleet-foreign">{move || counts().foreign}</td>
-                <td data-testid="fleet-waiters">{move || counts().waiters}</td>
+                <td data-testid="fleet-held" title=stale>{move || count(counts().held)}</td>
+                <td data-testid="fleet-expired" title=stale>{move || count(counts().expired)}</td>
+                <td data-testid="fleet-orphaned" title=stale>{move || count(counts().orphaned)}</td>
+                <td data-testid="fleet-blacklisted" title=stale>{move || count(counts().blacklisted)}</td>
+                <td data-testid="fleet-overdue" title=stale>{move || count(counts().overdue)}</td>
+                <td data-testid="fleet-malformed" title=stale>{move || count(counts().malformed)}</td>
+                <td data-testid="fleet-foreign" title=stale>{move || count(counts().foreign)}</td>
+                <td data-testid="fleet-waiters" title=stale>{move || count(counts().waiters)}</td>
                 <UnlockerCell unlocker=f.unlocker.clone() now=now/>
                 <td class="source">{f.source}</td>
             </tr>

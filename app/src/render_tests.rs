@@ -8,6 +8,8 @@ use lockscope_model::{BlacklistEntry, FleetSummary, Holder, LockEntry, Page, Scr
 
 use crate::App;
 
+mod outage;
+
 fn render(page: Page) -> String {
     let owner = Owner::new();
     owner.with(|| {

@@ -294,7 +294,8 @@ impl Unlocker {
             Err(e) => {
                 tracing::warn!(fleet = %self.fleet, lock = %entry.name, error = %e.describe(), "auto-release failed");
                 self.deps.metrics.unlocker_failed(&self.fleet, "store");
-                self.status.problem = Some(format!("releasing {}: {}", entry.name, e.describe()));
+                let said = e.summary(&self.store.address()).line;
+                self.status.problem = Some(format!("releasing {}: {said}", entry.name));
                 self.publish().await;
                 return true;
             }

@@ -94,6 +94,10 @@ pub trait FleetStore: Send + Sync + 'static {
     /// Where the locks live, for people (no credentials).
     fn source(&self) -> String;
 
+    /// What the store's client connects to, for people (no credentials): the
+    /// start of a failure's summary line ([`StoreError::summary`]).
+    fn address(&self) -> String;
+
     /// Whether admin actions can succeed here (`false`: every one is refused
     /// with [`StoreError::ReadOnly`]).
     fn writable(&self) -> bool;
@@ -172,6 +176,10 @@ impl WritableFleet {
 impl FleetStore for WritableFleet {
     fn source(&self) -> String {
         self.spec.source()
+    }
+
+    fn address(&self) -> String {
+        self.spec.address()
     }
 
     fn writable(&self) -> bool {
@@ -285,6 +293,10 @@ impl ReadOnlyFleet {
 impl FleetStore for ReadOnlyFleet {
     fn source(&self) -> String {
         self.spec.source()
+    }
+
+    fn address(&self) -> String {
+        self.spec.address()
     }
 
     fn writable(&self) -> bool {

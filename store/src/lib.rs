@@ -23,6 +23,8 @@
 //!   ([`fleet::FleetStore`]) and a lock store for the client library
 //!   ([`spec::AnyLocks`]).
 //! - [`backoff`]: capped, jittered reconnect delays.
+//! - [`summary`]: a failure said in one line for people (what was tried, what
+//!   went wrong at the root), with the whole chain as the detail.
 //! - `testing` (feature `test-util`): a real etcd on a free port, and a TCP proxy
 //!   that can cut connections, for integration tests.
 
@@ -35,6 +37,7 @@ pub mod protocol;
 pub mod scylla;
 pub mod spec;
 pub mod sql;
+pub mod summary;
 #[cfg(feature = "test-util")]
 pub mod testing;
 
@@ -130,17 +133,14 @@ impl StoreError {
         }
     }
 
-    /// The error and its sources, one line, for people (logs, the status shown
-    /// on the page).
+    /// The error and its sources, one line, for logs (the page shows
+    /// [`StoreError::summary`]).
     pub fn describe(&self) -> String {
-        let mut out = self.to_string();
-        let mut next = std::error::Error::source(self);
-        while let Some(e) = next {
-            out.push_str(": ");
-            out.push_str(&e.to_string());
-            next = e.source();
-        }
-        out
+        summary::chain(self)
+            .iter()
+            .map(|e| e.to_string())
+            .collect::<Vec<_>>()
+            .join(": ")
     }
 }
 

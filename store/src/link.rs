@@ -1,7 +1,9 @@
 //! An observer's link to its hub, shared by every observer so that all stores
 //! report the same way: events go out in order, and the store connection is
 //! reported as `Connecting`, then `Live`, then `Unreachable { since, error,
-//! retry_at }` with a capped, jittered backoff between attempts, and `Live` again.
+//! detail, retry_at }` with a capped, jittered backoff between attempts, and
+//! `Live` again. The failure is said as [`StoreError::summary`] says it: one line
+//! naming what was tried (the link's `address`), the whole chain as the detail.
 
 use futures::future::BoxFuture;
 use lockscope_model::{FleetEvent, Snapshot, StoreStatus};
@@ -18,6 +20,9 @@ pub(crate) struct HubGone;
 pub(crate) struct Link {
     tx: mpsc::Sender<ObserverEvent>,
     backoff: Backoff,
+    /// What the observer connects to, for people (no credentials): see
+    /// [`crate::summary`]'s `address_of_*`.
+    address: String,
     /// When the store became unreachable (kept across failed attempts).
     down_since: Option<i64>,
     /// Whether `Live` was reported since the last (re)connect.
@@ -25,10 +30,11 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub fn new(tx: mpsc::Sender<ObserverEvent>, backoff: Backoff) -> Link {
+    pub fn new(tx: mpsc::Sender<ObserverEvent>, backoff: Backoff, address: String) -> Link {
         Link {
             tx,
             backoff,
+            address,
             down_since: None,
             live: false,
         }
@@ -67,11 +73,13 @@ impl Link {
         self.live = false;
         let delay = self.backoff.next_delay();
         let since = *self.down_since.get_or_insert_with(now_ms);
-        warn!(store, error = %err, retry_in = ?delay, "observer disconnected");
+        warn!(store, address = %self.address, error = %err.describe(), retry_in = ?delay, "observer disconnected");
         let retry_at = now_ms() + delay.as_millis() as i64;
+        let said = err.summary(&self.address);
         self.status(StoreStatus::Unreachable {
             since,
-            error: err.describe(),
+            error: said.line,
+            detail: said.detail,
             retry_at,
         })
         .await?;

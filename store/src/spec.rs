@@ -150,6 +150,17 @@ impl StoreSpec {
         }
     }
 
+    /// What the store's client connects to, for people (no credentials): an
+    /// etcd endpoint, a PostgreSQL `host:port/database`, a SQLite file, ScyllaDB
+    /// contact points ([`crate::summary`]).
+    pub fn address(&self) -> String {
+        match self {
+            StoreSpec::Etcd { endpoints, .. } => crate::summary::address_of_endpoints(endpoints),
+            StoreSpec::Sql { url } | StoreSpec::ShedLock { url, .. } => crate::summary::address_of_url(url),
+            StoreSpec::Scylla(target) => crate::summary::address_of_scylla(target),
+        }
+    }
+
     /// Whether lockscope may write to this store (ShedLock tables it only reads).
     pub fn writable(&self) -> bool {
         !matches!(self, StoreSpec::ShedLock { .. })

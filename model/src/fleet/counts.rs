@@ -86,13 +86,50 @@ pub enum StoreStatus {
     /// The store cannot be reached; the table shows the last known truth.
     Unreachable {
         since: Millis,
+        /// One line an on-call engineer can act on: what was tried and what
+        /// went wrong at the root ("cannot connect to 127.0.0.1:2379:
+        /// connection refused"), never credentials.
         error: String,
+        /// The whole chain of errors behind `error`, one a line (shown behind a
+        /// disclosure). Empty from a server that did not send it.
+        #[serde(default)]
+        detail: String,
         retry_at: Millis,
     },
+}
+
+impl StoreStatus {
+    /// Whether the store's state is known now: only a live store's counts are
+    /// the truth; connecting or unreachable, what is shown is the last known.
+    pub fn is_live(&self) -> bool {
+        matches!(self, StoreStatus::Live { .. })
+    }
 }
 
 impl Default for StoreStatus {
     fn default() -> Self {
         StoreStatus::Connecting { since: 0 }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unreachable_status_from_before_the_detail_still_decodes() {
+        let old = r#"{"state":"unreachable","since":1,"error":"refused","retry_at":2}"#;
+        let s: StoreStatus = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            s,
+            StoreStatus::Unreachable {
+                since: 1,
+                error: "refused".into(),
+                detail: String::new(),
+                retry_at: 2
+            }
+        );
+        assert!(!s.is_live() && !StoreStatus::default().is_live());
+        assert!(StoreStatus::Live { since: 0 }.is_live());
     }
 }

@@ -281,6 +281,7 @@ async fn store_reconnects_count_returns_to_live_after_a_failure() {
     let down = StoreStatus::Unreachable {
         since: 1,
         error: "refused".into(),
+        detail: String::new(),
         retry_at: 2,
     };
     for status in [

@@ -28,7 +28,9 @@ impl Unlocker {
                     Ok(l) => return l,
                     Err(e) => {
                         tracing::warn!(error = %e.describe(), "campaigning for the unlocker role");
-                        *failed.lock().unwrap() = Some(format!("campaigning: {}", e.describe()));
+                        // One line on the page; the whole chain is in the log.
+                        let said = e.summary(&store.address()).line;
+                        *failed.lock().unwrap() = Some(format!("campaigning: {said}"));
                         // A configuration error (a ScyllaDB keyspace with only the
                         // published tables, say) will not go away by itself.
                         let again = match e {
@@ -59,7 +61,9 @@ impl Unlocker {
                         Ok(Some(u)) => (Some(u.candidate), Some(u.term)),
                         Ok(None) => (None, None),
                         Err(e) => {
-                            problem = Some(format!("cannot read the unlocker role: {}", e.describe()));
+                            tracing::debug!(error = %e.describe(), "reading the unlocker role");
+                            let said = e.summary(&self.store.address()).line;
+                            problem = Some(format!("cannot read the unlocker role: {said}"));
                             (None, None)
                         }
                     };

@@ -56,7 +56,7 @@ async fn stack(prepare: impl AsyncFnOnce(&EtcdLocks)) -> Stack {
 }
 
 /// The server's state without authentication, its audit log in a temporary file.
-async fn app_state(fleets: Fleets, stop: watch::Receiver<bool>) -> AppState {
+pub(crate) async fn app_state(fleets: Fleets, stop: watch::Receiver<bool>) -> AppState {
     let dir = tempfile::tempdir().unwrap().keep();
     let audit = AuditLog::open(&format!("sqlite:{}", dir.join("audit.db").display()))
         .await

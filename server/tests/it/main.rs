@@ -10,5 +10,6 @@ mod demo;
 mod history;
 mod live;
 mod metrics;
+mod outage;
 mod soak;
 mod unlocker;

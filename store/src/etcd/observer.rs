@@ -37,7 +37,12 @@ impl EtcdObserver {
 
 impl Observer for EtcdObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
-        let link = Link::new(events, Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max));
+        let address = crate::summary::address_of_endpoints(&self.cfg.endpoints);
+        let link = Link::new(
+            events,
+            Backoff::new(self.cfg.backoff_min, self.cfg.backoff_max),
+            address,
+        );
         Box::pin(run_observer(link, "etcd", *self))
     }
 }

@@ -202,7 +202,11 @@ impl Session for ScyllaObserver {
 
 impl Observer for ScyllaObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
-        let link = Link::new(events, self.backoff.clone());
+        let link = Link::new(
+            events,
+            self.backoff.clone(),
+            crate::summary::address_of_scylla(&self.target),
+        );
         Box::pin(run_observer(link, "scylla", *self))
     }
 }

@@ -91,6 +91,38 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// How long opening a store waits for its first connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// SQLite, on every new connection: WAL lets the dashboard read while workers
+/// write; writers queue on the database lock (sqlx's default busy timeout is 5 s).
+async fn prepare_sqlite(conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
+    sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
+    sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Why the pool made no connection in time. sqlx's pool retries a refused
+/// connection and a failed preparation until its timeout and then says only
+/// that it timed out; one connection made here (prepared by [`prepare_sqlite`]
+/// if `prepare`) says why ("connection refused", "file is not a database").
+/// `PoolTimedOut` again if it succeeds or hangs.
+pub(super) async fn why_not(url: &str, prepare: bool) -> sqlx::Error {
+    use sqlx::Connection;
+    let attempt = async {
+        let mut conn = sqlx::AnyConnection::connect(url).await?;
+        if prepare {
+            prepare_sqlite(&mut conn).await?;
+        }
+        let _ = conn.close().await;
+        Ok::<(), sqlx::Error>(())
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Ok(Err(e)) => e,
+        Ok(Ok(())) | Err(_) => sqlx::Error::PoolTimedOut,
+    }
+}
+
 /// A SQL lock store (cheap to clone: a connection pool and shared counters).
 #[derive(Clone)]
 pub struct SqlLocks {
@@ -109,24 +141,20 @@ impl SqlLocks {
         let dialect = Dialect::of_url(url)?;
         let opts = AnyPoolOptions::new()
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(3));
+            .acquire_timeout(CONNECT_TIMEOUT);
         let opts = if dialect == Dialect::Sqlite {
-            // WAL lets the dashboard read while workers write; writers queue on the
-            // database lock (sqlx's default busy timeout is 5 s).
-            opts.after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
-                    sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
-                    Ok(())
-                })
-            })
+            opts.after_connect(|conn, _| Box::pin(prepare_sqlite(conn)))
         } else {
             opts
         };
-        let pool = opts
-            .connect(url)
-            .await
-            .map_err(|e| StoreError::from(e).of(format!("opening {}", crate::spec::redact(url))))?;
+        let opening = || format!("opening {}", crate::spec::redact(url));
+        let pool = match opts.connect(url).await {
+            Ok(pool) => pool,
+            Err(sqlx::Error::PoolTimedOut) => {
+                return Err(StoreError::from(why_not(url, dialect == Dialect::Sqlite).await).of(opening()))
+            }
+            Err(e) => return Err(StoreError::from(e).of(opening())),
+        };
         // Two processes opening a fresh SQLite file at once (a dashboard and a
         // worker) both create the schema; sqlx locks only PostgreSQL, so the
         // loser's migration fails and is rolled back, and a second run finds

@@ -288,7 +288,7 @@ impl Session for SqlObserver {
 
 impl Observer for SqlObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
-        let link = Link::new(events, self.backoff.clone());
+        let link = Link::new(events, self.backoff.clone(), crate::summary::address_of_url(&self.url));
         Box::pin(run_observer(link, "sql", *self))
     }
 }

@@ -153,8 +153,13 @@ impl ShedLockObserver {
                 })
             })
             .connect(&self.url)
-            .await?;
-        Ok(pool)
+            .await;
+        match pool {
+            Ok(pool) => Ok(pool),
+            // The pool says only that it timed out: one connection says why.
+            Err(sqlx::Error::PoolTimedOut) => Err(super::why_not(&self.url, false).await.into()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Runs until an error (returned) or until the hub is gone (`Ok`).
@@ -257,7 +262,7 @@ impl Session for ShedLockObserver {
 
 impl Observer for ShedLockObserver {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
-        let link = Link::new(events, self.backoff.clone());
+        let link = Link::new(events, self.backoff.clone(), crate::summary::address_of_url(&self.url));
         Box::pin(run_observer(link, "shedlock", *self))
     }
 }

@@ -330,13 +330,19 @@ impl PgServer {
                 "--no-sync",
             ],
         );
+        s.pg_ctl_start();
+        s
+    }
+
+    fn pg_ctl_start(&self) {
+        let data = self.dir.path().join("data");
         let opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
-            s.port,
-            s.dir.path().display()
+            self.port,
+            self.dir.path().display()
         );
-        let log = s.dir.path().join("log");
-        s.run(
+        let log = self.dir.path().join("log");
+        self.run(
             "pg_ctl",
             &[
                 "-D",
@@ -349,7 +355,17 @@ impl PgServer {
                 "start",
             ],
         );
-        s
+    }
+
+    /// Stops the server (fast shutdown: sessions are ended), data kept.
+    pub fn stop(&self) {
+        let data = self.dir.path().join("data");
+        self.run("pg_ctl", &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"]);
+    }
+
+    /// Starts it again after [`PgServer::stop`], same port and data.
+    pub fn restart(&self) {
+        self.pg_ctl_start();
     }
 
     /// A PostgreSQL tool, run as the `postgres` user when we are root.

@@ -168,8 +168,19 @@ async fn an_unreachable_store_is_reported_not_hung() {
     let mut w = Watcher::start(config(format!("http://127.0.0.1:{port}")));
     w.until("unreachable", Watcher::unreachable).await;
     match &w.status {
-        Some(StoreStatus::Unreachable { error, retry_at, since }) => {
-            assert!(!error.is_empty());
+        Some(StoreStatus::Unreachable {
+            error,
+            detail,
+            retry_at,
+            since,
+        }) => {
+            // One line naming what was tried and the root cause; the chain
+            // behind it as the detail (src/summary.rs).
+            assert_eq!(
+                error,
+                &format!("cannot connect to 127.0.0.1:{port}: connection refused")
+            );
+            assert!(detail.lines().count() > 1 && detail.contains("refused"), "{detail}");
             assert!(retry_at >= since);
         }
         other => panic!("{other:?}"),

@@ -1,0 +1,258 @@
+//! A store that fails, on the server-rendered page, per store kind: the store
+//! goes away for real, the page says so in one line naming what was tried
+//! with the driver's chain behind a disclosure, the fleet's worst cell says
+//! "unknown"; the store comes back and the page reads live again.
+//!
+//! etcd and PostgreSQL are stopped and started. SQLite has no server, and a
+//! file deleted or replaced under a running dashboard goes unnoticed (its open
+//! connections keep the old file); what fails for real is opening it: the
+//! database's directory is missing (a volume not mounted yet) until the test
+//! creates it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockscope::audit::AuditLog;
+use lockscope::hub::{Fleets, HubHandle};
+use lockscope::metrics::Metrics;
+use lockscope::unlocker::{self, Deps, UnlockerConfig};
+use lockscope_model::unlock::Mode;
+use lockscope_model::{FleetSummary, StoreStatus};
+use lockscope_store::spec::{AnyLocks, StoreSpec};
+use lockscope_store::sql::SqlLocks;
+use lockscope_store::testing::{take, EtcdServer, PgServer};
+use tokio::sync::watch;
+
+use crate::live::app_state;
+
+/// A server for `hubs`; dropping the sender stops it.
+async fn serve(hubs: Vec<HubHandle>) -> (SocketAddr, watch::Sender<bool>) {
+    let (stop, stop_rx) = watch::channel(false);
+    let state = app_state(Fleets::new(hubs), stop_rx.clone()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
+    (addr, stop)
+}
+
+/// The page at `path`, as HTML.
+async fn page(addr: SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
+/// Waits (up to 40 s: the reconnect backoff grows to 10 s while the store is
+/// away) until the hub's summary satisfies `done`.
+async fn until(hub: &HubHandle, what: &str, done: impl Fn(&FleetSummary) -> bool) -> FleetSummary {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    loop {
+        let s = hub.summary();
+        if done(&s) {
+            return s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never {what}: {:?}", s.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the store is reported unreachable with exactly `line`.
+async fn until_down(hub: &HubHandle, line: &str) {
+    until(
+        hub,
+        &format!("unreachable with {line:?}"),
+        |s| matches!(&s.status, StoreStatus::Unreachable { error, .. } if error == line),
+    )
+    .await;
+}
+
+async fn until_live(hub: &HubHandle) {
+    until(hub, "live", |s| s.status.is_live()).await;
+}
+
+/// The text of the element whose `data-testid` is `id` (up to its first child tag).
+fn text_of<'a>(html: &'a str, id: &str) -> &'a str {
+    let start = html
+        .find(&format!(r#"data-testid="{id}""#))
+        .unwrap_or_else(|| panic!("no {id} on the page"));
+    let rest = &html[start..];
+    let open = rest.find('>').unwrap() + 1;
+    &rest[open..open + rest[open..].find('<').unwrap()]
+}
+
+/// The fleet's overview row.
+fn row<'a>(html: &'a str, fleet: &str) -> &'a str {
+    let start = html
+        .find(&format!(r#"data-testid="fleet-row" data-fleet="{fleet}""#))
+        .unwrap();
+    &html[start..start + html[start..].find("</tr>").unwrap()]
+}
+
+/// What the page must say while `fleet`'s store is down with `line`.
+fn says_down(html: &str, fleet: &str, line: &str) {
+    // docs/operations.md: "A banner above the table says what failed in one
+    // line: what was tried and what went wrong at the root, then when the next
+    // attempt is" … "The driver's whole chain of errors is behind the banner's
+    // "details" disclosure".
+    assert_eq!(text_of(html, "store-error").replace("&quot;", "\""), line);
+    assert!(text_of(html, "store-retry").starts_with("retrying "), "{html}");
+    let details = html
+        .find(r#"data-testid="store-error-detail""#)
+        .expect("the chain behind a disclosure");
+    let banner = html.find(r#"data-testid="store-banner""#).unwrap();
+    assert!(
+        !html[banner..details].contains("tonic::"),
+        "no driver internals outside the disclosure"
+    );
+    // docs/operations.md: "a fleet whose store is not live never reads as
+    // healthy: its worst cell says "unknown — unreachable since HH:MM:SS UTC"".
+    let r = row(html, fleet);
+    assert!(r.contains(r#"data-testid="fleet-worst" data-state="unknown""#), "{r}");
+    assert!(
+        r.contains("unknown — unreachable since ") && !r.contains("all healthy"),
+        "{r}"
+    );
+    assert!(r.contains("(counts: last known)"), "{r}");
+}
+
+fn says_live(html: &str, fleet: &str) {
+    assert!(!html.contains(r#"data-testid="store-banner""#), "no banner once live");
+    let r = row(html, fleet);
+    assert!(r.contains(r#"<td data-state="live" class="state">"#), "{r}");
+    assert!(!r.contains("unknown") && !r.contains("last-known"), "{r}");
+}
+
+#[tokio::test]
+async fn etcd_stopped_then_started() {
+    let mut etcd = EtcdServer::start().await;
+    let spec = StoreSpec::parse(&format!("etcd:{}#/outage/", etcd.endpoint())).unwrap();
+    let AnyLocks::Etcd(locks) = spec.connect().await.unwrap() else {
+        unreachable!("an etcd spec")
+    };
+    take(&*locks, "held-through").await;
+    let store = spec.open().unwrap();
+    let hub = HubHandle::spawn("e", "etcd", store.clone());
+    let (addr, stop) = serve(vec![hub.clone()]).await;
+    // The fleet's unlocker, which says its own failures in the unlocker cell.
+    let dir = tempfile::tempdir().unwrap();
+    let deps = Deps {
+        audit: AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
+            .await
+            .unwrap(),
+        metrics: Arc::new(Metrics::new()),
+    };
+    let cfg = UnlockerConfig {
+        mode: Mode::On,
+        replica: "r1".into(),
+        grace: Duration::from_secs(1),
+        lease: Duration::from_secs(2),
+    };
+    tokio::spawn(unlocker::run(hub.clone(), store, cfg, deps, stop.subscribe()));
+    until(&hub, "live with the lock", |s| s.status.is_live() && s.counts.held == 1).await;
+    until(&hub, "the unlocker active", |s| {
+        s.unlocker.as_ref().is_some_and(|u| u.leading)
+    })
+    .await;
+    says_live(&page(addr, "/?fleet=e").await, "e");
+
+    etcd.stop();
+    let line = format!("cannot connect to {}: connection refused", etcd.addr());
+    until_down(&hub, &line).await;
+    let html = page(addr, "/?fleet=e").await;
+    says_down(&html, "e", &line);
+    assert!(row(&html, "e").contains(r#"data-testid="fleet-held" title="last known: the store is unreachable">1"#));
+    // docs/operations.md: "The unlocker cell says its own failure in the same
+    // one-line form ("campaigning: cannot connect to …")".
+    let address = etcd.addr().to_string();
+    let s = until(&hub, "the unlocker's failure shown", |s| {
+        s.unlocker
+            .as_ref()
+            .and_then(|u| u.problem.as_ref())
+            .is_some_and(|p| p.contains(&address))
+    })
+    .await;
+    let problem = s.unlocker.unwrap().problem.unwrap();
+    assert!(
+        problem.contains(&format!("cannot connect to {address}: "))
+            || problem.contains(&format!("no answer from {address}")),
+        "{problem}"
+    );
+    assert!(
+        !problem.contains("tonic") && !problem.contains("grpc") && !problem.contains('\n'),
+        "{problem}"
+    );
+    let html = page(addr, "/?fleet=e").await;
+    let cell = text_of(&html, "fleet-unlocker");
+    assert!(cell.contains(&address) && !cell.contains("tonic"), "{cell}");
+
+    etcd.restart().await;
+    until_live(&hub).await;
+    says_live(&page(addr, "/?fleet=e").await, "e");
+}
+
+#[tokio::test]
+async fn postgres_stopped_then_started_and_a_refused_role_without_its_password() {
+    let pg = PgServer::start().await;
+    let sql = SqlLocks::connect(&pg.url()).await.unwrap();
+    take(&sql, "held-through").await;
+    drop(sql);
+    let hub = HubHandle::spawn("p", "postgres", StoreSpec::Sql { url: pg.url() }.open().unwrap());
+    // A fleet configured with a role the server does not know.
+    let port = pg
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let wrong = format!("postgres://nobody:s3cret@127.0.0.1:{port}/postgres");
+    let refused = HubHandle::spawn("r", "postgres", StoreSpec::parse(&wrong).unwrap().open().unwrap());
+    let (addr, _stop) = serve(vec![hub.clone(), refused.clone()]).await;
+    until(&hub, "live with the lock", |s| s.status.is_live() && s.counts.held == 1).await;
+    says_live(&page(addr, "/?fleet=p").await, "p");
+
+    let role = format!("cannot connect to 127.0.0.1:{port}/postgres: role \"nobody\" does not exist");
+    until_down(&refused, &role).await;
+    let html = page(addr, "/?fleet=r").await;
+    says_down(&html, "r", &role);
+    // docs/operations.md: "What was tried is … a PostgreSQL `host:port/database`
+    // …, never credentials."
+    assert!(!html.contains("s3cret"), "never credentials on the page");
+
+    pg.stop();
+    let line = format!("cannot connect to 127.0.0.1:{port}/postgres: connection refused");
+    until_down(&hub, &line).await;
+    says_down(&page(addr, "/?fleet=p").await, "p", &line);
+
+    pg.restart();
+    until_live(&hub).await;
+    says_live(&page(addr, "/?fleet=p").await, "p");
+}
+
+#[tokio::test]
+async fn sqlite_whose_directory_is_missing_until_it_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = dir.path().join("not-mounted-yet");
+    let file = volume.join("locks.db");
+    let url = format!("sqlite://{}?mode=rwc", file.display());
+    let hub = HubHandle::spawn("s", "sqlite", StoreSpec::Sql { url: url.clone() }.open().unwrap());
+    let (addr, _stop) = serve(vec![hub.clone()]).await;
+
+    let line = format!("cannot open {}: unable to open database file", file.display());
+    until_down(&hub, &line).await;
+    says_down(&page(addr, "/?fleet=s").await, "s", &line);
+
+    std::fs::create_dir(&volume).unwrap();
+    until_live(&hub).await;
+    take(&SqlLocks::connect(&url).await.unwrap(), "after").await;
+    until(&hub, "the lock taken after", |s| s.counts.held == 1).await;
+    says_live(&page(addr, "/?fleet=s").await, "s");
+}
