@@ -25,6 +25,8 @@ mod tests {
 
     #[test]
     fn a_segment_is_percent_encoded_never_form_encoded() {
+        // docs/api.md: "a space `%20` and a `+` `%2B` … Never form-encode a path segment:
+        // form encoding writes a space as `+`, and a path reads `+` as itself".
         assert_eq!(segment("a b"), "a%20b", "a space is %20, never +");
         assert_eq!(segment("a+b"), "a%2Bb", "a plus is %2B, so it is never read as a space");
         assert_eq!(

@@ -344,7 +344,9 @@ async fn allowed_actions_do_exactly_what_they_say() {
     assert_eq!(v["current"]["fence"], f.fence_a);
     unchanged(&s, &f, "stale fence").await;
     assert_eq!(s.last_audit().await.unwrap().outcome, Some(Outcome::Changed));
-    // The fence seen with another owner: another acquisition, nothing deleted.
+    // The fence seen with another owner: another acquisition, nothing deleted
+    // (docs/api.md: "Deletes the lock only if it is still exactly that
+    // acquisition: the store reads the lock and compares both").
     let r = s
         .send(
             "POST",

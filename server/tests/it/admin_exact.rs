@@ -154,8 +154,8 @@ async fn check(spec: StoreSpec, dir: tempfile::TempDir, etcd: Option<(&str, &str
         "the CLI says what it releases: {stderr}"
     );
 
-    // Blacklisting a session registered a moment ago: the store knows it
-    // (no view has had time to show it yet).
+    // docs/api.md: "a session the hub does not show yet (registered a moment
+    // ago) is looked up in the store": blacklisted at once, no 404.
     let session = Session::open(s.store.clone(), SessionConfig::new("fresh"))
         .await
         .unwrap();

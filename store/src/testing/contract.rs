@@ -216,9 +216,9 @@ pub async fn heartbeat_extends_and_blacklist_refuses<S: LockStore>(store: S) {
     );
     assert!(!store.session_registered("no-such-session").await.unwrap());
     assert_eq!(store.blacklist(&entry).await.unwrap(), Blacklisting::Written);
-    // docs/api.md: "blacklist only: the session is not blacklisted already | 409 | changed":
-    // a second blacklisting is a create-if-absent that finds the first entry,
-    // and keeps its author, reason and time.
+    // docs/api.md: "blacklist only: the session is blacklisted already (the store writes an
+    // entry only where there is none) | 409 | changed": a second blacklisting is a
+    // create-if-absent that finds the first entry, and keeps its author, reason and time.
     let second = BlacklistRecord {
         by: "someone-else".into(),
         reason: "a second reason".into(),
