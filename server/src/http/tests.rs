@@ -237,7 +237,8 @@ async fn with_auth_forwarded_requests_are_served() {
     }
 }
 
-/// Every error of the static files is `404 no such file`.
+/// docs/operations.md: "`GET /pkg/…` — the built site's files (anything that is not one of them,
+/// such as a name the file system refuses, is `404 no such file`)". A 300-byte name was a 500.
 #[tokio::test]
 async fn static_files_answer_404_for_whatever_is_not_a_file() {
     let s = Server::start(false).await;
@@ -260,8 +261,9 @@ async fn static_files_answer_404_for_whatever_is_not_a_file() {
     assert_eq!(s.send("GET", "/healthz", &[], "").await.status, 200, "still serving");
 }
 
-/// A handler that panics answers `500 internal error`, and the next request
-/// on the same server is served.
+/// docs/operations.md: "A bug that makes a request's handler panic is answered `500 internal
+/// error` (…), and the server goes on serving the next request." (The layer `app()` puts around
+/// every route, on a router with a route that panics.)
 #[tokio::test]
 async fn a_panicking_handler_answers_500_and_the_server_goes_on() {
     use axum::routing::get;
