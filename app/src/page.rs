@@ -247,7 +247,7 @@ pub fn encode(s: &str) -> String {
 
 /// Where the data on screen comes from, and how fresh it is.
 #[component]
-fn Indicator() -> impl IntoView {
+pub(crate) fn Indicator() -> impl IntoView {
     let live = expect_context::<LiveView>();
     let state = move || {
         let now = live.now.get();

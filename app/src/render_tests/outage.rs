@@ -150,3 +150,24 @@ fn a_live_fleet_has_no_banner_and_no_marks() {
     let it = row(&html, "it");
     assert!(it.contains("all healthy") && !it.contains("last-known"), "{it}");
 }
+
+#[test]
+fn the_header_stays_one_short_line() {
+    use crate::live::{Connection, LiveView};
+    use leptos::prelude::*;
+    let owner = Owner::new();
+    let html = owner.with(|| {
+        let live = LiveView::new(page(down()));
+        live.connection.set(Connection::Live);
+        provide_context(live);
+        view! { <crate::page::Indicator/> }.to_html()
+    });
+    // docs/operations.md: "The header says "store unreachable since HH:MM:SS
+    // UTC; showing the last known state"." What failed is the banner's.
+    assert!(html.contains(r#"data-state="store-unreachable""#), "{html}");
+    assert!(
+        html.contains(">store unreachable since 01:02:03 UTC; showing the last known state<"),
+        "{html}"
+    );
+    assert!(!html.contains("cannot connect") && !html.contains("tonic"), "{html}");
+}
