@@ -291,6 +291,30 @@ async fn scope_bad_input_and_read_only_fleets_are_refused() {
         let audited = if status == 413 { 0 } else { 1 };
         assert_eq!(s.audit_count().await, before + audited, "{path}: {}", r.body);
     }
+    // docs/api.md: "a form without `owner` … is a 400 (audited)": a page from
+    // before owners were sent cannot release by fence alone.
+    let (cookies, csrf) = s.browser("admin").await;
+    let before = s.audit_count().await;
+    let form = format!(
+        "fleet=sql&name=team-a%2F1&confirm=team-a%2F1&fence={}&reason=old+page&csrf={csrf}&back=%2F",
+        f.fence_a
+    );
+    let r = s
+        .send(
+            "POST",
+            "/actions/release",
+            &[
+                ("cookie", &cookies),
+                ("origin", &s.base),
+                ("content-type", "application/x-www-form-urlencoded"),
+            ],
+            &form,
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("names no owner"), "{}", r.body);
+    unchanged(&s, &f, "a form without owner").await;
+    assert_eq!(s.audit_count().await, before + 1, "audited");
     // Plain text is not JSON: a browser could send it cross-site without asking.
     let r = s
         .send(
