@@ -129,6 +129,11 @@ mod tests {
                 retry_at: 2
             }
         );
+        // docs/api.md: "`unreachable` (`since`, `error`, `detail`, `retry_at`)".
+        let json = serde_json::to_value(&s).unwrap();
+        for field in ["since", "error", "detail", "retry_at"] {
+            assert!(json.get(field).is_some(), "{field} in {json}");
+        }
         assert!(!s.is_live() && !StoreStatus::default().is_live());
         assert!(StoreStatus::Live { since: 0 }.is_live());
     }
