@@ -121,6 +121,11 @@ pub fn HistoryPage() -> impl IntoView {
                 <span class="icon" aria-hidden="true">"⚠ "</span>{e}
             </p>
         })}
+        {review.lost.map(|l| view! {
+            <p class="error" data-testid="history-lost" role="status">
+                <span class="icon" aria-hidden="true">"⚠ "</span>{l.text()}
+            </p>
+        })}
         <p class="hint">
             "From "<time datetime=rfc3339(from) data-testid="history-from">{utc_datetime(from)}</time>
             " to "<time datetime=rfc3339(to) data-testid="history-to">{utc_datetime(to)}</time>": "

@@ -307,6 +307,27 @@ fn history_page() -> Page {
 }
 
 #[test]
+fn the_history_page_says_when_events_could_not_be_written() {
+    let html = render(history_page());
+    assert!(!html.contains("history-lost"), "nothing lost: nothing said");
+    let mut page = history_page();
+    if let Screen::History { review } = &mut page.screen {
+        review.lost = Some(lockscope_model::review::Loss {
+            events: 3,
+            since: 1_700_000_000_000,
+        });
+    }
+    let html = render(page);
+    // docs/operations.md: "N events could not be written to the history since T …: the history has gaps."
+    assert!(
+        html.contains("3 events could not be written to the history since 2023-11-14T22:13:20.000Z"),
+        "{html}"
+    );
+    assert!(html.contains("the history has gaps."));
+    assert!(html.contains(r#"data-testid="history-lost""#));
+}
+
+#[test]
 fn the_history_page_lists_kinds_as_words_and_exports_the_same_query() {
     let html = render(history_page());
     assert_eq!(count(&html, r#"data-testid="history-row""#), 2, "{html}");

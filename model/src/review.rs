@@ -100,6 +100,30 @@ pub struct Review {
     pub travel: Option<Travel>,
     /// When the server ran the query (its clock).
     pub read_at: Millis,
+    /// Events this server could not write to the history (the page says so:
+    /// the history has gaps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<Loss>,
+}
+
+/// Events the history's writer lost since this server started: `events` of
+/// them, the first at `since`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Loss {
+    pub events: u64,
+    pub since: Millis,
+}
+
+impl Loss {
+    /// What the review page says.
+    pub fn text(&self) -> String {
+        let s = if self.events == 1 { "" } else { "s" };
+        format!(
+            "{} event{s} could not be written to the history since {} (its queue was full or the database failed): the history has gaps.",
+            self.events,
+            crate::time::rfc3339(self.since)
+        )
+    }
 }
 
 impl Review {

@@ -208,7 +208,8 @@ async fn open_history(args: &ServeArgs, file: &FileConfig) -> anyhow::Result<Opt
     if let Some(n) = args.history_max_events.or(file.history_max_events) {
         retention.max_events = n.max(1);
     }
-    let history = History::open(&url, Some(retention))
+    let limits = file.history_exports.clone().unwrap_or_default().limits();
+    let history = History::open_with(&url, Some(retention), limits)
         .await
         .context("opening the lock history")?;
     tracing::info!(db = %history.shown(), "recording lock history");

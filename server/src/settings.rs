@@ -15,6 +15,12 @@
 //! grace_secs = 15          # past auto_unlock_at, on this server's clock
 //! lease_secs = 10          # the unlocker role's lease among replicas
 //!
+//! [history_exports]        # CSV/NDJSON exports of the lock history
+//! per_identity = 2         # running at a time per identity (more: 429)
+//! total = 8                # running at a time in all (more: 429)
+//! idle_secs = 30           # a download whose client reads nothing this long is ended
+//! connections = 2          # the exports' own database connections
+//!
 //! [[auth.tokens]]          # made by `lockscope token --name alice --role operator`
 //! name = "alice"
 //! id = "3f9a0c1e"
@@ -51,10 +57,42 @@ pub struct FileConfig {
     pub history: Option<String>,
     pub history_days: Option<u64>,
     pub history_max_events: Option<u64>,
+    /// `[history_exports]`: what exports of the history may take.
+    pub history_exports: Option<HistoryExportsFile>,
     #[serde(default)]
     pub fleets: Vec<FileFleet>,
     pub auth: Option<AuthFile>,
     pub unlocker: Option<UnlockerFile>,
+}
+
+/// `[history_exports]`: limits of the history's CSV/NDJSON exports (see
+/// [`crate::history::ExportLimits`] for the defaults).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryExportsFile {
+    /// Exports one identity may run at a time (default 2).
+    pub per_identity: Option<usize>,
+    /// Exports the server runs at a time (default 8).
+    pub total: Option<usize>,
+    /// Seconds a download's client may take nothing before it is ended (default 30).
+    pub idle_secs: Option<u64>,
+    /// Database connections of the exports' own pool (default 2).
+    pub connections: Option<u32>,
+}
+
+impl HistoryExportsFile {
+    /// The limits, defaults filled in (each at least 1).
+    pub fn limits(&self) -> crate::history::ExportLimits {
+        let d = crate::history::ExportLimits::default();
+        crate::history::ExportLimits {
+            per_identity: self.per_identity.unwrap_or(d.per_identity).max(1),
+            total: self.total.unwrap_or(d.total).max(1),
+            idle: self
+                .idle_secs
+                .map_or(d.idle, |s| std::time::Duration::from_secs(s.max(1))),
+            connections: self.connections.unwrap_or(d.connections).max(1),
+        }
+    }
 }
 
 /// `[unlocker]`: settings shared by every fleet's unlocker.
@@ -205,6 +243,11 @@ mod tests {
             [unlocker]
             grace_secs = 15
             lease_secs = 10
+            [history_exports]
+            per_identity = 3
+            total = 9
+            idle_secs = 20
+            connections = 1
             [[auth.tokens]]
             name = "alice"
             id = "3f9a0c1e"
@@ -222,6 +265,21 @@ mod tests {
         assert_eq!(c.fleets[0].name, "prod");
         assert_eq!(c.fleets[0].unlocker, Some(Mode::On));
         assert_eq!(c.unlocker.unwrap().grace_secs, Some(15));
+        let limits = c.history_exports.unwrap().limits();
+        assert_eq!(
+            (
+                limits.per_identity,
+                limits.total,
+                limits.idle.as_secs(),
+                limits.connections
+            ),
+            (3, 9, 20, 1)
+        );
+        assert_eq!(
+            HistoryExportsFile::default().limits(),
+            crate::history::ExportLimits::default(),
+            "an absent [history_exports] keeps the defaults"
+        );
         let auth = c.auth.unwrap();
         assert_eq!(auth.tokens[0].role, Some(Role::Operator));
         assert_eq!(auth.tokens[0].scope["prod"], ["billing/"]);

@@ -12,7 +12,7 @@ use lockscope_model::history::{parse_when, HistoryQuery, MAX_TABLE_LOCKS};
 use lockscope_store::now_ms;
 
 use super::{error, format, no_fleet, Caller};
-use crate::history::{stream_export, Format, History, HistoryError};
+use crate::history::{stream_export, Format, History, HistoryError, Refused};
 use crate::http::AppState;
 
 /// The history, or why there is none to read (the answer to send).
@@ -62,9 +62,18 @@ pub(super) async fn events(
         Some(f) => {
             let ext = if f == Format::Csv { "csv" } else { "ndjson" };
             let disposition = format!("attachment; filename=\"lockscope-history-{fleet}.{ext}\"");
-            // Streamed as the database returns rows; an error mid-way cuts the
-            // body (the client sees an incomplete transfer, not a short file).
-            let body = stream_export(history, &query, f).map(|chunk| chunk.map_err(std::io::Error::other));
+            // At most `[history_exports] per_identity` per identity and
+            // `total` in all; the next is refused with 429 and Retry-After.
+            let actor = caller.reader().map(|id| id.actor.clone()).unwrap_or_default();
+            let permit = match history.admit_export(&actor) {
+                Ok(p) => p,
+                Err(refused) => return too_many(&refused),
+            };
+            // Streamed a page at a time; an error mid-way, or a reader idle
+            // past the timeout, cuts the body (the client sees an incomplete
+            // transfer, not a short file).
+            let body =
+                stream_export(history, &query, f, Some(permit)).map(|chunk| chunk.map_err(std::io::Error::other));
             (
                 [
                     (header::CONTENT_TYPE, f.content_type().to_string()),
@@ -99,6 +108,16 @@ pub(super) async fn table(
         Err(HistoryError::OutOfRange(why)) => error(StatusCode::NOT_FOUND, &why),
         Err(e) => unavailable(&e),
     }
+}
+
+/// `429 Too Many Requests` with the reason and `Retry-After`.
+fn too_many(refused: &Refused) -> Response {
+    tracing::info!(reason = %refused.reason, "history export refused");
+    let mut response = error(StatusCode::TOO_MANY_REQUESTS, &refused.reason);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, refused.retry_after.as_secs().max(1).into());
+    response
 }
 
 fn unavailable(e: &HistoryError) -> Response {

@@ -78,7 +78,7 @@ pub async fn run(args: HistoryArgs) -> anyhow::Result<()> {
     }
     let history = History::open(&a.history, None).await?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    let mut chunks = std::pin::pin!(stream_export(&history, &query, format));
+    let mut chunks = std::pin::pin!(stream_export(&history, &query, format, None));
     let written: std::io::Result<()> = async {
         while let Some(chunk) = chunks.next().await {
             out.write_all(chunk.map_err(std::io::Error::other)?.as_bytes())?;

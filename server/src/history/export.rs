@@ -1,6 +1,18 @@
 //! History exports, streamed: CSV (for spreadsheets) and NDJSON (for tools),
-//! written row by row as the database returns them, so memory stays flat in the
-//! number of events.
+//! read a page at a time, so memory stays flat in the number of events.
+//!
+//! A slow reader holds no database connection: each page of
+//! [`EXPORT_PAGE_ROWS`] events is one short query on the exports' own pool
+//! (keyset-paged: the next page starts after the last `(at, seq)` sent), and
+//! the connection goes back before the page is handed on. So an export is not
+//! one snapshot: an event written meanwhile is in it if it sorts after what was
+//! already sent, and one the retention removes meanwhile may be missing.
+//!
+//! A task makes the pages, one ahead of its reader. With an [`ExportPermit`]
+//! (an admitted download), a reader that takes nothing for the permit's idle
+//! timeout ends the export: the task stops, the permit goes back, the stall is
+//! counted, and the reader's next read is an error (a cut file, never a
+//! silently short one).
 //!
 //! Both start with one header line that names the format version, the fields
 //! and the query: NDJSON `{"lockscope_history":1,"fields":[…],"query":{…}}`,
@@ -8,12 +20,20 @@
 //! CSV cells typed by people are guarded against formula injection as the
 //! audit export's are.
 
-use futures::{Stream, StreamExt};
-use lockscope_model::history::{HistoryEvent, HistoryQuery};
-use lockscope_model::time::rfc3339;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
-use super::{History, HistoryError};
+use futures::Stream;
+use lockscope_model::history::{HistoryEvent, HistoryQuery};
+use lockscope_model::time::{rfc3339, Millis};
+use sqlx::Row;
+use tokio::sync::mpsc;
+
+use super::{sql, ExportPermit, History, HistoryError};
 use crate::audit::export::guard;
+
+/// Events per page of an export: one query each.
+pub const EXPORT_PAGE_ROWS: u32 = 500;
 
 /// The export format's version (the header's `lockscope_history`).
 pub const EXPORT_VERSION: u32 = 1;
@@ -47,35 +67,168 @@ impl Format {
     }
 }
 
-/// The events of `q` as lines of `format`, header first, chunked a few hundred
-/// rows at a time. An error mid-way ends the stream with that error (a reader
-/// sees a cut file, never a silently short one).
+/// The events of `q` (at most its limit) as lines of `format`, header first,
+/// then one chunk per page. An error mid-way ends the stream with that error
+/// (a reader sees a cut file, never a silently short one). With `permit`, a
+/// reader idle for its timeout ends the export (see the module's docs); the
+/// command line's export passes none (a pager may wait as long as it likes).
 pub fn stream_export(
     history: &History,
     q: &HistoryQuery,
     format: Format,
+    permit: Option<ExportPermit>,
 ) -> impl Stream<Item = Result<String, HistoryError>> + Send + 'static {
-    let header = header(q, format);
-    let rows = history.events(q, q.limit).ready_chunks(256).map(move |chunk| {
-        let mut out = Vec::with_capacity(chunk.len() * 512);
-        match format {
-            Format::Csv => {
-                let mut w = csv::Writer::from_writer(out);
-                for ev in chunk {
-                    csv_row(&mut w, &ev?);
-                }
-                out = w.into_inner().expect("writing CSV to memory cannot fail");
+    let (tx, rx) = mpsc::channel(1);
+    let finished = Arc::new(AtomicBool::new(false));
+    tokio::spawn(produce(
+        history.clone(),
+        q.clone(),
+        format,
+        permit,
+        tx,
+        finished.clone(),
+    ));
+    futures::stream::unfold((rx, finished, false), |(mut rx, finished, cut)| async move {
+        if cut {
+            return None;
+        }
+        match rx.recv().await {
+            Some(item) => Some((item, (rx, finished, false))),
+            // The task ended without saying it was done (its reader was idle
+            // past the timeout): a cut, not an end.
+            None if !finished.load(Ordering::Acquire) => {
+                let why = "the export was ended before its last event (its reader took nothing for too long)";
+                Some((Err(HistoryError::Export(why.into())), (rx, finished, true)))
             }
-            Format::Ndjson => {
-                for ev in chunk {
-                    serde_json::to_writer(&mut out, &ev?).expect("events serialise");
-                    out.push(b'\n');
+            None => None,
+        }
+    })
+}
+
+/// Makes `q`'s export, a page at a time, for as long as its reader keeps up.
+async fn produce(
+    history: History,
+    q: HistoryQuery,
+    format: Format,
+    permit: Option<ExportPermit>,
+    tx: mpsc::Sender<Result<String, HistoryError>>,
+    finished: Arc<AtomicBool>,
+) {
+    let send = |item| deliver(&tx, item, permit.as_ref(), &q.fleet);
+    if !send(Ok(header(&q, format))).await {
+        return;
+    }
+    let mut after = None;
+    let mut left = q.limit.map(u64::from);
+    while left != Some(0) {
+        let rows = left.map_or(EXPORT_PAGE_ROWS, |n| n.min(EXPORT_PAGE_ROWS as u64) as u32);
+        let page = match history.export_page(&q, after, rows).await {
+            Ok(page) => page,
+            // The error, once taken, is the reader's signal of a cut.
+            Err(e) => {
+                if send(Err(e)).await {
+                    finished.store(true, Ordering::Release);
                 }
+                return;
+            }
+        };
+        let Some((at, seq, _)) = page.last() else { break };
+        after = Some((*at, *seq));
+        left = left.map(|n| n - page.len() as u64);
+        let full = page.len() as u32 == rows;
+        if !send(Ok(lines(page.into_iter().map(|(_, _, e)| e), format))).await {
+            return;
+        }
+        if !full {
+            break;
+        }
+    }
+    finished.store(true, Ordering::Release);
+}
+
+/// Whether the reader took `item` (within the permit's idle timeout, if any);
+/// `false`: stop.
+async fn deliver(
+    tx: &mpsc::Sender<Result<String, HistoryError>>,
+    item: Result<String, HistoryError>,
+    permit: Option<&ExportPermit>,
+    fleet: &str,
+) -> bool {
+    let Some(permit) = permit else {
+        return tx.send(item).await.is_ok();
+    };
+    match tokio::time::timeout(permit.idle(), tx.send(item)).await {
+        Ok(sent) => sent.is_ok(),
+        Err(_) => {
+            permit.stats().exports_stalled.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(%fleet, idle = ?permit.idle(), "history export ended: its reader took nothing");
+            false
+        }
+    }
+}
+
+/// `events` as lines of `format`.
+fn lines(events: impl Iterator<Item = HistoryEvent>, format: Format) -> String {
+    let mut out = Vec::with_capacity(EXPORT_PAGE_ROWS as usize * 512);
+    match format {
+        Format::Csv => {
+            let mut w = csv::Writer::from_writer(out);
+            for ev in events {
+                csv_row(&mut w, &ev);
+            }
+            out = w.into_inner().expect("writing CSV to memory cannot fail");
+        }
+        Format::Ndjson => {
+            for ev in events {
+                serde_json::to_writer(&mut out, &ev).expect("events serialise");
+                out.push(b'\n');
             }
         }
-        Ok(String::from_utf8(out).expect("CSV and JSON of UTF-8 strings are UTF-8"))
-    });
-    futures::stream::once(async move { Ok(header) }).chain(rows)
+    }
+    String::from_utf8(out).expect("CSV and JSON of UTF-8 strings are UTF-8")
+}
+
+impl History {
+    /// At most `rows` events of `q` after the key `after` (`(at, seq)`: the
+    /// export's order), each with its key: one query on the exports' pool,
+    /// its connection back in the pool when this returns.
+    async fn export_page(
+        &self,
+        q: &HistoryQuery,
+        after: Option<(Millis, i64)>,
+        rows: u32,
+    ) -> Result<Vec<(Millis, i64, HistoryEvent)>, HistoryError> {
+        let (mut clause, mut binds) = sql::filter(q);
+        if let Some((at, seq)) = after {
+            let n = binds.len();
+            // `at >= …` first, so the (fleet, at) index bounds the scan.
+            clause.push_str(&format!(
+                " AND at >= ${} AND (at > ${} OR seq > ${})",
+                n + 1,
+                n + 2,
+                n + 3
+            ));
+            binds.extend([sql::Bind::Int(at), sql::Bind::Int(at), sql::Bind::Int(seq)]);
+        }
+        let text = format!(
+            "SELECT seq, {} FROM history_events WHERE {clause} ORDER BY at, seq LIMIT {rows}",
+            sql::COLUMNS
+        );
+        let text = self.sql(&text);
+        let what = "reading events for an export";
+        sql::bind(sqlx::query(&text), binds)
+            .fetch_all(&self.inner.export)
+            .await
+            .and_then(|rows| {
+                rows.iter()
+                    .map(|r| {
+                        let e = sql::event(r)?;
+                        Ok((e.at, r.try_get::<i64, _>("seq")?, e))
+                    })
+                    .collect()
+            })
+            .map_err(|e| self.error(what, e))
+    }
 }
 
 fn header(q: &HistoryQuery, format: Format) -> String {

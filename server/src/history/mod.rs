@@ -9,29 +9,39 @@
 //! counts them ([`HistoryStats::dropped`], shown on the page and in
 //! `/metrics`): the history says it has a gap rather than slowing the live view.
 //!
+//! Readers never starve the writer: the writer has a connection of its own
+//! (a pool of one no reader uses); pages, charts and time travel read on
+//! [`READ_CONNECTIONS`]; exports on a small pool of their own, a page at a
+//! time, admitted under per-identity and total caps (`admit`).
+//!
 //! Time travel: the writer stores a checkpoint of each fleet's table every
 //! [`CHECKPOINT_EVERY`] events (or the table's size, if larger, so checkpoints
 //! cost O(1) per event); the table at T is the checkpoint before T plus the
 //! events after it up to T ([`History::table_at`]).
 //!
-//! Layout: here, [`History`] (open, query, time travel, retention); `writer`
+//! Layout: here, [`History`] (open, query, time travel); `retention`; `writer`
 //! (the queue, batches, checkpoints); `sql` (tables, statements, rows);
-//! `export` (CSV and NDJSON, streamed); `charts` (what the charts count).
+//! `export` (CSV and NDJSON, streamed); `admit` (the exports' limits);
+//! `charts` (what the charts count).
 
+mod admit;
 mod charts;
 pub mod cli;
 mod export;
+mod retention;
 mod sql;
 mod writer;
 
-pub use export::{stream_export, Format};
+pub use admit::{ExportLimits, ExportPermit, Refused, RETRY_AFTER};
+pub use export::{stream_export, Format, EXPORT_PAGE_ROWS};
+pub use retention::Retention;
 pub use writer::Recorder;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryFutureExt, TryStreamExt};
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Replay, TableAt, DEFAULT_HISTORY_ROWS};
 use lockscope_model::time::Millis;
 use lockscope_store::sql::Dialect;
@@ -44,6 +54,10 @@ pub const REPLAY_OVERLAP_MS: Millis = 60_000;
 
 /// Events between two checkpoints of a fleet (at least).
 pub const CHECKPOINT_EVERY: u64 = 10_000;
+
+/// Connections of the pool that pages, charts, time travel, checkpoints and
+/// the retention read on (the writer and the exports have their own).
+pub const READ_CONNECTIONS: u32 = 4;
 
 /// What went wrong with the history. Database errors keep sqlx's error as the
 /// source; no message shows the database password.
@@ -73,23 +87,9 @@ pub enum HistoryError {
     /// Asked for an instant before the oldest one kept.
     #[error("history: {0}")]
     OutOfRange(String),
-}
-
-/// How long and how much history is kept.
-#[derive(Clone, Debug)]
-pub struct Retention {
-    pub max_age: Duration,
-    /// Events kept at most (all fleets together); the oldest go first.
-    pub max_events: u64,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            max_age: Duration::from_secs(30 * 24 * 3600),
-            max_events: 20_000_000,
-        }
-    }
+    /// An export ended before its end (its client took nothing for too long).
+    #[error("history export: {0}")]
+    Export(String),
 }
 
 /// The writer's numbers, for the page and `/metrics`.
@@ -102,6 +102,35 @@ pub struct HistoryStats {
     pub queued: AtomicU64,
     /// Batches that failed to write (the events in them are lost and counted in `dropped`).
     pub failed_batches: AtomicU64,
+    /// When the first event was lost (unix ms; 0: none yet).
+    pub first_loss_at: AtomicI64,
+    /// Exports running now.
+    pub exports_active: AtomicU64,
+    /// Exports refused by the caps (answered `429`).
+    pub exports_refused: AtomicU64,
+    /// Exports ended because their client took nothing for the idle timeout.
+    pub exports_stalled: AtomicU64,
+    /// The exports' limits, as configured.
+    pub limits: ExportLimits,
+}
+
+impl HistoryStats {
+    /// `n` events could not be written (counted, and the first loss's time kept).
+    pub fn lost(&self, n: u64) {
+        self.dropped.fetch_add(n, Ordering::Relaxed);
+        let _ = self
+            .first_loss_at
+            .compare_exchange(0, lockscope_store::now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The events lost so far and when the first was, if any were.
+    pub fn loss(&self) -> Option<lockscope_model::review::Loss> {
+        let events = self.dropped.load(Ordering::Relaxed);
+        (events > 0).then(|| lockscope_model::review::Loss {
+            events,
+            since: self.first_loss_at.load(Ordering::Relaxed),
+        })
+    }
 }
 
 /// The history (cheap to clone).
@@ -111,7 +140,13 @@ pub struct History {
 }
 
 struct Inner {
+    /// Pages, charts, time travel, checkpoints, the retention.
     pool: AnyPool,
+    /// The writer's batches only: one connection no reader can take.
+    write: AnyPool,
+    /// Exports' pages ([`ExportLimits::connections`]).
+    export: AnyPool,
+    exports: Arc<admit::Exports>,
     dialect: Dialect,
     shown: String,
     stats: Arc<HistoryStats>,
@@ -131,26 +166,21 @@ impl History {
     /// though opening still creates and migrates the tables: it needs a role
     /// that may).
     pub async fn open(url: &str, retention: Option<Retention>) -> Result<History, HistoryError> {
+        History::open_with(url, retention, ExportLimits::default()).await
+    }
+
+    /// [`History::open`] with the exports' limits.
+    pub async fn open_with(
+        url: &str,
+        retention: Option<Retention>,
+        limits: ExportLimits,
+    ) -> Result<History, HistoryError> {
         let target = crate::audit::sql::target(url).map_err(HistoryError::Config)?;
         target
             .create_dir()
             .map_err(|(what, source)| HistoryError::Io { what, source })?;
         sqlx::any::install_default_drivers();
         let db = target.shown.clone();
-        let opts = AnyPoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(Duration::from_secs(5));
-        let opts = match target.dialect {
-            Dialect::Sqlite => crate::audit::sql::sqlite_wal(opts),
-            Dialect::Postgres => opts.after_connect(|conn, _| {
-                Box::pin(async move {
-                    sqlx::query(&format!("SET search_path TO {}", sql::PG_SCHEMA))
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok(())
-                })
-            }),
-        };
         if target.dialect == Dialect::Postgres {
             // The schema must exist before a connection can point at it.
             let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&target.url)
@@ -161,26 +191,36 @@ impl History {
                 .await
                 .map_err(|source| db_error(&db, "creating its schema", source))?;
         }
-        // An export is one statement that streams for as long as its reader
-        // reads: sqlx's statement log (and its slow-statement warning) is off.
+        // Time travel replays a fleet's events in one long statement: sqlx's
+        // statement log (and its slow-statement warning) is off.
         let connect: sqlx::any::AnyConnectOptions = target
             .url
             .parse()
             .map_err(|source| db_error(&db, "reading its URL", source))?;
         let connect = sqlx::ConnectOptions::disable_statement_logging(connect);
-        let pool = opts
-            .connect_with(connect)
-            .await
-            .map_err(|source| db_error(&db, "opening the database", source))?;
+        let open = |max: u32| {
+            pool_options(target.dialect, max)
+                .connect_with(connect.clone())
+                .map_err(|source| db_error(&db, "opening the database", source))
+        };
+        let pool = open(READ_CONNECTIONS).await?;
+        let write = open(1).await?;
+        let export = open(limits.connections.max(1)).await?;
         sql::migrator(target.dialect)
             .run(&pool)
             .await
             .map_err(|source| HistoryError::Migrate { db: db.clone(), source })?;
-        let stats = Arc::new(HistoryStats::default());
+        let stats = Arc::new(HistoryStats {
+            limits,
+            ..HistoryStats::default()
+        });
         let (queue, rx) = tokio::sync::mpsc::channel(writer::QUEUE_BATCHES);
         let history = History {
             inner: Arc::new(Inner {
                 pool,
+                write,
+                export,
+                exports: Arc::new(admit::Exports::new(stats.clone())),
                 dialect: target.dialect,
                 shown: db,
                 stats,
@@ -231,8 +271,10 @@ impl History {
         self.events(q, Some(limit)).try_collect().await
     }
 
-    /// The events matching `q`, oldest first, as the database streams them (an
-    /// export: memory stays flat however many there are).
+    /// The events matching `q`, oldest first, as the database streams them
+    /// (memory stays flat however many there are). The statement holds a read
+    /// connection until the stream ends: for readers that keep up (time
+    /// travel); exports page instead (`export.rs`).
     pub fn events(
         &self,
         q: &HistoryQuery,
@@ -265,7 +307,7 @@ impl History {
     /// Appends `events` (one transaction; events already there are skipped).
     pub async fn write(&self, events: Vec<HistoryEvent>) -> Result<u64, HistoryError> {
         let what = "writing events";
-        let mut tx = self.inner.pool.begin().await.map_err(|e| self.error(what, e))?;
+        let mut tx = self.inner.write.begin().await.map_err(|e| self.error(what, e))?;
         let mut added = 0;
         let mut rows = events.into_iter().peekable();
         while rows.peek().is_some() {
@@ -363,76 +405,28 @@ impl History {
         Ok(size)
     }
 
-    /// Applies `retention` at `now`: for each fleet, a checkpoint at the cut (so
-    /// the table at any kept instant can still be rebuilt), then the events and
-    /// checkpoints before it go. Returns the events removed.
-    pub async fn retain(&self, retention: &Retention, now: Millis) -> Result<u64, HistoryError> {
-        let mut cut = now - retention.max_age.as_millis() as i64;
-        let q = self.sql("SELECT COUNT(*) AS n FROM history_events");
-        let n: i64 = sqlx::query(&q)
-            .fetch_one(&self.inner.pool)
-            .await
-            .and_then(|r| r.try_get("n"))
-            .map_err(|e| self.error("counting events", e))?;
-        let over = n - retention.max_events as i64;
-        if over > 0 {
-            let q = self.sql("SELECT at FROM history_events ORDER BY at, seq LIMIT 1 OFFSET $1");
-            if let Some(row) = sqlx::query(&q)
-                .bind(over)
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(|e| self.error("finding the size cut", e))?
-            {
-                let at: i64 = row.try_get("at").map_err(|e| self.error("finding the size cut", e))?;
-                cut = cut.max(at);
-            }
-        }
-        let q = self.sql("SELECT DISTINCT fleet FROM history_events WHERE at < $1");
-        let fleets: Vec<String> = sqlx::query(&q)
-            .bind(cut)
-            .fetch_all(&self.inner.pool)
-            .await
-            .map_err(|e| self.error("finding fleets", e))?
-            .iter()
-            .filter_map(|r| r.try_get("fleet").ok())
-            .collect();
-        let mut removed = 0;
-        for fleet in fleets {
-            // Never below a floor already set (the size cut may lie behind it).
-            let cut = cut.max(self.floor(&fleet).await?.map_or(i64::MIN, |f| f + 1));
-            // The table at the cut first; then nothing before it can be rebuilt.
-            self.checkpoint(&fleet, cut - 1).await?;
-            let q = self.sql(
-                "INSERT INTO history_floor (fleet, at) VALUES ($1, $2) ON CONFLICT (fleet) DO UPDATE SET at = excluded.at",
-            );
-            sqlx::query(&q)
-                .bind(&fleet)
-                .bind(cut - 1)
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| self.error("moving the retention floor", e))?;
-            let q = self.sql("DELETE FROM history_events WHERE fleet = $1 AND at < $2");
-            removed += sqlx::query(&q)
-                .bind(&fleet)
-                .bind(cut)
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| self.error("removing old events", e))?
-                .rows_affected();
-            let q = self.sql("DELETE FROM history_checkpoints WHERE fleet = $1 AND at < $2");
-            sqlx::query(&q)
-                .bind(&fleet)
-                .bind(cut - 1)
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| self.error("removing old checkpoints", e))?;
-        }
-        Ok(removed)
-    }
-
     /// Events written so far (for tests and the bench).
     pub fn written(&self) -> u64 {
         self.inner.stats.written.load(Ordering::Relaxed)
+    }
+}
+
+/// A pool of `max` connections to the history (WAL for SQLite; PostgreSQL's
+/// `search_path` on the history's schema).
+fn pool_options(dialect: Dialect, max: u32) -> AnyPoolOptions {
+    let opts = AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(5));
+    match dialect {
+        Dialect::Sqlite => crate::audit::sql::sqlite_wal(opts),
+        Dialect::Postgres => opts.after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query(&format!("SET search_path TO {}", sql::PG_SCHEMA))
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(())
+            })
+        }),
     }
 }
 

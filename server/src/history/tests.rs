@@ -11,6 +11,8 @@ use lockscope_store::testing::PgServer;
 
 use super::*;
 
+mod exports;
+
 pub(super) fn held(name: &str, fence: i64, session: &str) -> LockEntry {
     LockEntry {
         name: name.into(),
@@ -123,7 +125,7 @@ async fn check(h: History) {
 
     // Export: header, then one line per event.
     let mut out = String::new();
-    let mut s = std::pin::pin!(stream_export(history, &query(&[]), Format::Ndjson));
+    let mut s = std::pin::pin!(stream_export(history, &query(&[]), Format::Ndjson, None));
     while let Some(chunk) = s.next().await {
         out.push_str(&chunk.unwrap());
     }

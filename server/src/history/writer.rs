@@ -85,7 +85,7 @@ impl Recorder {
                 self.stats.queued.fetch_add(n, Ordering::Relaxed);
             }
             Err(_) => {
-                self.stats.dropped.fetch_add(n, Ordering::Relaxed);
+                self.stats.lost(n);
             }
         }
     }
@@ -126,7 +126,7 @@ impl Recorder {
             held,
         };
         if self.queue.try_send(item).is_err() {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            self.stats.lost(1);
         }
     }
 }
@@ -174,6 +174,7 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
         }
         // A lost end leaves a lock open in the history: a failing batch is
         // tried again (the queue holds what arrives meanwhile), then dropped.
+        // Never because of readers: `write` uses the writer's own connection.
         let mut tries = 0;
         loop {
             match history.write(batch.clone()).await {
@@ -189,7 +190,7 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
                 Err(e) => {
                     warn!(error = %e, events = n, "history: a batch was not written; dropped");
                     stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-                    stats.dropped.fetch_add(n, Ordering::Relaxed);
+                    stats.lost(n);
                     break;
                 }
             }

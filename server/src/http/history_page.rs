@@ -103,6 +103,7 @@ async fn review(history: &History, fleet: &str, form: ReviewForm, now: Millis) -
         review.travel = Some(travel(history, fleet, at, review.range().0).await);
     }
     review.error = (!errors.is_empty()).then(|| errors.join("; "));
+    review.lost = history.stats().loss();
     (review, bad_input)
 }
 

@@ -240,7 +240,8 @@ impl Collector for FleetCollector {
 
 /// The history writer's numbers (one series each; the history is shared by
 /// every fleet): events written, dropped because the queue was full or a batch
-/// failed, still queued, and failed batches.
+/// failed, still queued, and failed batches; the exports running, refused and
+/// stalled, and the exports' limits.
 #[derive(Debug)]
 pub(super) struct HistoryCollector {
     pub(super) stats: std::sync::Arc<crate::history::HistoryStats>,
@@ -266,17 +267,58 @@ impl Collector for HistoryCollector {
                 "Lock history batches the database did not take",
                 s.failed_batches.load(Relaxed),
             ),
+            (
+                "history_exports_refused",
+                "History exports refused (429): the identity's or the server's cap of running exports",
+                s.exports_refused.load(Relaxed),
+            ),
+            (
+                "history_exports_stalled",
+                "History exports ended because their reader took nothing for the idle timeout",
+                s.exports_stalled.load(Relaxed),
+            ),
         ];
         for (name, help, value) in counters {
             let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
             ConstCounter::new(value).encode(m)?;
         }
-        let m = enc.encode_descriptor(
-            "history_events_queued",
-            "Lock history events queued and not yet written",
-            None,
-            MetricType::Gauge,
-        )?;
-        ConstGauge::new(s.queued.load(Relaxed) as i64).encode(m)
+        let l = &s.limits;
+        let gauges = [
+            (
+                "history_events_queued",
+                "Lock history events queued and not yet written",
+                s.queued.load(Relaxed) as i64,
+            ),
+            (
+                "history_exports_running",
+                "History exports running now",
+                s.exports_active.load(Relaxed) as i64,
+            ),
+            (
+                "history_export_limit_per_identity",
+                "History exports one identity may run at a time ([history_exports] per_identity)",
+                l.per_identity as i64,
+            ),
+            (
+                "history_export_limit_total",
+                "History exports the server runs at a time ([history_exports] total)",
+                l.total as i64,
+            ),
+            (
+                "history_export_idle_timeout_seconds",
+                "An export whose reader takes nothing this long is ended ([history_exports] idle_secs)",
+                l.idle.as_secs() as i64,
+            ),
+            (
+                "history_export_connections",
+                "Database connections of the exports' own pool ([history_exports] connections)",
+                l.connections as i64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(m)?;
+        }
+        Ok(())
     }
 }

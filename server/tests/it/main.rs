@@ -8,6 +8,7 @@ mod admin;
 mod admin_exact;
 mod demo;
 mod history;
+mod history_exports;
 mod live;
 mod metrics;
 mod outage;

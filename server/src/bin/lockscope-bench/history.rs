@@ -68,7 +68,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         let rss_before = peak_rss_mib();
         let t = Instant::now();
         let (mut bytes, mut lines) = (0usize, 0usize);
-        let mut s = std::pin::pin!(stream_export(&history, &all, format));
+        let mut s = std::pin::pin!(stream_export(&history, &all, format, None));
         while let Some(chunk) = s.next().await {
             let chunk = chunk?;
             bytes += chunk.len();
