@@ -136,11 +136,7 @@ impl StoreError {
     /// The error and its sources, one line, for logs (the page shows
     /// [`StoreError::summary`]).
     pub fn describe(&self) -> String {
-        summary::chain(self)
-            .iter()
-            .map(|e| e.to_string())
-            .collect::<Vec<_>>()
-            .join(": ")
+        summary::texts(&summary::chain(self)).join(": ")
     }
 }
 

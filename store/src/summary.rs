@@ -42,11 +42,7 @@ impl StoreError {
     /// and the whole chain as the detail.
     pub fn summary(&self, address: &str) -> Summary {
         let chain = chain(self);
-        let detail = chain
-            .iter()
-            .map(|e| one_line(&e.to_string()))
-            .collect::<Vec<_>>()
-            .join("\n");
+        let detail = texts(&chain).join("\n");
         let line = match self {
             StoreError::Timeout(limit) => format!("no answer from {address} within {}", seconds(*limit)),
             StoreError::Unreachable { what, .. } | StoreError::Backend { what, .. } => {
@@ -120,6 +116,20 @@ pub(crate) fn chain<'a>(err: &'a (dyn Error + 'static)) -> Vec<&'a (dyn Error + 
             break;
         }
         out.push(next);
+    }
+    out
+}
+
+/// Each error's text, one line each, outermost first; a text the error above
+/// already says in full (most clients print their cause in their own text) is
+/// left out.
+pub(crate) fn texts(chain: &[&(dyn Error + 'static)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(chain.len());
+    for e in chain {
+        let text = one_line(&e.to_string());
+        if !text.is_empty() && !out.last().is_some_and(|above| above.contains(&text)) {
+            out.push(text);
+        }
     }
     out
 }

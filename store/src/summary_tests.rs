@@ -36,6 +36,12 @@ async fn etcd_refused_is_one_line_naming_the_endpoint() {
         "{s:?}"
     );
     assert!(s.detail.lines().last().unwrap().contains("refused"), "{s:?}");
+    // No level repeated: a cause its parent already prints in full is left out.
+    let lines: Vec<&str> = s.detail.lines().collect();
+    for pair in lines.windows(2) {
+        assert!(!pair[0].contains(pair[1]), "{pair:?} in {s:?}");
+    }
+    assert_eq!(err.describe(), lines.join(": "), "the log says the same chain");
 }
 
 #[tokio::test]
