@@ -153,7 +153,11 @@ async fn caps_and_idle_timeout(url: &str) {
     // error, never a clean (short) end.
     let mut s = Box::pin(stream_export(&h, &all(), Format::Ndjson, Some(a3)));
     assert!(s.next().await.unwrap().unwrap().contains("lockscope_history"));
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while h.stats().exports_stalled.load(Ordering::Relaxed) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the stalled export never ended");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(h.stats().exports_stalled.load(Ordering::Relaxed), 1);
     assert_eq!(h.stats().exports_active.load(Ordering::Relaxed), 0);
     let mut ended_in_error = false;
