@@ -49,6 +49,9 @@ pub struct Attempt {
     /// What was wrong with the request's body, if it could not be read (refused
     /// with 400 once the caller is known to be allowed to act at all).
     pub invalid: Option<String>,
+    /// The peer's address: attempts without an identity are tallied per
+    /// source and minute in the audit log ([`crate::audit::AuditLog::tally`]).
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// How an attempt ended: the HTTP status, the audit entry as stored, and for a
@@ -66,7 +69,9 @@ impl Answer {
         let mut v = serde_json::json!({
             "outcome": self.entry.outcome.map(|o| o.as_str()),
             "detail": self.entry.detail,
-            "audit_id": self.entry.id,
+            // Null for an attempt without an identity: it is tallied, and
+            // written with its source's count when its minute is over.
+            "audit_id": (self.entry.id != 0).then_some(self.entry.id),
         });
         if self.entry.action == Some(Action::Release) {
             v["released"] = (self.entry.outcome == Some(Outcome::Done)).into();
@@ -138,7 +143,12 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
         outcome: Some(outcome),
         detail: cut(detail, MAX_REASON_BYTES),
     };
-    match state.audit.append(&entry).await {
+    let stored = match who {
+        Who::Known(_) => state.audit.append(&entry).await,
+        // Anyone can make these: one row per source and minute, with a count.
+        _ => Ok(state.audit.tally(&entry, a.source)),
+    };
+    match stored {
         Ok(entry) => Answer { status, entry, current },
         Err(e) => {
             // The action (if any) happened; say so, and that it is unrecorded.

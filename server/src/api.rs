@@ -59,6 +59,13 @@ pub fn routes() -> Router<AppState> {
 pub struct Caller {
     pub who: Who,
     pub headers: HeaderMap,
+    /// The peer's address (`None`: not over a socket, as in tests).
+    pub peer: Option<std::net::IpAddr>,
+    /// Set when the request carried a token that was not accepted and its
+    /// source has used up its failed checks for the minute
+    /// (`[limits] auth_failures_per_minute`): answered `429` with
+    /// `Retry-After` (these seconds) rather than `401`.
+    pub retry_after: Option<u64>,
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -69,10 +76,25 @@ impl FromRequestParts<AppState> for Caller {
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|c| c.0.ip());
-        let who = state.auth.identify(&parts.headers, peer, now_ms()).await;
+        let mut who = state.auth.identify(&parts.headers, peer, now_ms()).await;
+        let refused_token = matches!(who, Who::Nobody(_)) && parts.headers.contains_key(header::AUTHORIZATION);
+        let retry_after = refused_token
+            .then(|| state.auth.retry_after(peer))
+            .flatten()
+            .map(crate::auth::limit::secs);
+        if let Some(secs) = retry_after {
+            state.auth.count_rate_limited();
+            let why = crate::auth::TokenRefused::TooMany {
+                per_minute: state.auth.failures_per_minute(),
+                retry_after: secs,
+            };
+            who = Who::Nobody(why.to_string());
+        }
         Ok(Caller {
             who,
             headers: parts.headers.clone(),
+            peer,
+            retry_after,
         })
     }
 }
@@ -81,7 +103,20 @@ impl Caller {
     /// The identity of a read request, or the 401 (400: ambiguous
     /// credentials) that refuses it.
     pub fn reader(&self) -> Result<&Identity, Unauthorized> {
-        self.who.identity().map_err(|(status, why)| Unauthorized { status, why })
+        self.who.identity().map_err(|(status, why)| Unauthorized {
+            status: self.limited(status),
+            why,
+            retry_after: self.retry_after,
+        })
+    }
+
+    /// `status`, or `429` when this is a `401` of a source over its failed
+    /// checks ([`Caller::retry_after`]).
+    fn limited(&self, status: StatusCode) -> StatusCode {
+        match self.retry_after {
+            Some(_) if status == StatusCode::UNAUTHORIZED => StatusCode::TOO_MANY_REQUESTS,
+            _ => status,
+        }
     }
 
     /// The CSRF check of a state-changing API request. Bearer tokens need none;
@@ -104,16 +139,26 @@ impl Caller {
 }
 
 /// A request without an identity, and why: answered 401, or 400 when its
-/// credentials are ambiguous ([`Who::identity`]).
+/// credentials are ambiguous ([`Who::identity`]), or 429 with `Retry-After`
+/// when its source failed too often ([`Caller::retry_after`]).
 pub struct Unauthorized {
     pub status: StatusCode,
     pub why: String,
+    pub retry_after: Option<u64>,
 }
 
 impl IntoResponse for Unauthorized {
     fn into_response(self) -> Response {
-        error(self.status, &self.why)
+        retry_after(error(self.status, &self.why), self.status, self.retry_after)
     }
+}
+
+/// `response` with `Retry-After: secs` when `status` is `429`.
+fn retry_after(mut response: Response, status: StatusCode, secs: Option<u64>) -> Response {
+    if let (StatusCode::TOO_MANY_REQUESTS, Some(secs)) = (status, secs) {
+        response.headers_mut().insert(header::RETRY_AFTER, secs.into());
+    }
+    response
 }
 
 /// `{"error": why}` with `status`.
@@ -258,12 +303,22 @@ fn attempt(action: Action, fleet: String, target: String, reason: String, invali
         reason,
         via: "api",
         invalid,
+        source: None,
     }
 }
 
 async fn act(state: &AppState, caller: &Caller, attempt: Attempt) -> Response {
+    let attempt = Attempt {
+        source: caller.peer,
+        ..attempt
+    };
     let answer = admin::attempt(state, &caller.who, caller.csrf(), attempt).await;
-    (answer.status, Json(answer.json())).into_response()
+    let status = caller.limited(answer.status);
+    retry_after(
+        (status, Json(answer.json())).into_response(),
+        status,
+        caller.retry_after,
+    )
 }
 
 /// `GET /api/v1/audit`: JSON (an array), CSV or NDJSON by `?format=` or

@@ -12,15 +12,20 @@ use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::password_hash::{PasswordHasher, SaltString};
 use argon2::Argon2;
 use axum::http::{header, HeaderMap, StatusCode};
 use lockscope_model::admin::{Role, Viewer};
-use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
 
 use crate::audit::{AuditError, AuditLog, NewSession};
-use crate::settings::{AuthFile, TokenFile};
+use crate::settings::{AuthFile, Limits, TokenFile};
+
+pub mod limit;
+mod verify;
+
+use limit::Failures;
+pub use verify::TokenRefused;
+use verify::Verifier;
 
 /// The browser's sign-in session.
 pub const SESSION_COOKIE: &str = "lockscope_session";
@@ -98,11 +103,14 @@ pub struct Auth {
     config: Option<AuthFile>,
     audit: AuditLog,
     /// token id → SHA-256 of the token that verified: a repeat bearer skips the
-    /// (deliberately slow) password hash.
+    /// (deliberately slow) password hash. Only configured ids are keys, so it
+    /// holds at most one entry per `[[auth.tokens]]`.
     verified: Mutex<HashMap<String, [u8; 32]>>,
-    /// Bounds the CPU spent on password hashing (a flood of bad tokens queues
-    /// here instead of starving the hub tasks).
-    hashing: Semaphore,
+    /// The password hashing, on `[limits] auth_verify_concurrency` threads (a
+    /// flood of bad tokens queues there instead of starving the hub tasks).
+    verifier: Verifier,
+    /// Failed token checks per source (`[limits] auth_failures_per_minute`).
+    failures: Failures,
 }
 
 impl Auth {
@@ -111,7 +119,8 @@ impl Auth {
             config,
             audit,
             verified: Mutex::new(HashMap::new()),
-            hashing: Semaphore::new(1),
+            verifier: Verifier::new(Limits::default().auth_verify_concurrency),
+            failures: verify::failures(&Limits::default()),
         }
     }
 
@@ -143,9 +152,9 @@ impl Auth {
         }
         if let Some(token) = bearer(headers) {
             let token = std::str::from_utf8(token).unwrap_or("");
-            return match self.verify_token(token).await {
-                Some(t) => Who::Known(token_identity(t, Via::Token)),
-                None => Who::Nobody("the API token is not valid".into()),
+            return match self.verify_token(token, peer).await {
+                Ok(t) => Who::Known(token_identity(t, Via::Token)),
+                Err(why) => Who::Nobody(why.to_string()),
             };
         }
         if let Some(proxy) = &config.proxy {
@@ -187,34 +196,17 @@ impl Auth {
         Who::Nobody("no credentials: sign in, or send `Authorization: Bearer TOKEN`".into())
     }
 
-    /// The configured token `token` is, if it is one.
-    async fn verify_token(&self, token: &str) -> Option<&TokenFile> {
-        let config = self.config.as_ref()?;
-        let (id, _) = token.split_once('.')?;
-        let entry = config.tokens.iter().find(|t| t.id == id)?;
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if self.verified.lock().unwrap().get(id) == Some(&digest) {
-            return Some(entry);
-        }
-        let _permit = self.hashing.acquire().await.ok()?;
-        let (hash, token) = (entry.hash.clone(), token.to_string());
-        let ok = tokio::task::spawn_blocking(move || {
-            PasswordHash::new(&hash).is_ok_and(|h| Argon2::default().verify_password(token.as_bytes(), &h).is_ok())
-        })
-        .await
-        .unwrap_or_else(|e| {
-            tracing::error!(error = %e, "verifying a token");
-            false
-        });
-        if ok {
-            self.verified.lock().unwrap().insert(id.to_string(), digest);
-        }
-        ok.then_some(entry)
-    }
-
     /// Signs a browser in with `token`: a new sign-in session.
-    pub async fn sign_in(&self, token: &str, now_ms: i64) -> Result<(Identity, NewSession), SignInError> {
-        let entry = self.verify_token(token.trim()).await.ok_or(SignInError::BadToken)?;
+    pub async fn sign_in(
+        &self,
+        token: &str,
+        peer: Option<IpAddr>,
+        now_ms: i64,
+    ) -> Result<(Identity, NewSession), SignInError> {
+        let entry = self.verify_token(token.trim(), peer).await.map_err(|e| match e {
+            TokenRefused::Invalid => SignInError::BadToken,
+            e => SignInError::TooMany(e),
+        })?;
         let session = self
             .audit
             .create_session(&entry.id, self.session_ttl(), now_ms)
@@ -243,6 +235,8 @@ impl Auth {
 pub enum SignInError {
     #[error("that token is not valid")]
     BadToken,
+    #[error("{0}")]
+    TooMany(TokenRefused),
     #[error("sign-in sessions cannot be stored now")]
     Store(#[source] AuditError),
 }
@@ -430,5 +424,7 @@ pub fn new_token(name: &str, role: Role) -> (String, String) {
     (token, entry)
 }
 
+#[cfg(test)]
+mod limit_tests;
 #[cfg(test)]
 mod tests;

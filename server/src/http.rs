@@ -35,6 +35,8 @@ use crate::auth::{Auth, Identity, Who};
 use crate::history::History;
 use crate::hub::{Fleets, HubHandle, HubStopped};
 use crate::metrics::Metrics;
+use crate::settings::Limits;
+use crate::ws::limit::{Refused, Slot, Sockets};
 use crate::ws::{serve_subscriber, WsIn, WsOut};
 
 mod charts_page;
@@ -52,13 +54,15 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// The lock history (`None`: the server keeps none).
     pub history: Option<History>,
+    /// The open websockets, bounded by `[limits]` ([`crate::ws::limit`]).
+    pub sockets: Arc<Sockets>,
 }
 
 impl AppState {
     /// Records and serves the lock history `history` (its writer's numbers in
     /// `/metrics` too). Before anything else takes a handle on `metrics`.
     pub fn with_history(mut self, history: History) -> AppState {
-        self.metrics = Arc::new(Metrics::for_fleets(&self.fleets).with_history(history.stats().clone()));
+        self.metrics = Arc::new(self.new_metrics().with_history(history.stats().clone()));
         self.history = Some(history);
         self
     }
@@ -77,16 +81,33 @@ impl AppState {
             .site_root(site_root.to_string_lossy().as_ref())
             .site_pkg_dir("pkg")
             .build();
-        let metrics = Arc::new(Metrics::for_fleets(&fleets));
+        let auth = Arc::new(auth);
+        let sockets = Sockets::new(&Limits::default());
+        let metrics = Metrics::for_fleets(&fleets).with_limits(auth.clone(), sockets.clone(), audit.clone());
+        let metrics = Arc::new(metrics);
         AppState {
             fleets,
             leptos,
             shutdown,
             audit,
-            auth: Arc::new(auth),
+            auth,
             metrics,
             history: None,
+            sockets,
         }
+    }
+
+    /// `/metrics` of this state's fleets, with the numbers of its limits.
+    fn new_metrics(&self) -> Metrics {
+        Metrics::for_fleets(&self.fleets).with_limits(self.auth.clone(), self.sockets.clone(), self.audit.clone())
+    }
+
+    /// The same state with these limits on websockets and on the audit
+    /// log's tallies (the authentication's are [`Auth::with_limits`]).
+    pub fn with_limits(self, limits: &Limits) -> AppState {
+        self.sockets.set_limits(limits);
+        self.audit.set_tally_sources(limits.audit_sources_per_minute);
+        self
     }
 
     /// The same state counting into `metrics` (made for the same fleets) rather
@@ -357,6 +378,10 @@ async fn healthz(State(state): State<AppState>, caller: Caller) -> Json<serde_js
     }
 }
 
+/// `/ws`: the live feed ([`crate::ws`]). A socket past a limit of
+/// `[limits]` (per identity, per address, in all) is accepted and closed at
+/// once, `1008` or `1013`, with a reason naming the limit (a browser's script
+/// can read that, not a refused upgrade's status); counted in `/metrics`.
 async fn ws_upgrade(
     State(state): State<AppState>,
     caller: Caller,
@@ -366,18 +391,29 @@ async fn ws_upgrade(
 ) -> Result<Response, AppError> {
     // A page on another site must not read the lock table through the visitor's browser.
     crate::auth::same_origin(&headers).map_err(AppError::Forbidden)?;
-    if let Err(r) = caller.reader() {
-        return Ok(r.into_response());
-    }
+    let actor = match caller.reader() {
+        Ok(id) => id.actor.clone(),
+        Err(r) => return Ok(r.into_response()),
+    };
     let hub = state.fleet(&q)?.clone();
+    // The place is taken before the upgrade, so a burst cannot overshoot.
+    let slot = state.sockets.open(&actor, caller.peer);
+    if let Err(refused) = &slot {
+        tracing::warn!(%actor, peer = ?caller.peer, reason = %refused.reason(), "websocket refused");
+    }
     Ok(upgrade
-        .max_message_size(lockscope_model::wire::MAX_CLIENT_MSG_BYTES * 4)
-        .on_upgrade(move |socket| subscriber(state, hub, socket)))
+        .max_message_size(crate::ws::MAX_MESSAGE_BYTES)
+        .max_frame_size(crate::ws::MAX_MESSAGE_BYTES)
+        // tungstenite's defaults hold 128 KiB each way per socket from the
+        // start; ours grow with what is read, and every message is flushed.
+        .read_buffer_size(crate::ws::READ_BUFFER_BYTES)
+        .write_buffer_size(0)
+        .on_upgrade(move |socket| subscriber(state, hub, socket, slot)))
 }
 
-async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket) {
+async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket, slot: Result<Slot, Refused>) {
     let (sink, stream) = socket.split();
-    let sink = sink.with(|out: WsOut| async move {
+    let mut sink = Box::pin(sink.with(|out: WsOut| async move {
         Ok::<_, axum::Error>(match out {
             WsOut::Text(t) => Message::Text(t.as_ref().into()),
             WsOut::Close { code, reason } => Message::Close(Some(CloseFrame {
@@ -385,16 +421,36 @@ async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket) {
                 reason: reason.into(),
             })),
         })
-    });
+    }));
+    let _slot = match slot {
+        Ok(slot) => slot,
+        Err(refused) => {
+            let close = WsOut::Close {
+                code: refused.code(),
+                reason: refused.reason(),
+            };
+            let _ = sink.send(close).await;
+            return;
+        }
+    };
     let stream = stream.filter_map(|m| async move {
         match m {
             Ok(Message::Text(t)) => Some(WsIn::Text(t.to_string())),
             Ok(Message::Binary(_)) => Some(WsIn::Binary),
+            Err(e) if too_big(&e) => Some(WsIn::TooBig),
             Ok(Message::Close(_)) | Err(_) => Some(WsIn::Close),
             Ok(Message::Ping(_) | Message::Pong(_)) => None,
         }
     });
-    serve_subscriber(hub, state.fleets, Box::pin(sink), Box::pin(stream), state.shutdown).await;
+    serve_subscriber(hub, state.fleets, sink, Box::pin(stream), state.shutdown).await;
+}
+
+/// Whether reading stopped at a message or frame past
+/// [`crate::ws::MAX_MESSAGE_BYTES`].
+fn too_big(e: &axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error;
+    let inner = std::error::Error::source(e).and_then(|s| s.downcast_ref::<Error>());
+    matches!(inner, Some(Error::Capacity(_)))
 }
 
 #[cfg(test)]

@@ -121,11 +121,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let audit = AuditLog::open(&audit_url).await.context("opening the audit log")?;
-    let auth = Auth::new(file.auth.clone(), audit.clone());
+    let auth = Auth::new(file.auth.clone(), audit.clone()).with_limits(&file.limits);
     if !auth.enabled() {
         println!("no authentication: anyone who can reach {listen} is admin");
     }
-    let mut state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone(), audit, auth);
+    let mut state = AppState::new(Fleets::new(hubs), args.site_root.clone(), stop_rx.clone(), audit, auth)
+        .with_limits(&file.limits);
     if let Some(history) = history {
         state = state.with_history(history);
     }
@@ -184,7 +185,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down");
         let _ = stop_tx.send(true);
     });
+    let audit = state.audit.clone();
     lockscope::serve(listener, state, stop_rx, Duration::from_secs(10)).await?;
+    // The current minute's tallies of attempts without an identity.
+    audit.flush_tally(true).await;
     // The unlockers saw the stop too: let them resign their roles (so another
     // replica takes over at once) and finish what they were recording.
     let _ = tokio::time::timeout(Duration::from_secs(3), futures::future::join_all(unlockers)).await;

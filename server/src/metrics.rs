@@ -10,6 +10,9 @@
 //!   reconnects, websocket connections and lag drops: each hub's [`FleetStats`],
 //!   written by the hub task ([`HubFeed`]) and by websocket connections;
 //! - the lock history's writer: its [`crate::history::HistoryStats`];
+//! - the limits on what clients can make the server hold (`limits.rs`):
+//!   counted by the websocket registry, [`crate::auth::Auth`] and the audit
+//!   log's tallies;
 //! - the unlocker: counted here as it acts ([`Metrics::unlocker_released`],
 //!   [`Metrics::unlocker_failed`], [`Metrics::set_unlocker_active`]).
 //!
@@ -26,6 +29,7 @@
 
 mod collect;
 mod fleet;
+mod limits;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -147,6 +151,19 @@ impl Metrics {
     pub fn with_history(mut self, stats: std::sync::Arc<crate::history::HistoryStats>) -> Metrics {
         self.registry
             .register_collector(Box::new(collect::HistoryCollector { stats }));
+        self
+    }
+
+    /// With the numbers of the limits (`[limits]`): websockets refused,
+    /// failed authentication, hash verifications, tallied attempts.
+    pub fn with_limits(
+        mut self,
+        auth: std::sync::Arc<crate::auth::Auth>,
+        sockets: std::sync::Arc<crate::ws::limit::Sockets>,
+        audit: crate::audit::AuditLog,
+    ) -> Metrics {
+        self.registry
+            .register_collector(Box::new(limits::LimitsCollector { auth, sockets, audit }));
         self
     }
 

@@ -35,6 +35,15 @@
 //! [[auth.users]]           # roles of proxy users (others are viewers)
 //! name = "bob@example.com"
 //! role = "admin"
+//!
+//! [limits]                 # every key optional; these are the defaults
+//! ws_per_identity = 64
+//! ws_per_address = 64
+//! ws_total = 1024
+//! auth_failures_per_minute = 10
+//! auth_sources = 10000
+//! auth_verify_concurrency = 1
+//! audit_sources_per_minute = 100
 //! ```
 
 use std::collections::BTreeMap;
@@ -63,6 +72,66 @@ pub struct FileConfig {
     pub fleets: Vec<FileFleet>,
     pub auth: Option<AuthFile>,
     pub unlocker: Option<UnlockerFile>,
+    /// `[limits]`: what one client (or all of them) can make the server hold.
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// `[limits]`: the bounds on what clients can make the server hold, each with
+/// the answer a client gets when it hits it (`docs/operations.md`, "Limits").
+/// A source is a peer address (an IPv6 peer's /64).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Open websockets of one identity (its actor); one more is closed 1008.
+    pub ws_per_identity: usize,
+    /// Open websockets from one source; one more is closed 1008.
+    pub ws_per_address: usize,
+    /// Open websockets on this server; one more is closed 1013.
+    pub ws_total: usize,
+    /// Failed token checks a source may make in a minute; beyond, 429.
+    pub auth_failures_per_minute: u32,
+    /// Sources tracked at once for failed authentication; when full, the one
+    /// whose minute started first is forgotten.
+    pub auth_sources: usize,
+    /// Token hashes (Argon2, ~19 MiB each) verified at once; others wait.
+    pub auth_verify_concurrency: usize,
+    /// Sources whose attempts without an identity get audit rows of their
+    /// own in a minute; the rest share one row.
+    pub audit_sources_per_minute: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            ws_per_identity: 64,
+            ws_per_address: 64,
+            ws_total: 1024,
+            auth_failures_per_minute: 10,
+            auth_sources: 10_000,
+            auth_verify_concurrency: 1,
+            audit_sources_per_minute: 100,
+        }
+    }
+}
+
+impl Limits {
+    fn check(&self) -> Result<(), String> {
+        for (key, value) in [
+            ("ws_per_identity", self.ws_per_identity),
+            ("ws_per_address", self.ws_per_address),
+            ("ws_total", self.ws_total),
+            ("auth_failures_per_minute", self.auth_failures_per_minute as usize),
+            ("auth_sources", self.auth_sources),
+            ("auth_verify_concurrency", self.auth_verify_concurrency),
+            ("audit_sources_per_minute", self.audit_sources_per_minute),
+        ] {
+            if value == 0 {
+                return Err(format!("[limits] {key} = 0 would refuse everyone: use at least 1"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `[history_exports]`: limits of the history's CSV/NDJSON exports (see
@@ -189,6 +258,7 @@ impl FileConfig {
         if let Some(auth) = &config.auth {
             auth.check()?;
         }
+        config.limits.check()?;
         Ok(config)
     }
 }
@@ -260,8 +330,17 @@ mod tests {
             [[auth.users]]
             name = "bob@example.com"
             role = "admin"
+            [limits]
+            ws_per_identity = 64
+            ws_per_address = 64
+            ws_total = 1024
+            auth_failures_per_minute = 10
+            auth_sources = 10000
+            auth_verify_concurrency = 1
+            audit_sources_per_minute = 100
         "#;
         let c = FileConfig::parse(text).unwrap();
+        assert_eq!(c.limits, Limits::default(), "the documented example shows the defaults");
         assert_eq!(c.fleets[0].name, "prod");
         assert_eq!(c.fleets[0].unlocker, Some(Mode::On));
         assert_eq!(c.unlocker.unwrap().grace_secs, Some(15));
@@ -300,6 +379,8 @@ mod tests {
                 "[auth.proxy]\nheader=\"X-User\"\ntrusted=[]",
                 "trusted lists no address",
             ),
+            ("[limits]\nws_total = 0", "ws_total = 0 would refuse everyone"),
+            ("[limits]\nws_per_user = 3", "unknown field"),
         ] {
             let err = FileConfig::parse(text).unwrap_err();
             assert!(err.contains(why), "{text}: {err}");

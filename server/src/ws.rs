@@ -9,6 +9,16 @@
 //! `detail` or `sessions` messages, the current value first, then each change
 //! (the hub coalesces them). Bad input gets an `error` message and a close frame
 //! with the reason.
+//!
+//! What one socket can make the server hold is bounded: a message (and a
+//! frame) from the browser at [`MAX_MESSAGE_BYTES`] (longer: closed `1009`);
+//! sockets per identity, per address and in all by [`limit`]; and what waits
+//! to go out: a subscription's queue holds at most 16 frames (window frames
+//! are paced by acknowledgements, at most
+//! [`lockscope_model::wire::MAX_IN_FLIGHT`] unacknowledged), and a socket
+//! whose reader falls that far behind is dropped by the hub; each message is
+//! flushed to the socket before the next is taken, and a watch or overview
+//! keeps only its newest value.
 
 use std::time::Duration;
 
@@ -21,6 +31,18 @@ use tokio::sync::watch;
 
 use crate::hub::{Fleets, Frame, HubHandle, HubStopped, Subscription};
 
+pub mod limit;
+
+/// The longest message, and frame, a browser may send (bytes): room for any
+/// client message (they are parsed up to
+/// [`lockscope_model::wire::MAX_CLIENT_MSG_BYTES`], longer ones refused with
+/// a reason); past it the socket reads no further and is closed `1009`.
+pub const MAX_MESSAGE_BYTES: usize = lockscope_model::wire::MAX_CLIENT_MSG_BYTES * 4;
+
+/// The read buffer a socket starts with (it grows up to a message when one
+/// needs it).
+pub const READ_BUFFER_BYTES: usize = 4 * 1024;
+
 /// How long a new connection may take to name its view.
 pub const FIRST_VIEW_WITHIN: Duration = Duration::from_secs(10);
 
@@ -29,6 +51,8 @@ pub const FIRST_VIEW_WITHIN: Duration = Duration::from_secs(10);
 pub enum WsIn {
     Text(String),
     Binary,
+    /// A message or frame longer than [`MAX_MESSAGE_BYTES`] (not read).
+    TooBig,
     Close,
 }
 
@@ -43,7 +67,9 @@ pub mod close {
     pub const GOING_AWAY: u16 = 1001;
     pub const UNSUPPORTED_DATA: u16 = 1003;
     pub const POLICY_VIOLATION: u16 = 1008;
+    pub const MESSAGE_TOO_BIG: u16 = 1009;
     pub const INTERNAL_ERROR: u16 = 1011;
+    pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
 fn frame(msg: &ServerMsg) -> WsOut {
@@ -78,6 +104,10 @@ fn read(msg: Option<WsIn>) -> Input {
         Some(WsIn::Binary) => Input::Refuse(refuse(
             "binary frames are not part of the protocol".into(),
             close::UNSUPPORTED_DATA,
+        )),
+        Some(WsIn::TooBig) => Input::Refuse(refuse(
+            format!("a message or frame longer than {MAX_MESSAGE_BYTES} bytes"),
+            close::MESSAGE_TOO_BIG,
         )),
     }
 }

@@ -11,18 +11,25 @@
 //! and a CSRF token for its forms; the database keeps only the secret's SHA-256,
 //! so reading the table (or a backup of it) does not let anyone sign in.
 //!
+//! Attempts without an identity are not a row each: anyone can make them, so
+//! they are tallied, one row per source and minute with their count
+//! ([`AuditLog::tally`], `tally`).
+//!
 //! Layout: here, [`AuditLog`] (opening, appending, reading entries) and its
 //! errors; `sessions` (sign-in sessions: [`NewSession`], [`WebSession`]);
-//! `sql` (URLs, tables, rows); `export` (CSV, NDJSON).
+//! `sql` (URLs, tables, rows); `export` (CSV, NDJSON); `tally` (attempts
+//! without an identity).
 
 pub(crate) mod export;
 mod sessions;
 pub(crate) mod sql;
+pub mod tally;
 
 pub use export::{to_csv, to_ndjson, FIELDS};
 pub use sessions::{NewSession, WebSession};
 
-use std::sync::Arc;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use lockscope_model::admin::{AuditEntry, AuditQuery};
@@ -75,6 +82,8 @@ struct Inner {
     dialect: Dialect,
     /// The database, without credentials, for errors.
     shown: String,
+    /// Attempts without an identity, counted until their minute is over.
+    tally: Mutex<tally::Tally>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -108,10 +117,49 @@ impl AuditLog {
                 pool,
                 dialect: target.dialect,
                 shown: target.shown,
+                tally: Mutex::new(tally::Tally::new(
+                    crate::settings::Limits::default().audit_sources_per_minute,
+                )),
             }),
         };
         log.create_tables().await?;
+        tokio::spawn(write_tallies(Arc::downgrade(&log.inner)));
         Ok(log)
+    }
+
+    /// At most this many sources get tally rows of their own in a minute
+    /// (`[limits] audit_sources_per_minute`).
+    pub fn set_tally_sources(&self, sources: usize) {
+        self.inner.tally.lock().unwrap().set_sources(sources);
+    }
+
+    /// Counts `entry`, an attempt without an identity from `peer`: written as
+    /// part of its source's row of the minute, when that minute is over. The
+    /// entry is returned as it was (id 0: not yet written).
+    pub fn tally(&self, entry: &AuditEntry, peer: Option<IpAddr>) -> AuditEntry {
+        let source = crate::auth::limit::source(peer);
+        let mut tally = self.inner.tally.lock().unwrap();
+        tally.add(entry, source, tokio::time::Instant::now());
+        entry.clone()
+    }
+
+    /// Writes the tally rows of finished minutes (`all`: the current
+    /// minute's too, as at shutdown). A row that cannot be written is logged
+    /// and dropped.
+    pub async fn flush_tally(&self, all: bool) {
+        let rows = self.inner.tally.lock().unwrap().take(tokio::time::Instant::now(), all);
+        for row in rows {
+            if let Err(e) = self.append(&row).await {
+                tracing::error!(error = %e, ?row, "a tally of attempts without an identity could not be written");
+            }
+        }
+    }
+
+    /// For `/metrics`: attempts without an identity tallied so far, and the
+    /// rows made of them.
+    pub fn tally_counts(&self) -> (u64, u64) {
+        let t = self.inner.tally.lock().unwrap();
+        (t.attempts, t.rows)
     }
 
     async fn create_tables(&self) -> Result<(), AuditError> {
@@ -215,6 +263,17 @@ impl AuditLog {
             .map(sql::entry_of)
             .transpose()
             .map_err(|e| self.error(what, e))
+    }
+}
+
+/// Writes finished minutes' tallies, until the log is dropped.
+async fn write_tallies(log: Weak<Inner>) {
+    let mut every = tokio::time::interval(tally::FLUSH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(inner) = log.upgrade() else { return };
+        AuditLog { inner }.flush_tally(false).await;
     }
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use argon2::password_hash::{PasswordHash, PasswordVerifier};
 
 #[test]
 fn cookies_are_found_among_others() {

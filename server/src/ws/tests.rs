@@ -164,6 +164,8 @@ async fn bad_input_gets_a_reason_and_a_close() {
             close::POLICY_VIOLATION,
         ),
         (true, WsIn::Binary, close::UNSUPPORTED_DATA),
+        // "a message (and a frame) from the browser at MAX_MESSAGE_BYTES (longer: closed 1009)"
+        (false, WsIn::TooBig, close::MESSAGE_TOO_BIG),
     ] {
         let (_ev, mut c, _stop, _hub) = start();
         c.msg().await;
@@ -232,4 +234,39 @@ async fn a_reader_that_stops_acknowledging_is_held_back_then_gets_the_present() 
     assert_eq!(f.total, 200, "one frame with the present, not a backlog");
     w.apply(f).unwrap();
     assert_eq!(w.len(), 100);
+}
+
+/// "a subscription's queue holds at most 16 frames … and a socket whose
+/// reader falls that far behind is dropped by the hub" (module docs): a
+/// browser that stops reading altogether holds a bounded queue, then none.
+#[tokio::test]
+async fn a_socket_that_stops_reading_holds_a_bounded_queue_then_is_dropped() {
+    let (ev_tx, ev_rx) = tokio::sync::mpsc::channel(64);
+    let hub = HubHandle::with_events("test-fleet", "test", ev_rx);
+    // The socket takes a few messages, then nothing more (its reader stopped).
+    let (out_tx, _out_rx) = mpsc::channel::<WsOut>(2);
+    let (in_tx, in_rx) = mpsc::unbounded();
+    let (_stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(serve_subscriber(
+        hub.clone(),
+        Fleets::new(vec![hub.clone()]),
+        out_tx,
+        in_rx,
+        stop_rx,
+    ));
+    in_tx.unbounded_send(WsIn::Text(DEFAULT_VIEW.into())).unwrap();
+    for since in 0..40 {
+        let status = lockscope_model::StoreStatus::Live { since };
+        ev_tx.send(ObserverEvent::Status(status)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while hub.stats().now().lag_drops == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stalled socket was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(hub.stats().now().lag_drops, 1);
 }

@@ -9,6 +9,7 @@ mod admin_exact;
 mod demo;
 mod history;
 mod history_exports;
+mod limits;
 mod live;
 mod metrics;
 mod outage;

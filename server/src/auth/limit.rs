@@ -1,0 +1,179 @@
+//! Failed authentication, per source: a source that fails `per_minute` token
+//! checks within a minute gets `429 Too Many Requests` (with `Retry-After`)
+//! for every request carrying a token until that minute is over, and costs no
+//! more password hashing meanwhile.
+//!
+//! A source is a peer address, an IPv6 peer's /64 (one host usually holds a
+//! whole /64). At most `capacity` sources are tracked; when full, the one whose
+//! minute started first is forgotten.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long a source's failures are counted together.
+pub const WINDOW: Duration = Duration::from_secs(60);
+
+/// Where a request came from, as the limits count it: the peer address, an
+/// IPv6 peer's /64 (an IPv4 address mapped into IPv6 is that IPv4 address).
+/// `None`: unknown (a request that did not come over a socket).
+pub fn source(peer: Option<IpAddr>) -> Option<IpAddr> {
+    Some(match peer? {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
+        },
+    })
+}
+
+/// A source's failures in its current window.
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    started: Instant,
+    failures: u32,
+}
+
+/// Failed token checks per source in the current minute (see the module docs).
+#[derive(Debug)]
+pub struct Failures {
+    per_minute: u32,
+    capacity: usize,
+    windows: Mutex<HashMap<Option<IpAddr>, Window>>,
+    /// Failed checks counted so far (for `/metrics`).
+    failed: AtomicU64,
+    /// Requests answered `429` so far (for `/metrics`).
+    limited: AtomicU64,
+}
+
+impl Failures {
+    pub fn new(per_minute: u32, capacity: usize) -> Failures {
+        Failures {
+            per_minute: per_minute.max(1),
+            capacity: capacity.max(1),
+            windows: Mutex::new(HashMap::new()),
+            failed: AtomicU64::new(0),
+            limited: AtomicU64::new(0),
+        }
+    }
+
+    /// Failed checks allowed per source and minute.
+    pub fn per_minute(&self) -> u32 {
+        self.per_minute
+    }
+
+    /// `Some(how long until it may try again)` when `source` has used up its
+    /// failures for this minute.
+    pub fn blocked(&self, source: Option<IpAddr>) -> Option<Duration> {
+        let now = Instant::now();
+        let windows = self.windows.lock().unwrap();
+        let w = windows.get(&source)?;
+        let ends = w.started + WINDOW;
+        (w.failures >= self.per_minute && ends > now).then(|| ends - now)
+    }
+
+    /// Counts one failed check of `source`.
+    pub fn failed(&self, source: Option<IpAddr>) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut windows = self.windows.lock().unwrap();
+        if windows.len() >= self.capacity && !windows.contains_key(&source) {
+            // Ended windows go first; then the oldest.
+            windows.retain(|_, w| w.started + WINDOW > now);
+            if windows.len() >= self.capacity {
+                if let Some(oldest) = windows.iter().min_by_key(|(_, w)| w.started).map(|(k, _)| *k) {
+                    windows.remove(&oldest);
+                }
+            }
+        }
+        let w = windows.entry(source).or_insert(Window {
+            started: now,
+            failures: 0,
+        });
+        if w.started + WINDOW <= now {
+            *w = Window {
+                started: now,
+                failures: 0,
+            };
+        }
+        w.failures = w.failures.saturating_add(1);
+    }
+
+    /// Counts a request answered `429`.
+    pub fn count_limited(&self) {
+        self.limited.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Failed checks so far, and requests answered `429` so far.
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.failed.load(Ordering::Relaxed),
+            self.limited.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Sources tracked now (at most the capacity).
+    pub fn tracked(&self) -> usize {
+        self.windows.lock().unwrap().len()
+    }
+}
+
+/// `d` in whole seconds, rounded up (what `Retry-After` says).
+pub fn secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> Option<IpAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_is_blocked_for_the_rest_of_its_minute_after_its_failures() {
+        let f = Failures::new(3, 100);
+        for _ in 0..2 {
+            f.failed(ip("10.0.0.1"));
+        }
+        assert_eq!(f.blocked(ip("10.0.0.1")), None, "two of three failures");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        f.failed(ip("10.0.0.1"));
+        assert_eq!(f.blocked(ip("10.0.0.1")), Some(Duration::from_secs(40)));
+        assert_eq!(f.blocked(ip("10.0.0.2")), None, "another source is not");
+        tokio::time::advance(Duration::from_secs(40)).await;
+        assert_eq!(f.blocked(ip("10.0.0.1")), None, "the minute is over");
+        f.failed(ip("10.0.0.1"));
+        assert_eq!(f.blocked(ip("10.0.0.1")), None, "a new minute, a new count");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_map_stays_bounded_and_forgets_the_oldest() {
+        let f = Failures::new(1, 3);
+        for i in 1..=3 {
+            f.failed(ip(&format!("10.0.0.{i}")));
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        f.failed(ip("10.0.0.4"));
+        assert_eq!(f.tracked(), 3);
+        assert_eq!(f.blocked(ip("10.0.0.1")), None, "the oldest was forgotten");
+        assert!(f.blocked(ip("10.0.0.2")).is_some() && f.blocked(ip("10.0.0.4")).is_some());
+    }
+
+    #[test]
+    fn sources_are_addresses_and_ipv6_64s() {
+        assert_eq!(source(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+        assert_eq!(source(ip("2001:db8:1:2:bbbb::9")), source(ip("2001:db8:1:2::5")));
+        assert_ne!(source(ip("2001:db8:1:3::1")), source(ip("2001:db8:1:2::1")));
+        assert_eq!(source(ip("::ffff:10.1.2.3")), ip("10.1.2.3"));
+        assert_eq!(source(ip("10.1.2.3")), ip("10.1.2.3"));
+        assert_eq!(source(None), None);
+        assert_eq!(secs(Duration::from_millis(1500)), 2);
+        assert_eq!(secs(Duration::from_secs(3)), 3);
+    }
+}

@@ -1,0 +1,318 @@
+//! Verifying API tokens ([`Auth::verify_token`]): the cache of tokens that
+//! verified, the limit on failures per source ([`limit`]), and the password
+//! hashing itself ([`Verifier`]).
+//!
+//! Verifying a token against its Argon2 hash (deliberately slow: ~60 ms and
+//! 19 MiB each), on at most `concurrency` dedicated threads: whatever the flood,
+//! the hashing takes that many cores and that many times 19 MiB (spread over
+//! the async runtime's blocking pool, each thread's allocator would keep its
+//! own 19 MiB). Verifications beyond that wait their turn.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use argon2::password_hash::PasswordHash;
+use argon2::{Algorithm, Argon2, Block, Params, Version};
+use sha2::{Digest, Sha256};
+use tokio::sync::{oneshot, Semaphore};
+
+use super::limit::{self, Failures};
+use super::{constant_time_eq, Auth};
+use crate::settings::{Limits, TokenFile};
+
+/// One verification: the PHC hash, the token, where the answer goes.
+type Job = (String, String, oneshot::Sender<bool>);
+
+/// The verifying threads (started at the first verification) and their numbers.
+pub struct Verifier {
+    concurrency: usize,
+    permits: Semaphore,
+    jobs: OnceLock<Mutex<mpsc::Sender<Job>>>,
+    counts: Arc<Counts>,
+}
+
+/// A turn of [`Verifier::run`] (given back when dropped).
+pub struct Turn<'a> {
+    _permit: Option<tokio::sync::SemaphorePermit<'a>>,
+}
+
+/// How many verifications ran, and how many at once at most.
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub runs: AtomicU64,
+    running: AtomicUsize,
+    pub most_at_once: AtomicUsize,
+}
+
+impl Verifier {
+    pub fn new(concurrency: usize) -> Verifier {
+        let concurrency = concurrency.max(1);
+        Verifier {
+            concurrency,
+            permits: Semaphore::new(concurrency),
+            jobs: OnceLock::new(),
+            counts: Arc::default(),
+        }
+    }
+
+    /// A turn to verify: at most `concurrency` are out at once.
+    pub async fn turn(&self) -> Turn<'_> {
+        Turn {
+            _permit: self.permits.acquire().await.ok(),
+        }
+    }
+
+    /// Whether `token` is the one `hash` was made from (`false` for a hash
+    /// that is not an Argon2 PHC string): one Argon2 run, in `_turn`.
+    pub async fn run(&self, _turn: &Turn<'_>, hash: &str, token: &str) -> bool {
+        let (tx, rx) = oneshot::channel();
+        let sent = self
+            .sender()
+            .lock()
+            .unwrap()
+            .send((hash.to_string(), token.to_string(), tx));
+        if sent.is_err() {
+            tracing::error!("the token verifying threads are gone");
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// Argon2 verifications run so far.
+    pub fn runs(&self) -> u64 {
+        self.counts.runs.load(Ordering::Relaxed)
+    }
+
+    /// The most verifications that ran at once.
+    #[cfg(test)]
+    pub fn most_at_once(&self) -> usize {
+        self.counts.most_at_once.load(Ordering::Relaxed)
+    }
+
+    fn sender(&self) -> &Mutex<mpsc::Sender<Job>> {
+        self.jobs.get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            let rx = Arc::new(Mutex::new(rx));
+            for i in 0..self.concurrency {
+                let (rx, counts) = (rx.clone(), self.counts.clone());
+                let spawned = std::thread::Builder::new()
+                    .name(format!("lockscope-verify-{i}"))
+                    .spawn(move || run(&rx, &counts));
+                if let Err(e) = spawned {
+                    tracing::error!(error = %e, "starting a token verifying thread");
+                }
+            }
+            Mutex::new(tx)
+        })
+    }
+}
+
+/// A verifying thread: until the [`Verifier`] is dropped.
+fn run(jobs: &Mutex<mpsc::Receiver<Job>>, counts: &Counts) {
+    // The hash's working memory (19 MiB with the default parameters), taken
+    // once and kept: taken and given back per run, the allocator would keep
+    // some of it anyway, and more with every run that overlaps another.
+    let mut memory: Vec<Block> = Vec::new();
+    loop {
+        let job = jobs.lock().unwrap().recv();
+        let Ok((hash, token, answer)) = job else { return };
+        counts.runs.fetch_add(1, Ordering::Relaxed);
+        let now = counts.running.fetch_add(1, Ordering::SeqCst) + 1;
+        counts.most_at_once.fetch_max(now, Ordering::SeqCst);
+        let ok = verify(&hash, &token, &mut memory);
+        counts.running.fetch_sub(1, Ordering::SeqCst);
+        let _ = answer.send(ok);
+    }
+}
+
+/// Whether `token` hashes to `phc` (an Argon2 PHC string, with its own
+/// algorithm, version and parameters), in `memory`: what `verify_password`
+/// does, without allocating the working memory each time.
+fn verify(phc: &str, token: &str, memory: &mut Vec<Block>) -> bool {
+    let Ok(hash) = PasswordHash::new(phc) else { return false };
+    let (Some(salt), Some(expected)) = (hash.salt, hash.hash) else {
+        return false;
+    };
+    let version = hash.version.map_or(Ok(Version::default()), Version::try_from);
+    let (Ok(algorithm), Ok(version), Ok(params)) =
+        (Algorithm::try_from(hash.algorithm), version, Params::try_from(&hash))
+    else {
+        return false;
+    };
+    let mut salt_bytes = [0u8; 64];
+    let Ok(salt) = salt.decode_b64(&mut salt_bytes) else {
+        return false;
+    };
+    let blocks = params.block_count();
+    if memory.len() < blocks {
+        memory.resize(blocks, Block::default());
+    }
+    let mut out = vec![0u8; expected.len()];
+    Argon2::new(algorithm, version, params)
+        .hash_password_into_with_memory(token.as_bytes(), salt, &mut out, &mut memory[..blocks])
+        .is_ok()
+        && constant_time_eq(&out, expected.as_bytes())
+}
+
+impl Auth {
+    /// The same, with these limits on failed authentication and hashing.
+    pub fn with_limits(mut self, limits: &Limits) -> Auth {
+        self.verifier = Verifier::new(limits.auth_verify_concurrency);
+        self.failures = failures(limits);
+        self
+    }
+
+    /// Password hash verifications run so far (each one Argon2 run).
+    pub fn verifications(&self) -> u64 {
+        self.verifier.runs()
+    }
+
+    /// Failed token checks a source may make in a minute.
+    pub fn failures_per_minute(&self) -> u32 {
+        self.failures.per_minute()
+    }
+
+    /// Counts a request answered `429` for its source's failures.
+    pub fn count_rate_limited(&self) {
+        self.failures.count_limited();
+    }
+
+    /// For `/metrics`: failed token checks, requests answered `429`, Argon2
+    /// verifications run, so far.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        let (failed, limited) = self.failures.totals();
+        (failed, limited, self.verifier.runs())
+    }
+
+    /// When `peer`'s source has used up its failed token checks for this
+    /// minute: how long until it may try again (`429` with `Retry-After`).
+    pub fn retry_after(&self, peer: Option<IpAddr>) -> Option<Duration> {
+        self.failures.blocked(limit::source(peer))
+    }
+
+    /// The configured token `token` is, if it is one, sent from `peer`.
+    ///
+    /// Every token checked costs exactly one Argon2 verification, whether its
+    /// id is configured or not (an unknown id is checked against a configured
+    /// token's hash, which it cannot match: that hash is of a token with
+    /// another id), so the answer's timing does not tell which ids exist. A
+    /// token that verified before is recognised by its SHA-256 without one.
+    /// A source over its failures for the minute ([`Auth::retry_after`]) gets
+    /// [`TokenRefused::TooMany`] without any hashing.
+    pub(super) async fn verify_token(&self, token: &str, peer: Option<IpAddr>) -> Result<&TokenFile, TokenRefused> {
+        let config = self.config.as_ref().ok_or(TokenRefused::Invalid)?;
+        let id = token.split_once('.').map_or("", |(id, _)| id);
+        let entry = config.tokens.iter().find(|t| t.id == id);
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+        if let Some(entry) = entry {
+            let seen = self.verified.lock().unwrap().get(id).copied();
+            if seen.is_some_and(|d| constant_time_eq(&d, &digest)) {
+                return Ok(entry);
+            }
+        }
+        let source = limit::source(peer);
+        let too_many = |wait: Duration| TokenRefused::TooMany {
+            per_minute: self.failures.per_minute(),
+            retry_after: limit::secs(wait),
+        };
+        if let Some(wait) = self.failures.blocked(source) {
+            return Err(too_many(wait));
+        }
+        // No configured token at all (a proxy-only setup): no ids to learn.
+        let hash = &entry.or(config.tokens.first()).ok_or(TokenRefused::Invalid)?.hash;
+        // Checked again once it is this one's turn (and the failure counted
+        // before the turn is given back): a burst from one source waiting
+        // together stops hashing when the source is over its limit.
+        let turn = self.verifier.turn().await;
+        if let Some(wait) = self.failures.blocked(source) {
+            return Err(too_many(wait));
+        }
+        let ok = self.verifier.run(&turn, hash, token).await && entry.is_some();
+        match entry.filter(|_| ok) {
+            Some(entry) => {
+                self.verified.lock().unwrap().insert(id.to_string(), digest);
+                Ok(entry)
+            }
+            None => {
+                self.failures.failed(source);
+                Err(TokenRefused::Invalid)
+            }
+        }
+    }
+}
+
+/// Why a token was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenRefused {
+    #[error("the API token is not valid")]
+    Invalid,
+    /// The source used up its failed checks for the minute (`429`).
+    #[error("too many failed token checks from this address ({per_minute} a minute): try again in {retry_after} s")]
+    TooMany { per_minute: u32, retry_after: u64 },
+}
+
+pub(super) fn failures(limits: &Limits) -> Failures {
+    Failures::new(limits.auth_failures_per_minute, limits.auth_sources)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lockscope_model::admin::Role;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn verifications_run_at_most_concurrency_at_once() {
+        let (token, entry) = crate::auth::new_token("a", Role::Viewer);
+        let file = crate::settings::FileConfig::parse(&entry).unwrap();
+        let hash = file.auth.unwrap().tokens[0].hash.clone();
+        let v = Arc::new(Verifier::new(2));
+        let tries: Vec<_> = (0..6)
+            .map(|i| {
+                let (v, hash, token) = (v.clone(), hash.clone(), token.clone());
+                let token = if i == 0 { token } else { format!("x{i}") };
+                tokio::spawn(async move {
+                    let turn = v.turn().await;
+                    v.run(&turn, &hash, &token).await
+                })
+            })
+            .collect();
+        let mut ok = Vec::new();
+        for t in tries {
+            ok.push(t.await.unwrap());
+        }
+        assert_eq!(ok, [true, false, false, false, false, false]);
+        assert_eq!(v.runs(), 6);
+        assert_eq!(v.most_at_once(), 2, "six at once were asked for, two ran at a time");
+    }
+
+    #[test]
+    fn a_hash_is_checked_with_its_own_algorithm_version_and_parameters() {
+        use argon2::password_hash::{PasswordHasher, SaltString};
+        let salt = SaltString::encode_b64(b"0123456789abcdef").unwrap();
+        let params = Params::new(64, 1, 1, Some(20)).unwrap();
+        let mut memory = Vec::new();
+        for (algorithm, version) in [
+            (Algorithm::Argon2id, Version::V0x13),
+            (Algorithm::Argon2i, Version::V0x10),
+            (Algorithm::Argon2d, Version::V0x13),
+        ] {
+            let phc = Argon2::new(algorithm, version, params.clone())
+                .hash_password(b"s3cret", &salt)
+                .unwrap()
+                .to_string();
+            assert!(verify(&phc, "s3cret", &mut memory), "{phc}");
+            assert!(!verify(&phc, "s3creT", &mut memory), "{phc}");
+        }
+        let (token, entry) = crate::auth::new_token("a", Role::Viewer);
+        let phc = crate::settings::FileConfig::parse(&entry).unwrap().auth.unwrap().tokens[0]
+            .hash
+            .clone();
+        assert!(verify(&phc, &token, &mut memory));
+        assert_eq!(memory.len(), 19 * 1024, "the default parameters' 19 MiB, kept");
+        assert!(!verify("$argon2id$v=19$m=65536,t=2,p=1$bm9zYWx0$", &token, &mut memory));
+        assert!(!verify("plain", &token, &mut memory));
+    }
+}

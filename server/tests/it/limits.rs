@@ -1,0 +1,266 @@
+//! The limits on what a client can make the server hold (`[limits]`,
+//! docs/operations.md "Limits"), against a real server on a real socket: a
+//! websocket frame past the message limit, websockets past the per-identity
+//! limit, and a flood of bad tokens (429 with `Retry-After`, one audit row
+//! with the count, the numbers in `/metrics`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use lockscope::audit::AuditLog;
+use lockscope::auth::{new_token, Auth, UNAUTHENTICATED};
+use lockscope::http::AppState;
+use lockscope::hub::{Fleets, HubHandle};
+use lockscope::settings::{FileConfig, Limits};
+use lockscope_model::admin::{AuditQuery, Role};
+use lockscope_store::ObserverEvent;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+struct Server {
+    addr: SocketAddr,
+    audit: AuditLog,
+    /// An admin's API token (with `auth`).
+    token: Option<String>,
+    _events: mpsc::Sender<ObserverEvent>,
+    _dir: tempfile::TempDir,
+    _stop: watch::Sender<bool>,
+}
+
+impl Server {
+    /// A server of one fleet fed by hand, with `limits`; with `auth`, one
+    /// admin token configured.
+    async fn start(auth: bool, limits: Limits) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
+            .await
+            .unwrap();
+        let (token, auth_file) = match auth {
+            false => (None, None),
+            true => {
+                let (token, entry) = new_token("alice", Role::Admin);
+                (Some(token), FileConfig::parse(&entry).unwrap().auth)
+            }
+        };
+        let (events, rx) = mpsc::channel(16);
+        let hub = HubHandle::with_events("f", "by hand", rx);
+        let (stop, stop_rx) = watch::channel(false);
+        let state = AppState::new(
+            Fleets::new(vec![hub]),
+            "target/site".into(),
+            stop_rx.clone(),
+            audit.clone(),
+            Auth::new(auth_file, audit.clone()).with_limits(&limits),
+        )
+        .with_limits(&limits);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
+        Server {
+            addr,
+            audit,
+            token,
+            _events: events,
+            _dir: dir,
+            _stop: stop,
+        }
+    }
+
+    /// A websocket, and its first message (`hello`, or a close frame).
+    async fn ws(&self) -> (Ws, Message) {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}/ws", self.addr))
+            .await
+            .unwrap();
+        let first = next(&mut ws).await;
+        (ws, first)
+    }
+
+    async fn request(&self, method: &str, path: &str, bearer: Option<&str>) -> (u16, Option<String>, String) {
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("http://{}{path}", self.addr))
+            .header("content-type", "application/json");
+        if let Some(t) = bearer {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        let body = r#"{"fence": 1, "owner": null, "reason": "flood"}"#;
+        let req = req.body(Full::new(Bytes::from(body))).unwrap();
+        let resp = Client::builder(TokioExecutor::new())
+            .build_http()
+            .request(req)
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_string());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, retry_after, String::from_utf8_lossy(&body).into())
+    }
+
+    /// A counter's value in `/metrics` (its full sample name, labels included).
+    async fn metric(&self, sample: &str) -> f64 {
+        let (status, _, body) = self.request("GET", "/metrics", self.token.as_deref()).await;
+        assert_eq!(status, 200, "{body}");
+        body.lines()
+            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {sample} in\n{body}"))
+            .parse()
+            .unwrap()
+    }
+}
+
+async fn next(ws: &mut Ws) -> Message {
+    tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("the server answers within 5 s")
+        .expect("the socket is open")
+        .unwrap()
+}
+
+/// The close frame, skipping messages before it.
+async fn close_frame(ws: &mut Ws) -> (CloseCode, String) {
+    loop {
+        if let Message::Close(Some(f)) = next(ws).await {
+            return (f.code, f.reason.to_string());
+        }
+    }
+}
+
+fn is_hello(m: &Message) -> bool {
+    matches!(m, Message::Text(t) if t.contains(r#""type":"hello""#))
+}
+
+#[tokio::test]
+async fn a_frame_past_the_message_limit_is_refused_at_its_header_and_the_server_stays_up() {
+    let server = Server::start(false, Limits::default()).await;
+    let (mut ws, hello) = server.ws().await;
+    assert!(is_hello(&hello), "{hello:?}");
+    // A masked text frame announcing 1 MiB, of which 17 KiB is sent: the
+    // server must refuse it from its header, not buffer up to the frame limit.
+    let mut frame = vec![0x81, 0x80 | 127];
+    frame.extend_from_slice(&(1u64 << 20).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend(std::iter::repeat_n(b'x', 17 * 1024));
+    let MaybeTlsStream::Plain(tcp) = ws.get_mut() else {
+        unreachable!()
+    };
+    tcp.write_all(&frame).await.unwrap();
+    let (code, reason) = close_frame(&mut ws).await;
+    assert_eq!(code, CloseCode::Size, "1009: {reason}");
+    assert!(reason.contains("longer than 16384 bytes"), "{reason}");
+    let (_ws, hello) = server.ws().await;
+    assert!(is_hello(&hello), "the server still serves: {hello:?}");
+}
+
+#[tokio::test]
+async fn a_socket_past_the_identity_limit_is_closed_naming_the_limit_until_one_closes() {
+    let limits = Limits {
+        ws_per_identity: 2,
+        ..Limits::default()
+    };
+    let server = Server::start(false, limits).await;
+    let (mut first, hello) = server.ws().await;
+    assert!(is_hello(&hello));
+    let (_second, hello) = server.ws().await;
+    assert!(is_hello(&hello));
+    let refused = r#"lockscope_websockets_refused_total{limit="identity"}"#;
+    assert_eq!(server.metric(refused).await, 0.0);
+    let (_third, closed) = server.ws().await;
+    let Message::Close(Some(f)) = closed else {
+        panic!("expected a close frame, got {closed:?}")
+    };
+    assert_eq!(f.code, CloseCode::Policy, "1008");
+    assert_eq!(
+        f.reason.as_str(),
+        "too many websockets: this identity has 2 open ([limits] ws_per_identity)"
+    );
+    assert_eq!(server.metric(refused).await, 1.0);
+    first.send(Message::Close(None)).await.unwrap();
+    // The server gives the place back when it sees the close.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let (_ws, m) = server.ws().await;
+        if is_hello(&m) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no place after a close: {m:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_flood_of_bad_tokens_gets_429_and_one_audit_row_with_its_count() {
+    let limits = Limits {
+        auth_failures_per_minute: 5,
+        ..Limits::default()
+    };
+    let server = Server::start(true, limits).await;
+    let token = server.token.clone().unwrap();
+    let id = token.split_once('.').unwrap().0.to_string();
+    // The admin's token verifies once (and is then known without hashing).
+    assert_eq!(server.metric("lockscope_auth_verifications_total").await, 1.0);
+    let mut statuses = Vec::new();
+    for i in 0..12 {
+        // Known and unknown ids alike.
+        let bad = if i % 2 == 0 {
+            format!("{id}.bad{i}")
+        } else {
+            format!("0000.bad{i}")
+        };
+        let (status, retry_after, body) = server
+            .request("POST", "/api/v1/fleets/f/locks/some-lock/release", Some(&bad))
+            .await;
+        match status {
+            401 => assert!(retry_after.is_none() && body.contains("not valid"), "{body}"),
+            429 => {
+                let secs: u64 = retry_after.expect("429 says when to retry").parse().unwrap();
+                assert!((1..=60).contains(&secs), "{secs}");
+                assert!(body.contains("too many failed token checks"), "{body}");
+            }
+            other => panic!("{other}: {body}"),
+        }
+        statuses.push(status);
+    }
+    assert_eq!(
+        statuses,
+        [[401; 4].as_slice(), &[429; 8]].concat(),
+        "the fifth failure uses up the minute"
+    );
+    assert_eq!(
+        server.metric("lockscope_auth_verifications_total").await,
+        6.0,
+        "five failures hashed, none after"
+    );
+    assert_eq!(server.metric("lockscope_auth_rate_limited_total").await, 8.0);
+    assert_eq!(server.metric("lockscope_auth_failures_total").await, 5.0);
+    // The minute's tally is written when it is over, or at shutdown (now).
+    server.audit.flush_tally(true).await;
+    let rows = server.audit.query(&AuditQuery::default()).await.unwrap();
+    let rows: Vec<_> = rows.iter().filter(|r| r.actor == UNAUTHENTICATED).collect();
+    assert_eq!(rows.len(), 1, "one row for the source's minute: {rows:#?}");
+    assert!(
+        rows[0]
+            .detail
+            .starts_with("12 attempts without an identity from 127.0.0.1 within a minute"),
+        "{}",
+        rows[0].detail
+    );
+    assert_eq!(server.metric("lockscope_audit_unauthenticated_rows_total").await, 1.0);
+    assert_eq!(
+        server.metric("lockscope_audit_unauthenticated_attempts_total").await,
+        12.0
+    );
+}
