@@ -458,7 +458,7 @@ impl Replay {
 }
 
 mod query;
-pub use query::{parse_when, HistoryQuery, WHEN_HELP};
+pub use query::{parse_duration, parse_when, HistoryQuery, WHEN_HELP};
 
 #[cfg(test)]
 mod tests;

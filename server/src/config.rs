@@ -226,6 +226,21 @@ pub struct LockArgs {
     /// Service name recorded as the holder.
     #[arg(long, default_value = "lockscope-cli")]
     pub service: String,
+    /// While the lock is held by someone else, wait at most this long (`90s`,
+    /// `15m`, `1h30m`, `2d`); without it, wait until it is free.
+    #[arg(long, value_parser = parse_wait, conflicts_with = "no_wait")]
+    pub wait: Option<std::time::Duration>,
+    /// Try once: when the lock is held, say by whom and fail at once.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// A `--wait` duration, written as the history's relative times are.
+fn parse_wait(text: &str) -> Result<std::time::Duration, String> {
+    lockscope_model::history::parse_duration(text)
+        .filter(|ms| *ms > 0)
+        .map(|ms| std::time::Duration::from_millis(ms as u64))
+        .ok_or_else(|| format!("{text:?} is not a duration: numbers with units s, m, h, d, e.g. 90s or 1h30m"))
 }
 
 #[derive(Debug, Args)]

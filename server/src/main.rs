@@ -21,8 +21,38 @@ use lockscope_store::spec::StoreSpec;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Runs the command; an error is one line on stderr (its causes joined by
+/// `: `), with the whole chain and a backtrace only when `RUST_BACKTRACE` asks.
+fn main() -> std::process::ExitCode {
+    return_large_blocks();
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    match runtime.block_on(run()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            if std::env::var_os("RUST_BACKTRACE").is_some_and(|v| v != "0") {
+                eprintln!("error: {e:?}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// glibc's malloc raises its mmap threshold to the size of any mapped block
+/// freed (up to 32 MiB), after which such blocks come from arenas that are never
+/// trimmed: a burst of Argon2 verifications (19 MiB each, one per bad token)
+/// would keep the process ~100 MiB larger for good. A fixed threshold keeps
+/// every block of 1 MiB or more mapped, and so returned when freed.
+fn return_large_blocks() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&cli.log).context("--log")?)
@@ -312,41 +342,107 @@ async fn shutdown_signal() {
 /// exits without releasing would: its session stops heartbeating, so after the
 /// session's ttl the dashboard shows the lock as orphaned until `unlock` (or the
 /// unlocker) releases it.
+/// Takes a lock through the client library and exits holding it (its session
+/// stops heartbeating, as a dead worker's would). A held lock is waited for —
+/// up to `--wait`, or until it is free — as a waiter the dashboard shows, and
+/// the session's counters (attempts, conflicts, waits) are published before exit.
 async fn lock(args: LockArgs) -> anyhow::Result<()> {
     let spec = args.store.spec();
     let store = spec.connect().await?;
     let session = Session::open(store, SessionConfig::new(args.service)).await?;
     let expected = Duration::from_secs(args.expected_runtime);
     let opts = LockOptions::new(args.purpose, expected).auto_unlock_after(expected * 2);
-    let mut batch = session.try_lock_batch(&[&args.name], opts).await?;
-    match (batch.taken.pop(), batch.busy.pop()) {
-        (Some(guard), _) => {
-            println!(
-                "acquired {} fence={} session={}",
-                args.name,
-                guard.fence(),
-                session.id()
-            );
-            guard.abandon();
-            Ok(())
-        }
+    let mut batch = session.try_lock_batch(&[&args.name], opts.clone()).await?;
+    let guard = match (batch.taken.pop(), batch.busy.pop()) {
+        (Some(guard), _) => guard,
         (None, Some((_, holder))) => {
-            let who = holder.as_ref().map(|h| match h.record() {
-                Some(r) => format!(
-                    "{}@{}:{} (session {}), fence {}",
-                    r.service, r.host, r.pid, r.session, h.fence
-                ),
-                None => match h.holder_session() {
-                    Some(s) => format!("session {s} (foreign schema), fence {}", h.fence),
-                    None if matches!(h.body, lockscope_model::LockBody::Foreign { .. }) => {
-                        format!("an unknown session (foreign schema), fence {}", h.fence)
-                    }
-                    None => format!("a malformed record, fence {}", h.fence),
-                },
-            });
-            bail!("{} is held by {}", args.name, who.as_deref().unwrap_or("someone"))
+            let who = holder.as_ref().map_or("someone".to_string(), holder_text);
+            if args.no_wait {
+                session.heartbeat_now().await;
+                bail!("{} is held by {who}", args.name);
+            }
+            let limit = args
+                .wait
+                .map_or("until it is free".into(), |d| format!("up to {}", human(d)));
+            eprintln!("{} is held by {who}; waiting {limit} (Ctrl-C gives up)", args.name);
+            let waited = wait_for(&session, &args.name, opts, args.wait).await;
+            session.heartbeat_now().await;
+            waited?
         }
         (None, None) => bail!("{}: the store answered neither acquired nor busy", args.name),
+    };
+    println!(
+        "acquired {} fence={} session={}",
+        args.name,
+        guard.fence(),
+        session.id()
+    );
+    session.heartbeat_now().await;
+    guard.abandon();
+    Ok(())
+}
+
+/// Waits for `name` (at most `limit`; `None`: until it is free), saying every
+/// 30 s that it still waits.
+async fn wait_for(
+    session: &Session<lockscope_store::spec::AnyLocks>,
+    name: &str,
+    opts: LockOptions,
+    limit: Option<Duration>,
+) -> anyhow::Result<lockscope_store::client::LockGuard<lockscope_store::spec::AnyLocks>> {
+    // Without a limit the client library's deadline is renewed daily: its
+    // wait stays one registration as a waiter, whatever the deadline.
+    const DAY: Duration = Duration::from_secs(86_400);
+    let started = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval_at(started + Duration::from_secs(30), Duration::from_secs(30));
+    let attempt = async {
+        loop {
+            let deadline = limit.map_or(DAY, |l| l.saturating_sub(started.elapsed()));
+            match session.lock(name, opts.clone().deadline(deadline)).await {
+                Err(lockscope_store::StoreError::Deadline { .. }) if limit.is_none() => continue,
+                r => return r,
+            }
+        }
+    };
+    tokio::pin!(attempt);
+    loop {
+        tokio::select! {
+            r = &mut attempt => return r.map_err(|e| match e {
+                lockscope_store::StoreError::Deadline { .. } => {
+                    anyhow::anyhow!("{name} is still held after {}: gave up", human(started.elapsed()))
+                }
+                e => e.into(),
+            }),
+            _ = tick.tick() => eprintln!("still waiting for {name} ({})", human(started.elapsed())),
+            _ = tokio::signal::ctrl_c() => bail!("{name}: gave up waiting after {}", human(started.elapsed())),
+        }
+    }
+}
+
+/// `1m30s`-style text of a duration, to the second.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, s / 60 % 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s:02}s"),
+        (h, m, _) => format!("{h}h{m:02}m"),
+    }
+}
+
+/// Who holds a lock, as the CLI says it.
+fn holder_text(h: &lockscope_model::LockEntry) -> String {
+    match h.record() {
+        Some(r) => format!(
+            "{}@{}:{} (session {}), fence {}",
+            r.service, r.host, r.pid, r.session, h.fence
+        ),
+        None => match h.holder_session() {
+            Some(s) => format!("session {s} (foreign schema), fence {}", h.fence),
+            None if matches!(h.body, lockscope_model::LockBody::Foreign { .. }) => {
+                format!("an unknown session (foreign schema), fence {}", h.fence)
+            }
+            None => format!("a malformed record, fence {}", h.fence),
+        },
     }
 }
 

@@ -133,8 +133,10 @@ fn valid_units(text: &str) -> bool {
     !text.is_empty() && !digits
 }
 
-/// `1h30m`, `15m`, `2d`, `90s` as milliseconds.
-fn parse_duration(text: &str) -> Option<Millis> {
+/// `1h30m`, `15m`, `2d`, `90s` as milliseconds (`None`: not that syntax, or
+/// past `i64` milliseconds). The one duration syntax of the history's relative
+/// times and the CLI's `--wait`.
+pub fn parse_duration(text: &str) -> Option<Millis> {
     let mut total: i64 = 0;
     let mut num = String::new();
     for c in text.chars() {

@@ -4,9 +4,12 @@
 //! counting allocator is global) and so does `unlocker_replicas` (timing-bound
 //! tests of two real processes that run one at a time, never beside other suites).
 
+mod abuse;
 mod admin;
 mod admin_exact;
+mod cli;
 mod demo;
+mod fuzz;
 mod history;
 mod history_exports;
 mod limits;

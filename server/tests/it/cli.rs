@@ -1,0 +1,132 @@
+//! `lockscope lock` as a user expects it, on a real SQLite file: a held lock is
+//! waited for (`--wait`, default until free; `--no-wait` tries once), the wait
+//! is shown, the session's counters are published, and an error is one line.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use lockscope_model::record::{Record, SessionRecord};
+
+fn lockscope(db: &std::path::Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lockscope"));
+    c.args(args)
+        .args(["--store", &format!("sqlite:{}", db.display())])
+        .env_remove("RUST_BACKTRACE")
+        .env("LOCKSCOPE_LOG", "warn");
+    c
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+/// The fence `lock` printed.
+fn fence(out: &Output) -> i64 {
+    let stdout = text(&out.stdout);
+    stdout
+        .split("fence=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|f| f.parse().ok())
+        .unwrap_or_else(|| panic!("no fence in {stdout:?} / {}", text(&out.stderr)))
+}
+
+/// The newest session record of the service `service`, read from the table.
+async fn session_of(db: &std::path::Path, service: &str) -> SessionRecord {
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", db.display()))
+        .await
+        .unwrap();
+    let rows: Vec<(String,)> = sqlx::query_as("SELECT record FROM lockscope_sessions")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    rows.iter()
+        .filter_map(|(r,)| SessionRecord::parse(r.as_bytes()).ok())
+        .filter(|r| r.service == service)
+        .max_by_key(|r| r.heartbeat_at)
+        .unwrap_or_else(|| panic!("no session of {service} in {rows:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_for_a_held_lock_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let run = |args: &[&str]| lockscope(&db, args).output().unwrap();
+
+    let first = tokio::task::block_in_place(|| run(&["lock", "jobs/nightly", "--service", "first"]));
+    assert!(first.status.success(), "{first:?}");
+    let f1 = fence(&first);
+
+    // --no-wait: one try, the holder named, one line, no backtrace.
+    let once = tokio::task::block_in_place(|| run(&["lock", "jobs/nightly", "--no-wait"]));
+    assert!(!once.status.success());
+    let err = text(&once.stderr);
+    assert!(err.contains("jobs/nightly is held by first@"), "{err}");
+    assert!(err.contains(&format!("fence {f1}")), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains("Caused by") && !err.contains("backtrace"), "{err}");
+
+    // --wait 1s: says it waits, gives up after the limit, in one line.
+    let started = std::time::Instant::now();
+    let bounded =
+        tokio::task::block_in_place(|| run(&["lock", "jobs/nightly", "--wait", "1s", "--service", "bounded"]));
+    assert!(!bounded.status.success());
+    assert!(started.elapsed() >= Duration::from_secs(1), "it waited");
+    let err = text(&bounded.stderr);
+    assert!(
+        err.contains("is held by first@") && err.contains("waiting up to 1s"),
+        "{err}"
+    );
+    assert!(
+        err.contains("error: jobs/nightly is still held after 1s: gave up"),
+        "{err}"
+    );
+    let counted = session_of(&db, "bounded").await;
+    assert!(
+        counted.contention.attempts >= 2 && counted.contention.conflicts >= 1,
+        "the session published its attempts and conflicts: {:?}",
+        counted.contention
+    );
+
+    // Default: wait until free. Release the first acquisition, and the waiter takes it.
+    let waiter = lockscope(&db, &["lock", "jobs/nightly", "--service", "waiter"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It is waiting: the session record says so.
+    let mut seen_waiting = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", db.display()))
+            .await
+            .unwrap();
+        let waiting: Vec<(Option<String>,)> = sqlx::query_as("SELECT waiting_for FROM lockscope_sessions")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+        if waiting.iter().any(|(w,)| w.as_deref() == Some("jobs/nightly")) {
+            seen_waiting = true;
+            break;
+        }
+    }
+    assert!(seen_waiting, "the waiting session is visible as a waiter");
+    let f1s = f1.to_string();
+    let unlock = tokio::task::block_in_place(|| run(&["unlock", "jobs/nightly", "--fence", &f1s]));
+    assert!(unlock.status.success(), "{unlock:?}");
+    let out = tokio::task::block_in_place(|| waiter.wait_with_output()).unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(fence(&out) > f1, "{out:?}");
+    assert!(text(&out.stderr).contains("waiting until it is free"), "{out:?}");
+}
+
+#[test]
+fn a_bad_wait_is_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lockscope(&dir.path().join("l.db"), &["lock", "x", "--wait", "soon"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("is not a duration"), "{err}");
+}
