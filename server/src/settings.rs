@@ -366,6 +366,19 @@ mod tests {
     }
 
     #[test]
+    fn the_limits_operations_md_shows_are_the_defaults() {
+        // docs/operations.md: "[limits] … every key optional; these are the defaults".
+        let doc = include_str!("../../docs/operations.md");
+        let start = doc.find("\n[limits]").expect("operations.md shows [limits]");
+        let block = doc[start..].split("```").next().unwrap();
+        let c = FileConfig::parse(block).unwrap_or_else(|e| panic!("{e}\n{block}"));
+        assert_eq!(c.limits, Limits::default(), "{block}");
+        for key in block.lines().filter_map(|l| l.split_once(" = ")).map(|(k, _)| k.trim()) {
+            assert!(doc.contains(&format!("`{key}`")), "the Limits table names {key}");
+        }
+    }
+
+    #[test]
     fn mistakes_are_errors_that_say_where() {
         for (text, why) in [
             ("lissen = \"x\"", "unknown field"),

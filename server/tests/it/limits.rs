@@ -144,16 +144,21 @@ fn is_hello(m: &Message) -> bool {
 }
 
 #[tokio::test]
-async fn a_frame_past_the_message_limit_is_refused_at_its_header_and_the_server_stays_up() {
+async fn a_17_kib_frame_is_refused_at_its_header_and_the_server_stays_up() {
     let server = Server::start(false, Limits::default()).await;
     let (mut ws, hello) = server.ws().await;
     assert!(is_hello(&hello), "{hello:?}");
-    // A masked text frame announcing 1 MiB, of which 17 KiB is sent: the
-    // server must refuse it from its header, not buffer up to the frame limit.
+    // A masked text frame announcing 17 KiB, of which 1 KiB is sent: the
+    // server must refuse it from its header, not wait to buffer it (the old
+    // frame limit was 16 MiB). docs/operations.md: "the server stops reading
+    // at the frame's header and closes `1009` `a message or frame longer than
+    // 16384 bytes`". (All of it fits the server's first read: a client that
+    // has sent more than the server read may see the connection reset
+    // instead of the close frame, as the docs say.)
     let mut frame = vec![0x81, 0x80 | 127];
-    frame.extend_from_slice(&(1u64 << 20).to_be_bytes());
+    frame.extend_from_slice(&(17u64 * 1024).to_be_bytes());
     frame.extend_from_slice(&[0, 0, 0, 0]);
-    frame.extend(std::iter::repeat_n(b'x', 17 * 1024));
+    frame.extend(std::iter::repeat_n(b'x', 1024));
     let MaybeTlsStream::Plain(tcp) = ws.get_mut() else {
         unreachable!()
     };
@@ -178,6 +183,8 @@ async fn a_socket_past_the_identity_limit_is_closed_naming_the_limit_until_one_c
     assert!(is_hello(&hello));
     let refused = r#"lockscope_websockets_refused_total{limit="identity"}"#;
     assert_eq!(server.metric(refused).await, 0.0);
+    // docs/operations.md: "accepted, then closed at once: `1008` `too many
+    // websockets: this identity has 64 open ([limits] ws_per_identity)`".
     let (_third, closed) = server.ws().await;
     let Message::Close(Some(f)) = closed else {
         panic!("expected a close frame, got {closed:?}")
@@ -234,6 +241,9 @@ async fn a_flood_of_bad_tokens_gets_429_and_one_audit_row_with_its_count() {
         }
         statuses.push(status);
     }
+    // docs/operations.md: "the failure that uses up the minute, and every
+    // request with a token from that source until the minute is over, is
+    // answered `429` with `Retry-After: SECONDS`".
     assert_eq!(
         statuses,
         [[401; 4].as_slice(), &[429; 8]].concat(),
@@ -244,9 +254,13 @@ async fn a_flood_of_bad_tokens_gets_429_and_one_audit_row_with_its_count() {
         6.0,
         "five failures hashed, none after"
     );
+    // (Scraped with the admin's token from the same, limited, address:
+    // docs/operations.md: "A token that verified before still works".)
     assert_eq!(server.metric("lockscope_auth_rate_limited_total").await, 8.0);
     assert_eq!(server.metric("lockscope_auth_failures_total").await, 5.0);
     // The minute's tally is written when it is over, or at shutdown (now).
+    // docs/operations.md: "one row per source and minute, … whose `detail`
+    // starts with the count".
     server.audit.flush_tally(true).await;
     let rows = server.audit.query(&AuditQuery::default()).await.unwrap();
     let rows: Vec<_> = rows.iter().filter(|r| r.actor == UNAUTHENTICATED).collect();
