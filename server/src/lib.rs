@@ -57,6 +57,33 @@ pub fn check_exposure(addr: std::net::SocketAddr, auth: bool) -> std::io::Result
     ))
 }
 
+/// Has the kernel close `tcp` once data it sends stays unacknowledged, or
+/// unsent because the peer's receive window stays shut (a client that stopped
+/// reading), for `after` (`TCP_USER_TIMEOUT`; Linux only, elsewhere nothing).
+/// Connections with nothing to send are not affected.
+pub fn drop_stalled_peer_after(tcp: &tokio::net::TcpStream, after: Duration) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let ms = libc::c_uint::try_from(after.as_millis()).unwrap_or(libc::c_uint::MAX);
+        // SAFETY: a valid socket descriptor, and a c_uint option of its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                tcp.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_USER_TIMEOUT,
+                (&ms as *const libc::c_uint).cast(),
+                std::mem::size_of::<libc::c_uint>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            tracing::warn!(error = %std::io::Error::last_os_error(), "setting TCP_USER_TIMEOUT failed");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (tcp, after);
+}
+
 /// Serves `state` on `listener` until `shutdown` turns true; open websockets are
 /// told to go away, and stragglers are cut after `grace`. Without
 /// authentication only a loopback listener is served: anyone who could reach
@@ -70,6 +97,15 @@ pub async fn serve(
     // Peers' addresses reach the handlers: a proxy's identity header is believed
     // only from the addresses `[auth.proxy] trusted` names.
     check_exposure(listener.local_addr()?, state.auth.enabled())?;
+    // A client that takes no data for twice the history exports' idle
+    // timeout is disconnected by the kernel (its export already ended at the
+    // timeout; the connection and its buffers go now).
+    let stalled = state.history.as_ref().map(|h| h.stats().limits.idle * 2);
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |tcp| {
+        if let Some(after) = stalled {
+            drop_stalled_peer_after(tcp, after);
+        }
+    });
     let router = http::app(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
     let mut stop = shutdown.clone();
     let server = axum::serve(listener, router).with_graceful_shutdown(async move {

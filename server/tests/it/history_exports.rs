@@ -189,21 +189,18 @@ async fn unread_exports_starve_nothing_and_are_capped_and_ended() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // A stalled download's transfer is cut: when its client reads again it
-    // gets what was already on its way, then the connection closes without
-    // the chunked body's end (never a complete-looking, short file).
+    // docs/operations.md: "… and after twice idle_secs the kernel closes its
+    // connection": the client that reads again finds it reset, with no more
+    // than what was already in its own small buffer (megabytes were queued on
+    // the server's side), never a complete-looking file.
+    tokio::time::sleep(Duration::from_secs(6)).await;
     let mut conn = held.pop().unwrap();
     let mut rest = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut rest))
+    let read = tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut rest))
         .await
-        .expect("the server closes a stalled download's connection once it can write");
-    let rest = String::from_utf8_lossy(&rest);
-    assert!(
-        read.is_err() || !rest.ends_with("0\r\n\r\n"),
-        "a stalled export ended like a complete one ({} bytes)",
-        rest.len()
-    );
-    assert!(rest.lines().count() < EVENTS, "the stalled download did not go on");
+        .expect("a closed connection answers at once");
+    assert!(read.is_err(), "the connection was reset, not ended: {read:?}");
+    assert!(rest.len() < 1_000_000, "{} bytes came after the close", rest.len());
     drop(held);
 
     // A new export is admitted and has every event.
