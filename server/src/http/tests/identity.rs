@@ -62,7 +62,8 @@ async fn a_repeated_identity_header_is_refused() {
     let (status, body) = s.ws(&two_users).await;
     assert_eq!((status, body.contains(why)), (400, true), "/ws: {body}");
 
-    // An admin action: refused.
+    // An admin action: refused, audited, nothing done.
+    let before = s.audit_count().await;
     let form = format!("fleet={FLEET}&name=job&confirm=job&fence=1&reason=x&back=/&csrf=c");
     let headers = [
         two_users[0],
@@ -76,6 +77,17 @@ async fn a_repeated_identity_header_is_refused() {
     let release = format!("/api/v1/fleets/{FLEET}/locks/job/release");
     let r = s.send("POST", &release, &json, r#"{"fence":1,"reason":"x"}"#).await;
     assert_eq!((r.status, r.body.contains(why)), (400, true), "API release: {}", r.body);
+    // Attempts without an identity are tallied (one row per source and minute).
+    s.audit.flush_tally(true).await;
+    let entries = s.audit.query(&Default::default()).await.unwrap();
+    assert!(entries.len() > before, "the refused attempts are audited");
+    let e = &entries[0];
+    assert_eq!(
+        (e.outcome, e.actor.as_str(), e.detail.contains(why)),
+        (Some(Outcome::Refused), "(unauthenticated)", true),
+        "{e:?}"
+    );
+
     let admin = s.bearer("admin");
     let two_tokens = [("authorization", admin.as_str()), ("authorization", admin.as_str())];
     let r = s.send("GET", "/api/v1/fleets", &two_tokens, "").await;
