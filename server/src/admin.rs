@@ -49,8 +49,8 @@ pub struct Attempt {
     /// What was wrong with the request's body, if it could not be read (refused
     /// with 400 once the caller is known to be allowed to act at all).
     pub invalid: Option<String>,
-    /// The peer's address: attempts without an identity are tallied per
-    /// source and minute in the audit log ([`crate::audit::AuditLog::tally`]).
+    /// The client's address ([`crate::api::Caller::client`]): attempts
+    /// without an identity are tallied per source and minute in the audit log ([`crate::audit::AuditLog::tally`]).
     pub source: Option<std::net::IpAddr>,
 }
 

@@ -61,6 +61,9 @@ pub struct Caller {
     pub headers: HeaderMap,
     /// The peer's address (`None`: not over a socket, as in tests).
     pub peer: Option<std::net::IpAddr>,
+    /// The client's address, as the limits count it: the peer's, or behind a
+    /// proxy of `[limits] proxies` the client it forwarded ([`crate::auth::Auth::client`]).
+    pub client: Option<std::net::IpAddr>,
     /// Set when the request carried a token that was not accepted and its
     /// source has used up its failed checks for the minute
     /// (`[limits] auth_failures_per_minute`): answered `429` with
@@ -78,8 +81,9 @@ impl FromRequestParts<AppState> for Caller {
             .map(|c| c.0.ip());
         let mut who = state.auth.identify(&parts.headers, peer, now_ms()).await;
         let refused_token = matches!(who, Who::Nobody(_)) && parts.headers.contains_key(header::AUTHORIZATION);
+        let client = state.auth.client(&parts.headers, peer);
         let retry_after = refused_token
-            .then(|| state.auth.retry_after(peer))
+            .then(|| state.auth.retry_after(client))
             .flatten()
             .map(crate::auth::limit::secs);
         if let Some(secs) = retry_after {
@@ -94,6 +98,7 @@ impl FromRequestParts<AppState> for Caller {
             who,
             headers: parts.headers.clone(),
             peer,
+            client,
             retry_after,
         })
     }
@@ -309,7 +314,7 @@ fn attempt(action: Action, fleet: String, target: String, reason: String, invali
 
 async fn act(state: &AppState, caller: &Caller, attempt: Attempt) -> Response {
     let attempt = Attempt {
-        source: caller.peer,
+        source: caller.client,
         ..attempt
     };
     let answer = admin::attempt(state, &caller.who, caller.csrf(), attempt).await;

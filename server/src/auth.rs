@@ -111,6 +111,8 @@ pub struct Auth {
     verifier: Verifier,
     /// Failed token checks per source (`[limits] auth_failures_per_minute`).
     failures: Failures,
+    /// `[limits] proxies`: peers whose `X-Forwarded-For` names the client.
+    proxies: Vec<IpAddr>,
 }
 
 impl Auth {
@@ -121,6 +123,7 @@ impl Auth {
             verified: Mutex::new(HashMap::new()),
             verifier: Verifier::new(Limits::default().auth_verify_concurrency),
             failures: verify::failures(&Limits::default()),
+            proxies: Vec::new(),
         }
     }
 
@@ -152,7 +155,7 @@ impl Auth {
         }
         if let Some(token) = bearer(headers) {
             let token = std::str::from_utf8(token).unwrap_or("");
-            return match self.verify_token(token, peer).await {
+            return match self.verify_token(token, self.client(headers, peer)).await {
                 Ok(t) => Who::Known(token_identity(t, Via::Token)),
                 Err(why) => Who::Nobody(why.to_string()),
             };
@@ -200,10 +203,10 @@ impl Auth {
     pub async fn sign_in(
         &self,
         token: &str,
-        peer: Option<IpAddr>,
+        client: Option<IpAddr>,
         now_ms: i64,
     ) -> Result<(Identity, NewSession), SignInError> {
-        let entry = self.verify_token(token.trim(), peer).await.map_err(|e| match e {
+        let entry = self.verify_token(token.trim(), client).await.map_err(|e| match e {
             TokenRefused::Invalid => SignInError::BadToken,
             e => SignInError::TooMany(e),
         })?;

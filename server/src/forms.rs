@@ -118,7 +118,7 @@ async fn act(
         reason: f.reason,
         via: "browser",
         invalid,
-        source: caller.peer,
+        source: caller.client,
     };
     let answer = admin::attempt(&state, &caller.who, csrf, attempt).await;
     let back = with_audit(&f.back, answer.entry.id);
@@ -256,7 +256,7 @@ async fn signin(State(state): State<AppState>, caller: Caller, req: Request<Body
         )
         .await;
     }
-    match state.auth.sign_in(&form.token, caller.peer, now_ms()).await {
+    match state.auth.sign_in(&form.token, caller.client, now_ms()).await {
         Ok((id, session)) => {
             tracing::info!(actor = %id.actor, role = id.role.as_str(), "signed in");
             let next = local_path(&form.next).to_string();

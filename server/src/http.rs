@@ -397,9 +397,9 @@ async fn ws_upgrade(
     };
     let hub = state.fleet(&q)?.clone();
     // The place is taken before the upgrade, so a burst cannot overshoot.
-    let slot = state.sockets.open(&actor, caller.peer);
+    let slot = state.sockets.open(&actor, caller.client);
     if let Err(refused) = &slot {
-        tracing::warn!(%actor, peer = ?caller.peer, reason = %refused.reason(), "websocket refused");
+        tracing::warn!(%actor, client = ?caller.client, reason = %refused.reason(), "websocket refused");
     }
     Ok(upgrade
         .max_message_size(crate::ws::MAX_MESSAGE_BYTES)

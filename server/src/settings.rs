@@ -44,6 +44,7 @@
 //! auth_sources = 10000
 //! auth_verify_concurrency = 1
 //! audit_sources_per_minute = 100
+//! proxies = []
 //! ```
 
 use std::collections::BTreeMap;
@@ -99,6 +100,10 @@ pub struct Limits {
     /// Sources whose attempts without an identity get audit rows of their
     /// own in a minute; the rest share one row.
     pub audit_sources_per_minute: usize,
+    /// Reverse proxies in front of lockscope: for a request from one of these
+    /// peers the source is the last address of its `X-Forwarded-For` (the
+    /// client the proxy saw), not the proxy.
+    pub proxies: Vec<IpAddr>,
 }
 
 impl Default for Limits {
@@ -111,6 +116,7 @@ impl Default for Limits {
             auth_sources: 10_000,
             auth_verify_concurrency: 1,
             audit_sources_per_minute: 100,
+            proxies: Vec::new(),
         }
     }
 }
@@ -338,6 +344,7 @@ mod tests {
             auth_sources = 10000
             auth_verify_concurrency = 1
             audit_sources_per_minute = 100
+            proxies = []
         "#;
         let c = FileConfig::parse(text).unwrap();
         assert_eq!(c.limits, Limits::default(), "the documented example shows the defaults");

@@ -122,6 +122,28 @@ impl Failures {
     }
 }
 
+/// The client's address: the peer's, or for a peer among `proxies` (`[limits]
+/// proxies`) the last address of the last `X-Forwarded-For` header (the one
+/// that proxy appended). A proxy's request without a readable one is the
+/// proxy's own.
+pub fn client(headers: &axum::http::HeaderMap, peer: Option<IpAddr>, proxies: &[IpAddr]) -> Option<IpAddr> {
+    let peer = peer?;
+    if !proxies.contains(&peer) {
+        return Some(peer);
+    }
+    let forwarded = headers.get_all("x-forwarded-for").iter().next_back();
+    let last = forwarded
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.rsplit(',').next())
+        .map(str::trim);
+    let parsed = last.and_then(|a| {
+        a.parse::<IpAddr>()
+            .ok()
+            .or_else(|| a.parse::<std::net::SocketAddr>().ok().map(|s| s.ip()))
+    });
+    Some(parsed.unwrap_or(peer))
+}
+
 /// `d` in whole seconds, rounded up (what `Retry-After` says).
 pub fn secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
@@ -163,6 +185,33 @@ mod tests {
         assert_eq!(f.tracked(), 3);
         assert_eq!(f.blocked(ip("10.0.0.1")), None, "the oldest was forgotten");
         assert!(f.blocked(ip("10.0.0.2")).is_some() && f.blocked(ip("10.0.0.4")).is_some());
+    }
+
+    #[test]
+    fn behind_a_listed_proxy_the_client_is_the_last_forwarded_address() {
+        let mut h = axum::http::HeaderMap::new();
+        h.append("x-forwarded-for", "198.51.100.7".parse().unwrap());
+        h.append("x-forwarded-for", "10.9.9.9, 203.0.113.5".parse().unwrap());
+        let proxy = ip("127.0.0.1");
+        let proxies = [proxy.unwrap()];
+        assert_eq!(
+            client(&h, proxy, &proxies),
+            ip("203.0.113.5"),
+            "what the proxy appended"
+        );
+        assert_eq!(
+            client(&h, proxy, &[]),
+            proxy,
+            "not a listed proxy: the header is ignored"
+        );
+        assert_eq!(client(&h, ip("10.1.1.1"), &proxies), ip("10.1.1.1"));
+        assert_eq!(client(&axum::http::HeaderMap::new(), proxy, &proxies), proxy);
+        let mut h = axum::http::HeaderMap::new();
+        h.insert("x-forwarded-for", "[2001:db8::1]:443".parse().unwrap());
+        assert_eq!(client(&h, proxy, &proxies), ip("2001:db8::1"));
+        h.insert("x-forwarded-for", "unknown".parse().unwrap());
+        assert_eq!(client(&h, proxy, &proxies), proxy);
+        assert_eq!(client(&h, None, &proxies), None);
     }
 
     #[test]

@@ -162,7 +162,15 @@ impl Auth {
     pub fn with_limits(mut self, limits: &Limits) -> Auth {
         self.verifier = Verifier::new(limits.auth_verify_concurrency);
         self.failures = failures(limits);
+        self.proxies = limits.proxies.clone();
         self
+    }
+
+    /// The address a request comes from, as the limits count it: the peer's,
+    /// or behind a proxy of `[limits] proxies` the client it forwarded
+    /// ([`limit::client`]).
+    pub fn client(&self, headers: &axum::http::HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
+        limit::client(headers, peer, &self.proxies)
     }
 
     /// Password hash verifications run so far (each one Argon2 run).
@@ -187,13 +195,14 @@ impl Auth {
         (failed, limited, self.verifier.runs())
     }
 
-    /// When `peer`'s source has used up its failed token checks for this
+    /// When `client`'s source has used up its failed token checks for this
     /// minute: how long until it may try again (`429` with `Retry-After`).
-    pub fn retry_after(&self, peer: Option<IpAddr>) -> Option<Duration> {
-        self.failures.blocked(limit::source(peer))
+    pub fn retry_after(&self, client: Option<IpAddr>) -> Option<Duration> {
+        self.failures.blocked(limit::source(client))
     }
 
-    /// The configured token `token` is, if it is one, sent from `peer`.
+    /// The configured token `token` is, if it is one, sent by `client`
+    /// ([`Auth::client`]).
     ///
     /// Every token checked costs exactly one Argon2 verification, whether its
     /// id is configured or not (an unknown id is checked against a configured
@@ -202,7 +211,7 @@ impl Auth {
     /// token that verified before is recognised by its SHA-256 without one.
     /// A source over its failures for the minute ([`Auth::retry_after`]) gets
     /// [`TokenRefused::TooMany`] without any hashing.
-    pub(super) async fn verify_token(&self, token: &str, peer: Option<IpAddr>) -> Result<&TokenFile, TokenRefused> {
+    pub(super) async fn verify_token(&self, token: &str, client: Option<IpAddr>) -> Result<&TokenFile, TokenRefused> {
         let config = self.config.as_ref().ok_or(TokenRefused::Invalid)?;
         let id = token.split_once('.').map_or("", |(id, _)| id);
         let entry = config.tokens.iter().find(|t| t.id == id);
@@ -213,7 +222,7 @@ impl Auth {
                 return Ok(entry);
             }
         }
-        let source = limit::source(peer);
+        let source = limit::source(client);
         let too_many = |wait: Duration| TokenRefused::TooMany {
             per_minute: self.failures.per_minute(),
             retry_after: limit::secs(wait),

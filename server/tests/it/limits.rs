@@ -87,12 +87,26 @@ impl Server {
     }
 
     async fn request(&self, method: &str, path: &str, bearer: Option<&str>) -> (u16, Option<String>, String) {
+        self.request_from(method, path, bearer, None).await
+    }
+
+    /// A request as a reverse proxy forwards it (`X-Forwarded-For: forwarded`).
+    async fn request_from(
+        &self,
+        method: &str,
+        path: &str,
+        bearer: Option<&str>,
+        forwarded: Option<&str>,
+    ) -> (u16, Option<String>, String) {
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("http://{}{path}", self.addr))
             .header("content-type", "application/json");
         if let Some(t) = bearer {
             req = req.header("authorization", format!("Bearer {t}"));
+        }
+        if let Some(f) = forwarded {
+            req = req.header("x-forwarded-for", f);
         }
         let body = r#"{"fence": 1, "owner": null, "reason": "flood"}"#;
         let req = req.body(Full::new(Bytes::from(body))).unwrap();
@@ -276,5 +290,46 @@ async fn a_flood_of_bad_tokens_gets_429_and_one_audit_row_with_its_count() {
     assert_eq!(
         server.metric("lockscope_audit_unauthenticated_attempts_total").await,
         12.0
+    );
+}
+
+#[tokio::test]
+async fn behind_a_listed_proxy_each_forwarded_client_has_its_own_limits() {
+    let limits = Limits {
+        auth_failures_per_minute: 2,
+        proxies: vec!["127.0.0.1".parse().unwrap()],
+        ..Limits::default()
+    };
+    let server = Server::start(true, limits).await;
+    let release = "/api/v1/fleets/f/locks/some-lock/release";
+    let bad = |from: Option<&'static str>| {
+        let server = &server;
+        async move { server.request_from("POST", release, Some("0000.bad"), from).await.0 }
+    };
+    // docs/operations.md: "list it in `proxies` …, and for its requests the
+    // source is the last address of `X-Forwarded-For`, the client the proxy
+    // saw".
+    assert_eq!(bad(Some("203.0.113.1")).await, 401);
+    assert_eq!(bad(Some("203.0.113.1")).await, 429, "203.0.113.1 used up its two");
+    assert_eq!(bad(Some("198.51.100.9, 203.0.113.2")).await, 401, "another client");
+    assert_eq!(
+        bad(None).await,
+        401,
+        "the proxy's own requests are a source of their own"
+    );
+    server.audit.flush_tally(true).await;
+    let rows = server.audit.query(&AuditQuery::default()).await.unwrap();
+    let mut from: Vec<_> = rows
+        .iter()
+        .map(|r| r.detail.split(" within").next().unwrap().to_string())
+        .collect();
+    from.sort();
+    assert_eq!(
+        from,
+        [
+            "1 attempt without an identity from 127.0.0.1",
+            "1 attempt without an identity from 203.0.113.2",
+            "2 attempts without an identity from 203.0.113.1",
+        ]
     );
 }
