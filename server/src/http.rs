@@ -188,7 +188,10 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .nest_service("/pkg", edge::static_files(site.join("pkg")))
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") })
-        .layer(axum::middleware::from_fn_with_state(state.clone(), edge::loopback_names_only))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            edge::loopback_names_only,
+        ))
         .layer(edge::catch_panics())
         .with_state(state)
 }
