@@ -215,6 +215,9 @@ async fn run(auth: bool) {
         if i % 100 == 99 {
             t.refill().await;
         }
+        if i > 0 && i % 50_000 == 0 {
+            eprintln!("fuzz (auth: {auth}): {i} of {cases} requests, {changed} changed the store");
+        }
         let now = t.state().await;
         let case = generate(&mut rng, &t, &now);
         let mutating = matches!(case.method, "POST" | "DELETE" | "PUT" | "PATCH");
