@@ -65,7 +65,7 @@ impl std::fmt::Display for RecordError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RecordError::TooLarge(n) => write!(f, "record is {n} bytes, over the {MAX_RECORD_BYTES} byte limit"),
-            RecordError::Json(e) => write!(f, "not a lock record: {e}"),
+            RecordError::Json(e) => f.write_str(e),
             RecordError::UnsupportedVersion(v) => {
                 write!(
                     f,
@@ -80,6 +80,9 @@ impl std::error::Error for RecordError {}
 
 /// A record type of the protocol: JSON with a schema version `v`.
 pub trait Record: serde::de::DeserializeOwned {
+    /// What the record is, for errors: "not a session record: …".
+    const KIND: &'static str;
+
     fn version(&self) -> u32;
 
     /// What else makes a parsed record unusable (`docs/protocol.md`).
@@ -94,25 +97,36 @@ pub trait Record: serde::de::DeserializeOwned {
             return Err(RecordError::TooLarge(raw.len()));
         }
         // A JSON object: serde would also take an array of the fields in order.
+        let not_a = |why: String| RecordError::Json(format!("not a {} record: {why}", Self::KIND));
         if raw.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return Err(RecordError::Json("not a JSON object".into()));
+            return Err(not_a("not a JSON object".into()));
         }
-        let rec: Self = serde_json::from_slice(raw).map_err(|e| RecordError::Json(e.to_string()))?;
+        let rec: Self = serde_json::from_slice(raw).map_err(|e| not_a(e.to_string()))?;
         if rec.version() > RECORD_VERSION {
             return Err(RecordError::UnsupportedVersion(rec.version()));
         }
-        rec.check().map_err(RecordError::Json)?;
+        // docs/protocol.md: "`v: 0` is malformed: there is no version 0".
+        if rec.version() == 0 {
+            return Err(not_a(format!(
+                "there is no record version 0 (this build reads {RECORD_VERSION})"
+            )));
+        }
+        rec.check().map_err(not_a)?;
         Ok(rec)
     }
 }
 
 impl Record for LockRecord {
+    const KIND: &'static str = "lock";
+
     fn version(&self) -> u32 {
         self.v
     }
 }
 
 impl Record for SessionRecord {
+    const KIND: &'static str = "session";
+
     fn version(&self) -> u32 {
         self.v
     }
@@ -130,6 +144,8 @@ impl Record for SessionRecord {
 }
 
 impl Record for BlacklistRecord {
+    const KIND: &'static str = "blacklist";
+
     fn version(&self) -> u32 {
         self.v
     }
@@ -269,6 +285,23 @@ mod tests {
         assert!(err.contains("wait_buckets has 2 counts, not 11"), "{err}");
         let fields_as_array = br#"[1,"s","x","h",1,1,1]"#;
         assert!(SessionRecord::parse(fields_as_array).is_err());
+        // A malformed session is "not a session record" (it said "not a lock record").
+        let err = SessionRecord::parse(b"{").unwrap_err().to_string();
+        assert!(err.starts_with("not a session record: "), "{err}");
+        let err = BlacklistRecord::parse(b"[]").unwrap_err().to_string();
+        assert_eq!(err, "not a blacklist record: not a JSON object");
+    }
+
+    /// docs/protocol.md: "`v: 0` is malformed: there is no version 0".
+    #[test]
+    fn version_zero_is_malformed() {
+        let mut zero = serde_json::to_value(sample("o")).unwrap();
+        zero["v"] = 0.into();
+        let err = LockRecord::parse(zero.to_string().as_bytes()).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "not a lock record: there is no record version 0 (this build reads 1)"
+        );
     }
 
     #[test]
@@ -350,6 +383,8 @@ pub struct WaiterRecord {
 }
 
 impl Record for WaiterRecord {
+    const KIND: &'static str = "waiter";
+
     fn version(&self) -> u32 {
         self.v
     }

@@ -1,5 +1,7 @@
 //! The backtrace recorded with a lock: where in the holder's code `lock` was
-//! called. Runtime and library frames are dropped; at most [`MAX_FRAMES`] remain.
+//! called. Runtime and library frames are dropped, one function's consecutive
+//! frames are one, and locations inside runtime source (macro expansions) are not
+//! the caller's; at most [`MAX_FRAMES`] remain (`docs/protocol.md`, `backtrace`).
 
 use std::backtrace::Backtrace;
 
@@ -69,18 +71,48 @@ pub fn trim(text: &str) -> Vec<String> {
             }
         }
     }
-    frames
-        .into_iter()
-        .filter(|(sym, _)| !skipped(sym))
-        .map(|(sym, at)| {
-            let sym = sym.trim_end_matches("::{{closure}}").to_string();
-            match at {
-                Some(at) => format!("{sym} ({at})"),
-                None => sym,
+    // One frame per function: a closure or an async body (`f::{{closure}}`), a
+    // `select!` branch inside it and the function itself are one function,
+    // consecutive once the runtime's frames between them are gone.
+    let mut kept: Vec<(String, Option<String>)> = Vec::new();
+    for (sym, at) in frames.into_iter().filter(|(sym, _)| !skipped(sym)) {
+        let sym = sym.trim_end_matches("::{{closure}}").to_string();
+        let at = at.filter(|at| !in_runtime_source(at));
+        match kept.last_mut() {
+            Some(last) if last.0 == sym => {
+                if last.1.is_none() {
+                    last.1 = at;
+                }
             }
+            _ => kept.push((sym, at)),
+        }
+    }
+    kept.into_iter()
+        .map(|(sym, at)| match at {
+            Some(at) => format!("{sym} ({at})"),
+            None => sym,
         })
         .take(MAX_FRAMES)
         .collect()
+}
+
+/// A location in the source of the language runtime or of a runtime crate: the
+/// code of a macro (`tokio::select!`, `futures::join!`) expanded into the
+/// caller's function, or a standard library function inlined into it. It says
+/// nothing about where the caller is, so the frame keeps the next location of
+/// the same function (or none).
+fn in_runtime_source(at: &str) -> bool {
+    let path = at.replace('\\', "/");
+    if path.starts_with("/rustc/") || path.contains("/lib/rustlib/src/") {
+        return true;
+    }
+    // `…/.cargo/registry/src/<index>/tokio-1.47.1/src/macros/select.rs:…`
+    path.split('/').any(|dir| {
+        dir.rsplit_once('-').is_some_and(|(krate, version)| {
+            version.starts_with(|c: char| c.is_ascii_digit())
+                && RUNTIME_CRATES.contains(&krate.replace('-', "_").as_str())
+        })
+    })
 }
 
 #[cfg(test)]
@@ -119,5 +151,45 @@ mod tests {
                 "maintenance::sweep::run (./src/sweep.rs:3:1)",
             ]
         );
+    }
+
+    /// docs/protocol.md: "consecutive frames of one function (after removing
+    /// `::{{closure}}`) are collapsed into one" and "a location in the source of the
+    /// language runtime or of a runtime crate … is not the caller's — it is a macro
+    /// such as `tokio::select!` expanded into the caller". The demo's first frame
+    /// pointed into tokio's `select!`; `lockscope lock` recorded `lockscope::main` twice.
+    #[test]
+    fn select_branches_and_async_main_are_one_frame_each_at_the_callers_line() {
+        let text = "   0: std::backtrace::Backtrace::force_capture
+             at /rustc/abc/library/std/src/backtrace.rs:312:13
+   1: lockscope_store::client::Session<S>::lock::{{closure}}
+             at ./store/src/client/mod.rs:200:5
+   2: demo::worker::run::{{closure}}::{{closure}}
+             at /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-1.47.1/src/macros/select.rs:707:49
+   3: demo::worker::run::{{closure}}
+             at ./demo/src/worker.rs:88:13
+   4: <core::future::poll_fn::PollFn<F> as core::future::future::Future>::poll
+             at /rustc/abc/library/core/src/future/poll_fn.rs:151:9
+   5: lockscope::cli::lock::{{closure}}
+             at /rustc/abc/library/core/src/result.rs:2000:1
+   6: lockscope::main::{{closure}}
+   7: tokio::runtime::park::CachedParkThread::block_on
+             at /root/.cargo/registry/src/index.crates.io-1949cf8c6b5b557f/tokio-1.47.1/src/runtime/park.rs:285:60
+   8: lockscope::main
+             at ./server/src/main.rs:40:1
+   9: core::ops::function::FnOnce::call_once
+";
+        assert_eq!(
+            trim(text),
+            vec![
+                "demo::worker::run (./demo/src/worker.rs:88:13)",
+                "lockscope::cli::lock",
+                "lockscope::main (./server/src/main.rs:40:1)",
+            ]
+        );
+        assert!(in_runtime_source(
+            "/home/u/.cargo/registry/src/x/futures-util-0.3.31/src/async_await/join_mod.rs:1"
+        ));
+        assert!(!in_runtime_source("./src/tokio-helpers-2/main.rs:1"));
     }
 }

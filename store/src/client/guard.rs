@@ -133,6 +133,13 @@ impl<S: LockStore> LockGuard<S> {
         if held.get(&self.held.name).is_some_and(|x| Arc::ptr_eq(x, &self.held)) {
             held.remove(&self.held.name);
         }
+        drop(held);
+        self.session
+            .inner
+            .lost
+            .lock()
+            .unwrap()
+            .retain(|x| !Arc::ptr_eq(x, &self.held));
     }
 }
 

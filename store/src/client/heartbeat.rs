@@ -61,15 +61,25 @@ pub(super) async fn beat<S: LockStore>(inner: &Arc<Inner<S>>) {
             lose(inner, h, LossReason::Blacklisted);
         }
     };
-    match inner.store.session_heartbeat(inner.lease(), &record).await {
+    let hb = inner.store.session_heartbeat(inner.lease(), &record).await;
+    match hb {
         Err(StoreError::Blacklisted { .. }) => return refuse(&held),
         Err(StoreError::SessionExpired { .. }) => {
             // The registration ran out (a long pause, a store that lost it): the
-            // same session registers again; calls still waiting put their waiter
-            // entries again under the new registration on their next attempt.
+            // same session registers again, with the same started_at, identity
+            // and counters, and the wait it shows is registered again with it.
             warn!(session = %inner.id, "session registration ran out; registering again");
             match inner.store.open_session(&record, inner.cfg.session_ttl).await {
-                Ok(lease) => *inner.lease.lock().unwrap() = lease,
+                Ok(lease) => {
+                    *inner.lease.lock().unwrap() = lease;
+                    // docs/protocol.md, Session heartbeat step 1: "put(W, …, new
+                    // lease) for every lock call still waiting" (the old lease took W).
+                    if let Some(name) = &record.waiting_for {
+                        if let Err(e) = inner.store.set_waiting(lease, &inner.id, name, true).await {
+                            warn!(session = %inner.id, error = %e, "registering the wait again failed");
+                        }
+                    }
+                }
                 Err(StoreError::Blacklisted { .. }) => return refuse(&held),
                 Err(e) => warn!(session = %inner.id, error = %e, "registering the session again failed"),
             }
@@ -134,5 +144,6 @@ fn lose<S: LockStore>(inner: &Inner<S>, h: &Arc<Held>, why: LossReason) {
     if held.get(&h.name).is_some_and(|x| Arc::ptr_eq(x, h)) {
         held.remove(&h.name);
         inner.counters.lock().unwrap().lost += 1;
+        inner.lost.lock().unwrap().push(h.clone());
     }
 }

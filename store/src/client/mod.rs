@@ -72,6 +72,9 @@ struct Inner<S: LockStore> {
     counters: Mutex<Contention>,
     waiting_for: Mutex<Option<String>>,
     held: Mutex<HashMap<String, Arc<Held>>>,
+    /// Locks marked lost whose guards are still alive: `close` releases them
+    /// too (a compare-and-set on the token; one taken away deletes nothing).
+    lost: Mutex<Vec<Arc<Held>>>,
     heartbeat: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -138,6 +141,7 @@ impl<S: LockStore> Session<S> {
             counters: Mutex::new(record.contention),
             waiting_for: Mutex::new(None),
             held: Mutex::new(HashMap::new()),
+            lost: Mutex::new(Vec::new()),
             heartbeat: Mutex::new(None),
         });
         let task = tokio::spawn(heartbeat_loop(Arc::downgrade(&inner)));
@@ -147,6 +151,13 @@ impl<S: LockStore> Session<S> {
 
     pub fn id(&self) -> &str {
         &self.inner.id
+    }
+
+    /// The session's current registration (etcd: its lease), replaced when the
+    /// session registers again. For tests that end a registration behind the
+    /// session's back.
+    pub fn registration(&self) -> SessionLease {
+        self.inner.lease()
     }
 
     /// The contention counters as they will be published with the next heartbeat.
@@ -354,13 +365,15 @@ impl<S: LockStore> Session<S> {
         }
     }
 
-    /// Stops heartbeating, releases every lock still held, and removes the
-    /// session's registration.
+    /// Stops heartbeating, releases every lock whose guard is still alive (held,
+    /// or lost to the blacklist or the trust window: `docs/protocol.md`, "Close a
+    /// session"), and removes the session's registration.
     pub async fn close(self) -> Result<(), StoreError> {
         if let Some(t) = self.inner.heartbeat.lock().unwrap().take() {
             t.abort();
         }
-        let held: Vec<Arc<Held>> = self.inner.held.lock().unwrap().drain().map(|(_, h)| h).collect();
+        let mut held: Vec<Arc<Held>> = self.inner.held.lock().unwrap().drain().map(|(_, h)| h).collect();
+        held.append(&mut self.inner.lost.lock().unwrap());
         for h in held {
             let _ = self.inner.store.release(&h.name, h.fence).await;
         }

@@ -79,20 +79,31 @@ impl LockOptions {
     }
 }
 
-/// Longest `purpose` written: what leaves room for the rest of the record
-/// within the protocol's 256 KiB (`docs/protocol.md`).
+/// Longest `purpose` written, counted as it is written in the record's JSON
+/// (escapes included: `"` is 2 bytes, U+0001 is 6): what leaves room for the
+/// rest of the record within the protocol's 256 KiB (`docs/protocol.md`).
 pub const MAX_PURPOSE_BYTES: usize = 240 * 1024;
 
-/// `purpose` cut to [`MAX_PURPOSE_BYTES`] at a character boundary.
+/// How many bytes `c` takes inside a JSON string as serde_json writes it.
+fn escaped_len(c: char) -> usize {
+    match c {
+        '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+        c if (c as u32) < 0x20 => 6,
+        c => c.len_utf8(),
+    }
+}
+
+/// `purpose` cut at a character boundary so that its escaped form is at most
+/// [`MAX_PURPOSE_BYTES`].
 pub(super) fn capped(purpose: &str) -> &str {
-    if purpose.len() <= MAX_PURPOSE_BYTES {
-        return purpose;
+    let mut written = 0;
+    for (i, c) in purpose.char_indices() {
+        written += escaped_len(c);
+        if written > MAX_PURPOSE_BYTES {
+            return &purpose[..i];
+        }
     }
-    let mut end = MAX_PURPOSE_BYTES;
-    while !purpose.is_char_boundary(end) {
-        end -= 1;
-    }
-    &purpose[..end]
+    purpose
 }
 
 #[cfg(test)]
@@ -105,5 +116,15 @@ mod tests {
         let cut = capped(&long);
         assert!(cut.len() <= MAX_PURPOSE_BYTES && cut.len() > MAX_PURPOSE_BYTES - 2);
         assert_eq!(capped("short"), "short");
+    }
+
+    #[test]
+    fn the_cap_counts_escaped_bytes_as_serde_json_writes_them() {
+        for c in ['"', '\\', '\n', '\u{1}', '\u{7f}', 'é', '€', '😀', 'a', '/'] {
+            let json = serde_json::to_string(&c.to_string()).unwrap();
+            assert_eq!(escaped_len(c), json.len() - 2, "{c:?} is written {json}");
+        }
+        let quotes = "\"".repeat(MAX_PURPOSE_BYTES);
+        assert_eq!(capped(&quotes).len(), MAX_PURPOSE_BYTES / 2);
     }
 }

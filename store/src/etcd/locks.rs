@@ -128,20 +128,20 @@ impl LockStore for EtcdLocks {
     }
 
     async fn session_heartbeat(&self, lease: SessionLease, session: &SessionRecord) -> Result<(), StoreError> {
+        // etcd-client opens the keep-alive stream with one keep-alive and reads its
+        // answer: a TTL ≤ 0 (the lease expired or was revoked) is its error
+        // "lease not found", which means register again, not a store error. (It
+        // was taken for one, and an expired session never registered again.)
         let mut client = self.client.clone();
-        let keep = async {
-            let (mut keeper, mut stream) = client.lease_keep_alive(lease.0).await?;
-            keeper.keep_alive().await?;
-            Ok::<_, etcd_client::Error>(stream.message().await?.map(|r| r.ttl()))
-        };
-        // A stream that closed without an answer says nothing about the lease.
-        let ttl = timed(self.cfg.request_timeout, keep)
-            .await?
-            .ok_or_else(|| StoreError::unreachable_msg("etcd closed the keep-alive stream without an answer"))?;
-        if ttl <= 0 {
-            return Err(StoreError::SessionExpired {
-                session: session.session.clone(),
-            });
+        match tokio::time::timeout(self.cfg.request_timeout, client.lease_keep_alive(lease.0)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(m))) if m == "lease not found" => {
+                return Err(StoreError::SessionExpired {
+                    session: session.session.clone(),
+                })
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => return Err(StoreError::Timeout(self.cfg.request_timeout)),
         }
         let txn = Txn::new()
             .when([absent(&self.cfg.blacklist_key(&session.session))])

@@ -212,3 +212,21 @@ impl Leadership for EtcdLeadership {
         Box::pin(async move { revoke(&self.client, &self.cfg, self.lease).await })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::candidate_of;
+
+    /// docs/protocol.md, Unlocker record: "`v`, `candidate` and `elected_at` are
+    /// required; a value missing one, or not JSON, is shown as its bytes".
+    #[test]
+    fn an_unlocker_record_needs_all_three_fields_else_its_bytes_are_shown() {
+        assert_eq!(
+            candidate_of(br#"{"v":1,"candidate":"replica-a","elected_at":5}"#),
+            "replica-a"
+        );
+        let partial = r#"{"v":1,"candidate":"replica-a"}"#;
+        assert_eq!(candidate_of(partial.as_bytes()), partial);
+        assert_eq!(candidate_of(b"replica-b"), "replica-b");
+    }
+}

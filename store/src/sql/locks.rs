@@ -19,13 +19,54 @@ pub(super) const RELEASE: &str = "UPDATE lockscope_locks \
      SET owner = NULL, session = NULL, record = NULL, revision = revision + 1 \
      WHERE name = $1 AND fence = $2 AND owner IS NOT NULL";
 
+/// Open a session (`$1` id, `$2` record, `$3` expires_at): no row → blacklisted.
+pub(super) const OPEN_SESSION: &str = "INSERT INTO lockscope_sessions (session, record, waiting_for, expires_at) \
+     SELECT $1, $2, NULL, $3 WHERE NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $1) \
+     ON CONFLICT (session) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at";
+
+/// Session heartbeat (`$1` record, `$2` expires_at, `$3` id): no row → blacklisted
+/// or gone (register again).
+pub(super) const SESSION_HEARTBEAT: &str = "UPDATE lockscope_sessions SET record = $1, expires_at = $2 \
+     WHERE session = $3 AND NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $3)";
+
+/// Start (`$1` the name) or stop (`$1` NULL) waiting, for session `$2`.
+pub(super) const SET_WAITING: &str = "UPDATE lockscope_sessions SET waiting_for = $1 WHERE session = $2";
+
+/// Close a session.
+pub(super) const CLOSE_SESSION: &str = "DELETE FROM lockscope_sessions WHERE session = $1";
+
+/// Acquire: a returned row means acquired, with its fencing token.
+pub(super) const ACQUIRE: &str = "INSERT INTO lockscope_locks (name, fence, owner, session, record, revision) \
+     SELECT $1, 1, $2, $3, $4, 1 WHERE NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $3) \
+     ON CONFLICT (name) DO UPDATE SET fence = lockscope_locks.fence + 1, owner = excluded.owner, \
+     session = excluded.session, record = excluded.record, revision = lockscope_locks.revision + 1 \
+     WHERE lockscope_locks.owner IS NULL \
+     RETURNING fence";
+
+/// Extend: 0 rows → blacklisted (if its row exists) or lost.
+pub(super) const EXTEND: &str = "UPDATE lockscope_locks SET record = $1, revision = revision + 1 \
+     WHERE name = $2 AND fence = $3 AND owner IS NOT NULL \
+     AND NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $4)";
+
+/// Is session `$1` blacklisted?
+pub(super) const IS_BLACKLISTED: &str = "SELECT 1 FROM lockscope_blacklist WHERE session = $1";
+
+/// Every statement of the protocol's writes, as `docs/protocol.md` ("SQL") quotes them.
+#[cfg(test)]
+const ALL: &[&str] = &[
+    OPEN_SESSION,
+    SESSION_HEARTBEAT,
+    SET_WAITING,
+    CLOSE_SESSION,
+    ACQUIRE,
+    EXTEND,
+    RELEASE,
+    IS_BLACKLISTED,
+];
+
 impl LockStore for SqlLocks {
     async fn open_session(&self, session: &SessionRecord, ttl: Duration) -> Result<SessionLease, StoreError> {
-        let q = self.sql(
-            "INSERT INTO lockscope_sessions (session, record, waiting_for, expires_at) \
-             SELECT $1, $2, NULL, $3 WHERE NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $1) \
-             ON CONFLICT (session) DO UPDATE SET record = excluded.record, expires_at = excluded.expires_at",
-        );
+        let q = self.sql(OPEN_SESSION);
         // On the holder's clock, from the record's own heartbeat_at, so that an
         // observer reads the ttl back exactly (expires_at - heartbeat_at).
         let expires = session.heartbeat_at + ttl.as_millis() as i64;
@@ -46,10 +87,7 @@ impl LockStore for SqlLocks {
     }
 
     async fn session_heartbeat(&self, lease: SessionLease, session: &SessionRecord) -> Result<(), StoreError> {
-        let q = self.sql(
-            "UPDATE lockscope_sessions SET record = $1, expires_at = $2 WHERE session = $3 \
-             AND NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $3)",
-        );
+        let q = self.sql(SESSION_HEARTBEAT);
         let expires = session.heartbeat_at + lease.0;
         let r = self
             .exec(
@@ -73,21 +111,14 @@ impl LockStore for SqlLocks {
     }
 
     async fn close_session(&self, _lease: SessionLease, session: &str) -> Result<(), StoreError> {
-        let q = self.sql("DELETE FROM lockscope_sessions WHERE session = $1");
+        let q = self.sql(CLOSE_SESSION);
         self.exec(sqlx::query(&q).bind(session)).await?;
         Ok(())
     }
 
     async fn try_acquire(&self, name: &str, record: &LockRecord) -> Result<Attempt, StoreError> {
         validate_name(name)?;
-        let q = self.sql(
-            "INSERT INTO lockscope_locks (name, fence, owner, session, record, revision) \
-             SELECT $1, 1, $2, $3, $4, 1 WHERE NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $3) \
-             ON CONFLICT (name) DO UPDATE SET fence = lockscope_locks.fence + 1, owner = excluded.owner, \
-             session = excluded.session, record = excluded.record, revision = lockscope_locks.revision + 1 \
-             WHERE lockscope_locks.owner IS NULL \
-             RETURNING fence",
-        );
+        let q = self.sql(ACQUIRE);
         let json = String::from_utf8(record.to_json()).expect("JSON is UTF-8");
         let row = self
             .one(
@@ -116,11 +147,7 @@ impl LockStore for SqlLocks {
     }
 
     async fn extend(&self, name: &str, fence: i64, record: &LockRecord) -> Result<Extend, StoreError> {
-        let q = self.sql(
-            "UPDATE lockscope_locks SET record = $1, revision = revision + 1 \
-             WHERE name = $2 AND fence = $3 AND owner IS NOT NULL \
-             AND NOT EXISTS (SELECT 1 FROM lockscope_blacklist WHERE session = $4)",
-        );
+        let q = self.sql(EXTEND);
         let json = String::from_utf8(record.to_json()).expect("JSON is UTF-8");
         let r = self
             .exec(sqlx::query(&q).bind(json).bind(name).bind(fence).bind(&*record.session))
@@ -147,7 +174,7 @@ impl LockStore for SqlLocks {
         name: &str,
         waiting: bool,
     ) -> Result<(), StoreError> {
-        let q = self.sql("UPDATE lockscope_sessions SET waiting_for = $1 WHERE session = $2");
+        let q = self.sql(SET_WAITING);
         self.exec(sqlx::query(&q).bind(waiting.then(|| name.to_string())).bind(session))
             .await?;
         Ok(())
@@ -223,5 +250,20 @@ impl LockStore for SqlLocks {
             .as_ref()
             .map(entry_of)
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// docs/protocol.md ("SQL") quotes every statement of the protocol's writes,
+    /// sessions included: none is sent undocumented.
+    #[test]
+    fn the_protocol_document_quotes_every_statement() {
+        let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        let doc = flat(include_str!("../../../docs/protocol.md"));
+        for stmt in super::ALL {
+            let text = flat(stmt);
+            assert!(doc.contains(&text), "docs/protocol.md does not quote: {text}");
+        }
     }
 }

@@ -224,7 +224,7 @@ impl SqlLocks {
     }
 
     async fn blacklisted(&self, session: &str) -> Result<bool, StoreError> {
-        let q = self.sql("SELECT 1 FROM lockscope_blacklist WHERE session = $1");
+        let q = self.sql(locks::IS_BLACKLISTED);
         Ok(self.one(sqlx::query(&q).bind(session)).await?.is_some())
     }
 

@@ -14,6 +14,9 @@ use lockscope_model::record::{BlacklistRecord, Stored, RECORD_VERSION};
 use tokio::time::Instant;
 
 use super::take;
+
+/// The answers to what second implementations had to guess (issue 23).
+pub use super::contract_rules::*;
 use crate::client::{LockOptions, LossReason, Session, SessionConfig};
 use crate::protocol::{Attempt, Blacklisting, LockStore};
 use crate::{now_ms, StoreError};

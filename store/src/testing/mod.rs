@@ -7,6 +7,7 @@
 //! [`LockStore`](crate::protocol::LockStore): every store runs it.
 
 pub mod contract;
+mod contract_rules;
 pub mod observer_contract;
 pub mod scylla;
 

@@ -105,6 +105,27 @@ async fn force_release_races_reacquire_1000_rounds() {
     contract::force_release_races_reacquire(connect(etcd.endpoint()).await, 1000).await;
 }
 
+// The protocol's answers (docs/protocol.md; `contract_rules`), one etcd each.
+macro_rules! rule_cases {
+    ($($case:ident),*) => {$(
+        #[tokio::test]
+        async fn $case() {
+            let etcd = EtcdServer::start().await;
+            contract::$case(connect(etcd.endpoint()).await).await;
+        }
+    )*};
+}
+
+rule_cases!(
+    same_session_twice_is_a_conflict,
+    dropping_a_guard_releases_at_once,
+    close_releases_a_blacklisted_sessions_locks,
+    purpose_limit_counts_escaped_bytes,
+    version_zero_is_malformed,
+    no_extend_after_the_trust_window,
+    reregistration_keeps_the_session
+);
+
 fn spec(etcd: &EtcdServer) -> StoreSpec {
     StoreSpec::Etcd {
         endpoints: vec![etcd.endpoint()],

@@ -65,6 +65,49 @@ async fn deadlines_are_exact() {
     contract::deadlines_are_exact(ks.connect().await, Duration::from_millis(600)).await;
 }
 
+// The protocol's answers (docs/protocol.md; `contract_rules`).
+#[tokio::test]
+async fn same_session_twice_is_a_conflict() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::same_session_twice_is_a_conflict(ks.connect().await).await;
+}
+
+#[tokio::test]
+async fn dropping_a_guard_releases_at_once() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::dropping_a_guard_releases_at_once(ks.connect().await).await;
+}
+
+#[tokio::test]
+async fn close_releases_a_blacklisted_sessions_locks() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::close_releases_a_blacklisted_sessions_locks(ks.connect().await).await;
+}
+
+#[tokio::test]
+async fn purpose_limit_counts_escaped_bytes() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::purpose_limit_counts_escaped_bytes(ks.connect().await).await;
+}
+
+#[tokio::test]
+async fn version_zero_is_malformed() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::version_zero_is_malformed(ks.connect().await).await;
+}
+
+#[tokio::test]
+async fn no_extend_after_the_trust_window() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::no_extend_after_the_trust_window(ks.connect().await).await;
+}
+
+#[tokio::test]
+async fn reregistration_keeps_the_session() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::reregistration_keeps_the_session(ks.connect().await).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_races_reacquire_300_rounds() {
     let ks = TestKeyspace::new("race").await;

@@ -76,6 +76,48 @@ macro_rules! contract_tests {
             }
 
             #[tokio::test]
+            async fn same_session_twice_is_a_conflict() {
+                let db = $server;
+                contract::same_session_twice_is_a_conflict(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
+            async fn dropping_a_guard_releases_at_once() {
+                let db = $server;
+                contract::dropping_a_guard_releases_at_once(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
+            async fn close_releases_a_blacklisted_sessions_locks() {
+                let db = $server;
+                contract::close_releases_a_blacklisted_sessions_locks(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
+            async fn purpose_limit_counts_escaped_bytes() {
+                let db = $server;
+                contract::purpose_limit_counts_escaped_bytes(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
+            async fn version_zero_is_malformed() {
+                let db = $server;
+                contract::version_zero_is_malformed(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
+            async fn no_extend_after_the_trust_window() {
+                let db = $server;
+                contract::no_extend_after_the_trust_window(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
+            async fn reregistration_keeps_the_session() {
+                let db = $server;
+                contract::reregistration_keeps_the_session(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
             async fn the_observer_reads_only_what_changed() {
                 let db = $server;
                 observer_reads_only_what_changed(&db.url()).await;
@@ -205,6 +247,43 @@ async fn a_newer_schema_is_refused_with_a_clear_message() {
         err.contains("version 99") && err.contains("newer than this lockscope"),
         "{err}"
     );
+}
+
+/// docs/protocol.md, SQL: "`lockscope_changes` has the columns `id, counter,
+/// removals, waiters, sessions`" and "`waiters` is no longer incremented since
+/// version 4: a write to a session row, waits included, counts `sessions`".
+#[tokio::test]
+async fn sqlite_change_counters_are_the_documented_columns() {
+    let db = sqlite();
+    let store = connect(&db.url).await;
+    let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    let columns: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM pragma_table_info('lockscope_changes') ORDER BY cid")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(columns, ["id", "counter", "removals", "waiters", "sessions"]);
+    let counters = async || {
+        sqlx::query_as::<_, (i64, i64, i64, i64)>(
+            "SELECT counter, removals, waiters, sessions FROM lockscope_changes WHERE id = 1",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let session = lockscope_store::client::Session::open(store.clone(), contract::quiet("changes"))
+        .await
+        .unwrap();
+    let before = counters().await;
+    store
+        .set_waiting(session.registration(), session.id(), "changes/x", true)
+        .await
+        .unwrap();
+    let after = counters().await;
+    assert_eq!(after.2, before.2, "waiters is not incremented");
+    assert_eq!(after.3, before.3 + 1, "a wait counts sessions");
+    assert!(after.0 > before.0);
+    session.close().await.unwrap();
 }
 
 /// A database an older lockscope left at schema version 4 (before the unlocker
