@@ -286,6 +286,52 @@ async fn sqlite_change_counters_are_the_documented_columns() {
     session.close().await.unwrap();
 }
 
+/// docs/protocol.md, Session heartbeat step 1: the client registers again "and
+/// `put(W, …, new lease)` for every `lock` call still waiting" — on SQL, the new row's
+/// `waiting_for`. (It was put again only on the call's next attempt, which on SQL
+/// never came: the registration's handle does not change there.)
+#[tokio::test]
+async fn a_wait_is_registered_again_with_the_session() {
+    let db = sqlite();
+    let store = connect(&db.url).await;
+    let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    let quiet = contract::quiet;
+    let a = lockscope_store::client::Session::open(store.clone(), quiet("holder"))
+        .await
+        .unwrap();
+    let held = a.lock("again/w", contract::opts("held")).await.unwrap();
+    let b = lockscope_store::client::Session::open(store.clone(), quiet("waiter"))
+        .await
+        .unwrap();
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move { b.lock("again/w", contract::opts("waits")).await.map(|g| g.fence()) })
+    };
+    let waiting_for = async |id: &str| {
+        sqlx::query_scalar::<_, Option<String>>("SELECT waiting_for FROM lockscope_sessions WHERE session = ?1")
+            .bind(id.to_string())
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while waiting_for(b.id()).await != Some(Some("again/w".into())) {
+        assert!(tokio::time::Instant::now() < deadline, "the wait shows");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.close_session(b.registration(), b.id()).await.unwrap();
+    assert_eq!(waiting_for(b.id()).await, None, "the registration is gone");
+    b.heartbeat_now().await;
+    assert_eq!(
+        waiting_for(b.id()).await,
+        Some(Some("again/w".into())),
+        "registered again, still waiting"
+    );
+    assert!(held.unlock().await.unwrap());
+    assert!(waiter.await.unwrap().is_ok(), "and the wait goes on to take the lock");
+    a.close().await.unwrap();
+}
+
 /// A database an older lockscope left at schema version 4 (before the unlocker
 /// role) is upgraded on connect, its locks kept, and the new table works.
 async fn a_v4_database_is_upgraded(url: &str) {
