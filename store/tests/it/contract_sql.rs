@@ -286,6 +286,21 @@ async fn sqlite_change_counters_are_the_documented_columns() {
     session.close().await.unwrap();
 }
 
+/// docs/protocol.md, SQL: "Every SQLite connection sets `PRAGMA journal_mode = WAL`
+/// (readers never block the writer)". WAL is a property of the database file, so
+/// a connection of another process sees it.
+#[tokio::test]
+async fn sqlite_runs_in_wal_mode() {
+    let db = sqlite();
+    let _store = connect(&db.url).await;
+    let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
 /// docs/protocol.md, Session heartbeat step 1: the client registers again "and
 /// `put(W, …, new lease)` for every `lock` call still waiting" — on SQL, the new row's
 /// `waiting_for`. (It was put again only on the call's next attempt, which on SQL
