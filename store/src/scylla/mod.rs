@@ -284,6 +284,11 @@ impl ScyllaLocks {
     /// Blacklists `entry.session` if it has no entry yet (`INSERT … IF NOT
     /// EXISTS`: an entry already there is kept as it is, and returned), then
     /// marks its `token_times` row, which its heartbeat LWT checks.
+    ///
+    /// The entry and the mark are two writes: a blacklisting whose mark failed
+    /// (or timed out) after its entry was written left the session heartbeating.
+    /// So an existing entry is marked again too (`IF EXISTS`, idempotent), with
+    /// the stored entry's text; a retry completes what the first attempt began.
     async fn put_blacklist(&self, entry: &BlacklistRecord) -> Result<Blacklisting, StoreError> {
         self.superset("a blacklist")?;
         let json = serde_json::to_string(entry).expect("records serialise");
@@ -302,6 +307,14 @@ impl ScyllaLocks {
                     .first()
                     .and_then(|r| col(r, "record").as_text().map(str::to_string)),
             };
+            // No entry any more: lifted meanwhile, and lifting clears the mark.
+            if let Some(record) = &existing {
+                self.lwt(
+                    Stmt::SessionMark,
+                    vec![Value::text(record), Value::text(&entry.session)],
+                )
+                .await?;
+            }
             return Ok(Blacklisting::Exists(existing.map(|r| Stored::parse(r.as_bytes()))));
         }
         self.lwt(Stmt::SessionMark, vec![Value::Text(json), Value::text(&entry.session)])

@@ -108,6 +108,12 @@ async fn reregistration_keeps_the_session() {
     contract::reregistration_keeps_the_session(ks.connect().await).await;
 }
 
+#[tokio::test]
+async fn backtrace_starts_at_the_callers_line() {
+    let ks = TestKeyspace::new("rule").await;
+    contract::backtrace_starts_at_the_callers_line(ks.connect().await).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_races_reacquire_300_rounds() {
     let ks = TestKeyspace::new("race").await;
@@ -377,6 +383,57 @@ async fn published_rows_on_lockscopes_tables_and_a_second_blacklisting() {
     assert!(record.contains("first reason"), "the first entry is kept: {record}");
     assert!(store.lift_blacklist("svc-x").await.unwrap());
     assert!(!store.lift_blacklist("svc-x").await.unwrap(), "once");
+}
+
+/// A blacklisting whose entry was written but whose session mark was not (the
+/// mark failed or timed out: they are two writes) is completed by the next one:
+/// the second blacklisting answers `Exists` and marks the session too, so its
+/// heartbeat is refused. Before, every retry answered "already blacklisted"
+/// and never marked, and the session kept heartbeating.
+#[tokio::test]
+async fn a_second_blacklisting_completes_a_missing_session_mark() {
+    let (cql, store) = memory_store(Shape::Scylla).await;
+    let mut session = lockscope_model::record::SessionRecord {
+        v: lockscope_model::record::RECORD_VERSION,
+        session: "svc-half".into(),
+        service: "svc".into(),
+        host: "h".into(),
+        pid: 1,
+        started_at: now_ms(),
+        heartbeat_at: now_ms(),
+        waiting_for: None,
+        contention: Default::default(),
+    };
+    let lease = store.open_session(&session, Duration::from_secs(30)).await.unwrap();
+    // The first blacklisting's entry, without its mark.
+    let first = BlacklistRecord::new("svc-half", "tester", "half done", now_ms());
+    cql.execute(
+        "INSERT INTO lockscope.lockscope_blacklist (service_session_id, record) VALUES (?, ?) IF NOT EXISTS",
+        vec![
+            Value::text("svc-half"),
+            Value::text(serde_json::to_string(&first).unwrap()),
+        ],
+    )
+    .unwrap();
+    session.heartbeat_at = now_ms();
+    store
+        .session_heartbeat(lease, &session)
+        .await
+        .expect("unmarked: the heartbeat LWT only checks the mark");
+
+    assert_eq!(
+        store
+            .blacklist(&BlacklistRecord::new("svc-half", "retry", "again", now_ms()))
+            .await
+            .unwrap(),
+        Blacklisting::Exists(Some(Stored::Record(first)))
+    );
+    session.heartbeat_at = now_ms();
+    let refused = store.session_heartbeat(lease, &session).await;
+    assert!(
+        matches!(refused, Err(StoreError::Blacklisted { .. })),
+        "the retry marked the session: {refused:?}"
+    );
 }
 
 /// The observer reads in pages: a table of more rows than a page is seen whole.
