@@ -18,6 +18,8 @@ const RUNTIME_CRATES: &[&str] = &[
     "futures_util",
     "tracing",
     "tracing_futures",
+    // libtest, which runs a test binary's functions.
+    "test",
 ];
 
 /// Frames of the process's start and of this library.
@@ -39,7 +41,9 @@ fn skipped(sym: &str) -> bool {
             let ty = ["&", "*", "mut ", "const ", "dyn "]
                 .iter()
                 .fold(ty, |t, p| t.strip_prefix(p).unwrap_or(t).trim_start());
-            if !ty.contains("::") {
+            // `<fn() -> T as FnOnce<()>>::call_once`: a function pointer called
+            // by whoever holds it, a shim of the runtime's.
+            if !ty.contains("::") || ty.starts_with("fn(") {
                 return true;
             }
             ty
@@ -76,7 +80,7 @@ pub fn trim(text: &str) -> Vec<String> {
     // consecutive once the runtime's frames between them are gone.
     let mut kept: Vec<(String, Option<String>)> = Vec::new();
     for (sym, at) in frames.into_iter().filter(|(sym, _)| !skipped(sym)) {
-        let sym = sym.trim_end_matches("::{{closure}}").to_string();
+        let sym = without_closures(&sym).to_string();
         let at = at.filter(|at| !in_runtime_source(at));
         match kept.last_mut() {
             Some(last) if last.0 == sym => {
@@ -94,6 +98,28 @@ pub fn trim(text: &str) -> Vec<String> {
         })
         .take(MAX_FRAMES)
         .collect()
+}
+
+/// `f` for `f::{{closure}}`, `f::{closure#0}` (the newer symbol form), and any
+/// number of them.
+fn without_closures(sym: &str) -> &str {
+    let mut sym = sym;
+    loop {
+        let trimmed = sym.trim_end_matches("::{{closure}}");
+        let trimmed = match trimmed.rsplit_once("::{closure#") {
+            Some((f, n))
+                if n.strip_suffix('}')
+                    .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit())) =>
+            {
+                f
+            }
+            _ => trimmed,
+        };
+        if trimmed == sym {
+            return sym;
+        }
+        sym = trimmed;
+    }
 }
 
 /// A location in the source of the language runtime or of a runtime crate: the
@@ -191,5 +217,10 @@ mod tests {
             "/home/u/.cargo/registry/src/x/futures-util-0.3.31/src/async_await/join_mod.rs:1"
         ));
         assert!(!in_runtime_source("./src/tokio-helpers-2/main.rs:1"));
+        assert_eq!(without_closures("a::b::{closure#0}::{{closure}}::{closure#12}"), "a::b");
+        assert!(skipped(
+            "<fn() -> core::result::Result<(), alloc::string::String> as core::ops::function::FnOnce<()>>::call_once"
+        ));
+        assert!(skipped("test::run_test_in_process"));
     }
 }

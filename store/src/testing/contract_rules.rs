@@ -235,3 +235,34 @@ pub async fn reregistration_keeps_the_session<S: LockStore>(store: S) {
     assert!(g.unlock().await.unwrap());
     s.close().await.unwrap();
 }
+
+/// docs/protocol.md, Lock record: "a location in the source of the language runtime
+/// or of a runtime crate … is not the caller's — it is a macro such as
+/// `tokio::select!` expanded into the caller" and "consecutive frames of one
+/// function (after removing `::{{closure}}`) are collapsed into one". A `lock`
+/// raced in a `select!` (as the demo's workers do) records this function, at this
+/// file, once.
+pub async fn backtrace_starts_at_the_callers_line<S: LockStore>(store: S) {
+    let s = open(store.clone(), "backtrace").await;
+    let mut with_bt = opts("inside select!");
+    with_bt.backtrace = true;
+    let g = tokio::select! {
+        g = s.lock("bt/x", with_bt) => g.unwrap(),
+        _ = tokio::time::sleep(Duration::from_secs(30)) => panic!("no lock in 30 s"),
+    };
+    let entry = store.get("bt/x").await.unwrap().unwrap();
+    let bt = entry.record().unwrap().backtrace.clone();
+    let first = bt.first().expect("a backtrace");
+    assert!(
+        first.starts_with("lockscope_store::testing::contract_rules::backtrace_starts_at_the_callers_line (")
+            && first.contains("contract_rules.rs:"),
+        "the first frame is the caller at its own line, not tokio's select!: {bt:#?}"
+    );
+    let functions: Vec<&str> = bt.iter().map(|f| f.split(" (").next().unwrap()).collect();
+    assert!(
+        functions.windows(2).all(|w| w[0] != w[1]),
+        "no function twice in a row: {bt:#?}"
+    );
+    assert!(g.unlock().await.unwrap());
+    s.close().await.unwrap();
+}

@@ -123,7 +123,8 @@ rule_cases!(
     purpose_limit_counts_escaped_bytes,
     version_zero_is_malformed,
     no_extend_after_the_trust_window,
-    reregistration_keeps_the_session
+    reregistration_keeps_the_session,
+    backtrace_starts_at_the_callers_line
 );
 
 fn spec(etcd: &EtcdServer) -> StoreSpec {

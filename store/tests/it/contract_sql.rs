@@ -118,6 +118,12 @@ macro_rules! contract_tests {
             }
 
             #[tokio::test]
+            async fn backtrace_starts_at_the_callers_line() {
+                let db = $server;
+                contract::backtrace_starts_at_the_callers_line(connect(&db.url()).await).await;
+            }
+
+            #[tokio::test]
             async fn the_observer_reads_only_what_changed() {
                 let db = $server;
                 observer_reads_only_what_changed(&db.url()).await;
