@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use crate::admin::{self, Attempt};
 use crate::audit::{to_csv, to_ndjson};
-use crate::auth::{check_csrf, Identity, Via, Who, CSRF_HEADER};
+use crate::auth::{check_csrf, Identity, TokenRefused, Via, Who, CSRF_HEADER};
 use crate::http::AppState;
 
 pub(crate) mod charts;
@@ -64,11 +64,15 @@ pub struct Caller {
     /// The client's address, as the limits count it: the peer's, or behind a
     /// proxy of `[limits] proxies` the client it forwarded ([`crate::auth::Auth::client`]).
     pub client: Option<std::net::IpAddr>,
-    /// Set when the request carried a token that was not accepted and its
-    /// source has used up its failed checks for the minute
+    /// Set when the request carried a `Bearer` token that was not accepted
+    /// and its source has used up its failed checks for the minute
     /// (`[limits] auth_failures_per_minute`): answered `429` with
-    /// `Retry-After` (these seconds) rather than `401`.
+    /// `Retry-After` (these seconds) rather than `401`; or (with `busy`) when
+    /// it could not be checked for the checks already waiting.
     pub retry_after: Option<u64>,
+    /// The token could not be checked: `[limits] auth_verify_queue` checks
+    /// were already waiting for a password hash (`503` with `Retry-After`).
+    pub busy: bool,
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -79,16 +83,20 @@ impl FromRequestParts<AppState> for Caller {
             .extensions
             .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
             .map(|c| c.0.ip());
-        let mut who = state.auth.identify(&parts.headers, peer, now_ms()).await;
-        let refused_token = matches!(who, Who::Nobody(_)) && parts.headers.contains_key(header::AUTHORIZATION);
+        let (mut who, refused) = state.auth.identify_why(&parts.headers, peer, now_ms()).await;
         let client = state.auth.client(&parts.headers, peer);
-        let retry_after = refused_token
-            .then(|| state.auth.retry_after(client))
-            .flatten()
-            .map(crate::auth::limit::secs);
-        if let Some(secs) = retry_after {
+        // Only a refused `Bearer` token counts here: another scheme (a
+        // proxy's `Basic`) is ignored, and its request is simply without
+        // credentials (`401`).
+        let busy = matches!(refused, Some(TokenRefused::Busy { .. }));
+        let retry_after = match &refused {
+            Some(TokenRefused::Busy { retry_after, .. }) => Some(*retry_after),
+            Some(_) => state.auth.retry_after(client).map(crate::auth::limit::secs),
+            None => None,
+        };
+        if let (Some(secs), false) = (retry_after, busy) {
             state.auth.count_rate_limited();
-            let why = crate::auth::TokenRefused::TooMany {
+            let why = TokenRefused::TooMany {
                 per_minute: state.auth.failures_per_minute(),
                 retry_after: secs,
             };
@@ -100,6 +108,7 @@ impl FromRequestParts<AppState> for Caller {
             peer,
             client,
             retry_after,
+            busy,
         })
     }
 }
@@ -116,9 +125,11 @@ impl Caller {
     }
 
     /// `status`, or `429` when this is a `401` of a source over its failed
-    /// checks ([`Caller::retry_after`]).
+    /// checks ([`Caller::retry_after`]), or `503` when its token could not be
+    /// checked ([`Caller::busy`]).
     fn limited(&self, status: StatusCode) -> StatusCode {
         match self.retry_after {
+            Some(_) if status == StatusCode::UNAUTHORIZED && self.busy => StatusCode::SERVICE_UNAVAILABLE,
             Some(_) if status == StatusCode::UNAUTHORIZED => StatusCode::TOO_MANY_REQUESTS,
             _ => status,
         }
@@ -145,7 +156,8 @@ impl Caller {
 
 /// A request without an identity, and why: answered 401, or 400 when its
 /// credentials are ambiguous ([`Who::identity`]), or 429 with `Retry-After`
-/// when its source failed too often ([`Caller::retry_after`]).
+/// when its source failed too often ([`Caller::retry_after`]), or 503 with
+/// `Retry-After` when its token could not be checked ([`Caller::busy`]).
 pub struct Unauthorized {
     pub status: StatusCode,
     pub why: String,
@@ -158,9 +170,10 @@ impl IntoResponse for Unauthorized {
     }
 }
 
-/// `response` with `Retry-After: secs` when `status` is `429`.
+/// `response` with `Retry-After: secs` when `status` is `429` or `503`.
 fn retry_after(mut response: Response, status: StatusCode, secs: Option<u64>) -> Response {
-    if let (StatusCode::TOO_MANY_REQUESTS, Some(secs)) = (status, secs) {
+    let later = [StatusCode::TOO_MANY_REQUESTS, StatusCode::SERVICE_UNAVAILABLE].contains(&status);
+    if let (true, Some(secs)) = (later, secs) {
         response.headers_mut().insert(header::RETRY_AFTER, secs.into());
     }
     response

@@ -109,8 +109,9 @@ pub struct Auth {
     /// The password hashing, on `[limits] auth_verify_concurrency` threads (a
     /// flood of bad tokens queues there instead of starving the hub tasks).
     verifier: Verifier,
-    /// Failed token checks per source (`[limits] auth_failures_per_minute`).
-    failures: Failures,
+    /// Failed token checks per source (`[limits] auth_failures_per_minute`;
+    /// shared with the verifying threads, which count the failures).
+    failures: std::sync::Arc<Failures>,
     /// `[limits] proxies`: peers whose `X-Forwarded-For` names the client.
     proxies: Vec<IpAddr>,
 }
@@ -121,7 +122,10 @@ impl Auth {
             config,
             audit,
             verified: Mutex::new(HashMap::new()),
-            verifier: Verifier::new(Limits::default().auth_verify_concurrency),
+            verifier: Verifier::new(
+                Limits::default().auth_verify_concurrency,
+                Limits::default().auth_verify_queue,
+            ),
             failures: verify::failures(&Limits::default()),
             proxies: Vec::new(),
         }
@@ -139,27 +143,45 @@ impl Auth {
 
     /// Who sent a request with these headers from `peer`.
     pub async fn identify(&self, headers: &HeaderMap, peer: Option<IpAddr>, now_ms: i64) -> Who {
+        self.identify_why(headers, peer, now_ms).await.0
+    }
+
+    /// The same, and why its `Authorization: Bearer` token was refused, if it
+    /// carried one that was (what decides between `401`, `429` and `503`).
+    pub async fn identify_why(
+        &self,
+        headers: &HeaderMap,
+        peer: Option<IpAddr>,
+        now_ms: i64,
+    ) -> (Who, Option<TokenRefused>) {
         let Some(config) = &self.config else {
-            return Who::Known(Identity {
+            let who = Who::Known(Identity {
                 actor: ANONYMOUS.into(),
                 role: Role::Admin,
                 scope: Vec::new(),
                 via: Via::NoAuth,
             });
+            return (who, None);
         };
         let proxy_header = config.proxy.as_ref().map(|p| p.header.as_str());
         if let Some(why) = repeated(headers, "Authorization", "send one")
             .or_else(|| proxy_header.and_then(|h| repeated(headers, h, "the proxy must replace the client's")))
         {
-            return Who::Ambiguous(why);
+            return (Who::Ambiguous(why), None);
         }
         if let Some(token) = bearer(headers) {
             let token = std::str::from_utf8(token).unwrap_or("");
             return match self.verify_token(token, self.client(headers, peer)).await {
-                Ok(t) => Who::Known(token_identity(t, Via::Token)),
-                Err(why) => Who::Nobody(why.to_string()),
+                Ok(t) => (Who::Known(token_identity(t, Via::Token)), None),
+                Err(why) => (Who::Nobody(why.to_string()), Some(why)),
             };
         }
+        (self.identify_other(config, headers, peer, now_ms).await, None)
+    }
+
+    /// [`Auth::identify_why`] without an `Authorization: Bearer` token: a
+    /// proxy's header, a sign-in session, or nobody.
+    async fn identify_other(&self, config: &AuthFile, headers: &HeaderMap, peer: Option<IpAddr>, now_ms: i64) -> Who {
         if let Some(proxy) = &config.proxy {
             if let Some(user) = headers.get(proxy.header.as_str()) {
                 let trusted = peer.is_some_and(|p| proxy.trusted.contains(&p));

@@ -43,6 +43,7 @@
 //! auth_failures_per_minute = 10
 //! auth_sources = 10000
 //! auth_verify_concurrency = 1
+//! auth_verify_queue = 64
 //! audit_sources_per_minute = 100
 //! proxies = []
 //! ```
@@ -97,6 +98,9 @@ pub struct Limits {
     pub auth_sources: usize,
     /// Token hashes (Argon2, ~19 MiB each) verified at once; others wait.
     pub auth_verify_concurrency: usize,
+    /// Token checks that may wait for a hash at once (besides the ones
+    /// running); one more is answered 503 with `Retry-After`.
+    pub auth_verify_queue: usize,
     /// Sources whose attempts without an identity get audit rows of their
     /// own in a minute; the rest share one row.
     pub audit_sources_per_minute: usize,
@@ -115,6 +119,7 @@ impl Default for Limits {
             auth_failures_per_minute: 10,
             auth_sources: 10_000,
             auth_verify_concurrency: 1,
+            auth_verify_queue: 64,
             audit_sources_per_minute: 100,
             proxies: Vec::new(),
         }
@@ -130,6 +135,7 @@ impl Limits {
             ("auth_failures_per_minute", self.auth_failures_per_minute as usize),
             ("auth_sources", self.auth_sources),
             ("auth_verify_concurrency", self.auth_verify_concurrency),
+            ("auth_verify_queue", self.auth_verify_queue),
             ("audit_sources_per_minute", self.audit_sources_per_minute),
         ] {
             if value == 0 {
@@ -343,6 +349,7 @@ mod tests {
             auth_failures_per_minute = 10
             auth_sources = 10000
             auth_verify_concurrency = 1
+            auth_verify_queue = 64
             audit_sources_per_minute = 100
             proxies = []
         "#;

@@ -155,11 +155,12 @@ impl AuditLog {
         }
     }
 
-    /// For `/metrics`: attempts without an identity tallied so far, and the
-    /// rows made of them.
-    pub fn tally_counts(&self) -> (u64, u64) {
+    /// For `/metrics`: attempts without an identity tallied so far, the
+    /// rows made of them, and the sources a minute may have rows of their
+    /// own (`[limits] audit_sources_per_minute`).
+    pub fn tally_counts(&self) -> (u64, u64, usize) {
         let t = self.inner.tally.lock().unwrap();
-        (t.attempts, t.rows)
+        (t.attempts, t.rows, t.sources())
     }
 
     async fn create_tables(&self) -> Result<(), AuditError> {

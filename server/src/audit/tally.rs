@@ -63,6 +63,11 @@ impl Tally {
         self.sources = sources.max(1);
     }
 
+    /// Sources a minute may have rows of their own.
+    pub fn sources(&self) -> usize {
+        self.sources
+    }
+
     /// Counts `entry`, an attempt from `source` (the source as
     /// [`crate::auth::limit::source`] makes it).
     pub fn add(&mut self, entry: &AuditEntry, source: Option<IpAddr>, now: Instant) {

@@ -66,6 +66,11 @@ impl Failures {
         self.per_minute
     }
 
+    /// Sources tracked at most (`[limits] auth_sources`).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// `Some(how long until it may try again)` when `source` has used up its
     /// failures for this minute.
     pub fn blocked(&self, source: Option<IpAddr>) -> Option<Duration> {

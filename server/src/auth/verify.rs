@@ -6,7 +6,16 @@
 //! 19 MiB each), on at most `concurrency` dedicated threads: whatever the flood,
 //! the hashing takes that many cores and that many times 19 MiB (spread over
 //! the async runtime's blocking pool, each thread's allocator would keep its
-//! own 19 MiB). Verifications beyond that wait their turn.
+//! own 19 MiB). Verifications beyond that wait their turn, at most `queue` of
+//! them (`[limits] auth_verify_queue`); one more is refused at once
+//! ([`TokenRefused::Busy`], `503`).
+//!
+//! A turn belongs to its job, not to the request that asked: it is given back
+//! when the thread is done with the job, after the job's outcome (a failure
+//! counted for its source) is recorded, whether or not the request still
+//! waits for the answer. A request dropped while its job is queued (the
+//! client closed the connection) cannot free its turn early, nor dodge the
+//! count: the thread skips hashing for it, and counts it failed.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -17,65 +26,112 @@ use std::time::Duration;
 use argon2::password_hash::PasswordHash;
 use argon2::{Algorithm, Argon2, Block, Params, Version};
 use sha2::{Digest, Sha256};
-use tokio::sync::{oneshot, Semaphore};
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 use super::limit::{self, Failures};
 use super::{constant_time_eq, Auth};
 use crate::settings::{Limits, TokenFile};
 
-/// One verification: the PHC hash, the token, where the answer goes.
-type Job = (String, String, oneshot::Sender<bool>);
+/// What a client refused for a full queue is told to wait, in seconds.
+pub const BUSY_RETRY_SECS: u64 = 1;
+
+/// One verification: the PHC hash, the token, where the answer goes, what to
+/// do with the outcome (on the verifying thread, whether or not anyone still
+/// waits), and the turn it holds until it is done.
+struct Job {
+    hash: String,
+    token: String,
+    answer: oneshot::Sender<bool>,
+    outcome: Box<dyn FnOnce(bool) + Send>,
+    turn: Turn,
+}
 
 /// The verifying threads (started at the first verification) and their numbers.
 pub struct Verifier {
     concurrency: usize,
-    permits: Semaphore,
+    queue: usize,
+    /// Turns: at most `concurrency` jobs are out (queued for or on a thread).
+    permits: Arc<Semaphore>,
+    /// Places to wait for a turn: at most `queue`.
+    places: Semaphore,
     jobs: OnceLock<Mutex<mpsc::Sender<Job>>>,
     counts: Arc<Counts>,
 }
 
-/// A turn of [`Verifier::run`] (given back when dropped).
-pub struct Turn<'a> {
-    _permit: Option<tokio::sync::SemaphorePermit<'a>>,
+/// A turn of [`Verifier::run`]: given back when its job is done (or when
+/// dropped unused).
+pub struct Turn {
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
-/// How many verifications ran, and how many at once at most.
+/// A place in the queue for a turn ([`Verifier::place`]).
+pub struct Place<'a> {
+    _permit: SemaphorePermit<'a>,
+}
+
+/// How many verifications ran, were skipped, were refused, and how many ran at once at most.
 #[derive(Debug, Default)]
 pub struct Counts {
     pub runs: AtomicU64,
+    /// Jobs whose request was gone before their turn came: not hashed, counted failed.
+    pub skipped: AtomicU64,
+    /// Verifications refused because `queue` already waited.
+    pub refused: AtomicU64,
     running: AtomicUsize,
     pub most_at_once: AtomicUsize,
 }
 
 impl Verifier {
-    pub fn new(concurrency: usize) -> Verifier {
-        let concurrency = concurrency.max(1);
+    pub fn new(concurrency: usize, queue: usize) -> Verifier {
+        let (concurrency, queue) = (concurrency.max(1), queue.max(1));
         Verifier {
             concurrency,
-            permits: Semaphore::new(concurrency),
+            queue,
+            permits: Arc::new(Semaphore::new(concurrency)),
+            places: Semaphore::new(queue),
             jobs: OnceLock::new(),
             counts: Arc::default(),
         }
     }
 
-    /// A turn to verify: at most `concurrency` are out at once.
-    pub async fn turn(&self) -> Turn<'_> {
-        Turn {
-            _permit: self.permits.acquire().await.ok(),
+    /// A place to wait for a turn, or `None` (counted) when `queue` already wait.
+    pub fn place(&self) -> Option<Place<'_>> {
+        match self.places.try_acquire() {
+            Ok(permit) => Some(Place { _permit: permit }),
+            Err(_) => {
+                self.counts.refused.fetch_add(1, Ordering::Relaxed);
+                None
+            }
         }
     }
 
+    /// A turn to verify: at most `concurrency` are out at once. The place
+    /// is given back once the turn is had.
+    pub async fn turn(&self, place: Place<'_>) -> Turn {
+        let turn = Turn {
+            _permit: self.permits.clone().acquire_owned().await.ok(),
+        };
+        drop(place);
+        turn
+    }
+
     /// Whether `token` is the one `hash` was made from (`false` for a hash
-    /// that is not an Argon2 PHC string): one Argon2 run, in `_turn`.
-    pub async fn run(&self, _turn: &Turn<'_>, hash: &str, token: &str) -> bool {
+    /// that is not an Argon2 PHC string): one Argon2 run, in `turn`.
+    /// `outcome` gets the answer on the verifying thread before the turn is
+    /// given back, even when this future is dropped first (then the job is
+    /// not hashed and its outcome is `false`).
+    pub async fn run(&self, turn: Turn, hash: &str, token: &str, outcome: impl FnOnce(bool) + Send + 'static) -> bool {
         let (tx, rx) = oneshot::channel();
-        let sent = self
-            .sender()
-            .lock()
-            .unwrap()
-            .send((hash.to_string(), token.to_string(), tx));
-        if sent.is_err() {
+        let job = Job {
+            hash: hash.to_string(),
+            token: token.to_string(),
+            answer: tx,
+            outcome: Box::new(outcome),
+            turn,
+        };
+        if let Err(mpsc::SendError(job)) = self.sender().lock().unwrap().send(job) {
             tracing::error!("the token verifying threads are gone");
+            (job.outcome)(false);
             return false;
         }
         rx.await.unwrap_or(false)
@@ -84,6 +140,20 @@ impl Verifier {
     /// Argon2 verifications run so far.
     pub fn runs(&self) -> u64 {
         self.counts.runs.load(Ordering::Relaxed)
+    }
+
+    /// Verifications refused so far for a full queue.
+    pub fn refused(&self) -> u64 {
+        self.counts.refused.load(Ordering::Relaxed)
+    }
+
+    /// The turns out now (jobs queued or running), and the requests waiting for one.
+    #[cfg(test)]
+    pub fn out_and_waiting(&self) -> (usize, usize) {
+        (
+            self.concurrency - self.permits.available_permits(),
+            self.queue - self.places.available_permits(),
+        )
     }
 
     /// The most verifications that ran at once.
@@ -118,13 +188,24 @@ fn run(jobs: &Mutex<mpsc::Receiver<Job>>, counts: &Counts) {
     let mut memory: Vec<Block> = Vec::new();
     loop {
         let job = jobs.lock().unwrap().recv();
-        let Ok((hash, token, answer)) = job else { return };
-        counts.runs.fetch_add(1, Ordering::Relaxed);
-        let now = counts.running.fetch_add(1, Ordering::SeqCst) + 1;
-        counts.most_at_once.fetch_max(now, Ordering::SeqCst);
-        let ok = verify(&hash, &token, &mut memory);
-        counts.running.fetch_sub(1, Ordering::SeqCst);
-        let _ = answer.send(ok);
+        let Ok(job) = job else { return };
+        // Nobody waits for it any more: no hashing, but its outcome is still
+        // a failure, so dropping requests cannot dodge the count.
+        let ok = if job.answer.is_closed() {
+            counts.skipped.fetch_add(1, Ordering::Relaxed);
+            false
+        } else {
+            counts.runs.fetch_add(1, Ordering::Relaxed);
+            let now = counts.running.fetch_add(1, Ordering::SeqCst) + 1;
+            counts.most_at_once.fetch_max(now, Ordering::SeqCst);
+            let ok = verify(&job.hash, &job.token, &mut memory);
+            counts.running.fetch_sub(1, Ordering::SeqCst);
+            ok
+        };
+        (job.outcome)(ok);
+        let _ = job.answer.send(ok);
+        // Only now is the turn given back.
+        drop(job.turn);
     }
 }
 
@@ -160,7 +241,7 @@ fn verify(phc: &str, token: &str, memory: &mut Vec<Block>) -> bool {
 impl Auth {
     /// The same, with these limits on failed authentication and hashing.
     pub fn with_limits(mut self, limits: &Limits) -> Auth {
-        self.verifier = Verifier::new(limits.auth_verify_concurrency);
+        self.verifier = Verifier::new(limits.auth_verify_concurrency, limits.auth_verify_queue);
         self.failures = failures(limits);
         self.proxies = limits.proxies.clone();
         self
@@ -189,10 +270,20 @@ impl Auth {
     }
 
     /// For `/metrics`: failed token checks, requests answered `429`, Argon2
-    /// verifications run, so far.
-    pub fn counts(&self) -> (u64, u64, u64) {
+    /// verifications run, checks refused for a full queue (`503`), so far.
+    pub fn counts(&self) -> (u64, u64, u64, u64) {
         let (failed, limited) = self.failures.totals();
-        (failed, limited, self.verifier.runs())
+        (failed, limited, self.verifier.runs(), self.verifier.refused())
+    }
+
+    /// For `/metrics`: the limits in force, as `([limits] key, value)`.
+    pub fn limits(&self) -> [(&'static str, u64); 4] {
+        [
+            ("auth_failures_per_minute", u64::from(self.failures.per_minute())),
+            ("auth_sources", self.failures.capacity() as u64),
+            ("auth_verify_concurrency", self.verifier.concurrency as u64),
+            ("auth_verify_queue", self.verifier.queue as u64),
+        ]
     }
 
     /// When `client`'s source has used up its failed token checks for this
@@ -210,7 +301,10 @@ impl Auth {
     /// another id), so the answer's timing does not tell which ids exist. A
     /// token that verified before is recognised by its SHA-256 without one.
     /// A source over its failures for the minute ([`Auth::retry_after`]) gets
-    /// [`TokenRefused::TooMany`] without any hashing.
+    /// [`TokenRefused::TooMany`] without any hashing; a check that finds
+    /// `[limits] auth_verify_queue` others waiting for a hash,
+    /// [`TokenRefused::Busy`]. A failure is counted when the hash is done
+    /// (or skipped), even if this future was dropped meanwhile.
     pub(super) async fn verify_token(&self, token: &str, client: Option<IpAddr>) -> Result<&TokenFile, TokenRefused> {
         let config = self.config.as_ref().ok_or(TokenRefused::Invalid)?;
         let id = token.split_once('.').map_or("", |(id, _)| id);
@@ -232,23 +326,30 @@ impl Auth {
         }
         // No configured token at all (a proxy-only setup): no ids to learn.
         let hash = &entry.or(config.tokens.first()).ok_or(TokenRefused::Invalid)?.hash;
+        let place = self.verifier.place().ok_or(TokenRefused::Busy {
+            waiting: self.verifier.queue,
+            retry_after: BUSY_RETRY_SECS,
+        })?;
         // Checked again once it is this one's turn (and the failure counted
         // before the turn is given back): a burst from one source waiting
         // together stops hashing when the source is over its limit.
-        let turn = self.verifier.turn().await;
+        let turn = self.verifier.turn(place).await;
         if let Some(wait) = self.failures.blocked(source) {
             return Err(too_many(wait));
         }
-        let ok = self.verifier.run(&turn, hash, token).await && entry.is_some();
+        let (failures, known) = (self.failures.clone(), entry.is_some());
+        let outcome = move |ok: bool| {
+            if !(ok && known) {
+                failures.failed(source);
+            }
+        };
+        let ok = self.verifier.run(turn, hash, token, outcome).await && known;
         match entry.filter(|_| ok) {
             Some(entry) => {
                 self.verified.lock().unwrap().insert(id.to_string(), digest);
                 Ok(entry)
             }
-            None => {
-                self.failures.failed(source);
-                Err(TokenRefused::Invalid)
-            }
+            None => Err(TokenRefused::Invalid),
         }
     }
 }
@@ -261,10 +362,13 @@ pub enum TokenRefused {
     /// The source used up its failed checks for the minute (`429`).
     #[error("too many failed token checks from this address ({per_minute} a minute): try again in {retry_after} s")]
     TooMany { per_minute: u32, retry_after: u64 },
+    /// `waiting` checks already wait for a password hash (`503`).
+    #[error("too many token checks are waiting ({waiting}, [limits] auth_verify_queue): try again in {retry_after} s")]
+    Busy { waiting: usize, retry_after: u64 },
 }
 
-pub(super) fn failures(limits: &Limits) -> Failures {
-    Failures::new(limits.auth_failures_per_minute, limits.auth_sources)
+pub(super) fn failures(limits: &Limits) -> Arc<Failures> {
+    Arc::new(Failures::new(limits.auth_failures_per_minute, limits.auth_sources))
 }
 
 #[cfg(test)]
@@ -277,14 +381,14 @@ mod tests {
         let (token, entry) = crate::auth::new_token("a", Role::Viewer);
         let file = crate::settings::FileConfig::parse(&entry).unwrap();
         let hash = file.auth.unwrap().tokens[0].hash.clone();
-        let v = Arc::new(Verifier::new(2));
+        let v = Arc::new(Verifier::new(2, 8));
         let tries: Vec<_> = (0..6)
             .map(|i| {
                 let (v, hash, token) = (v.clone(), hash.clone(), token.clone());
                 let token = if i == 0 { token } else { format!("x{i}") };
                 tokio::spawn(async move {
-                    let turn = v.turn().await;
-                    v.run(&turn, &hash, &token).await
+                    let turn = v.turn(v.place().unwrap()).await;
+                    v.run(turn, &hash, &token, |_| {}).await
                 })
             })
             .collect();

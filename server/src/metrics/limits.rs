@@ -1,7 +1,10 @@
 //! The numbers of the limits on what clients can make the server hold
 //! (`[limits]`): websockets refused, failed authentication, password hash
-//! verifications, and the audit log's tallies of attempts without an identity.
-//! Read at scrape time from the counters their owners keep.
+//! verifications (and checks refused for a full queue), the audit log's
+//! tallies of attempts without an identity, and each limit's value in force
+//! (`lockscope_limit_<key>`, a gauge per `[limits]` key, as
+//! `lockscope_history_export_limit_*` for `[history_exports]`). Read at scrape
+//! time from the counters and limits their owners keep.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,6 +12,7 @@ use std::sync::Arc;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
 use crate::audit::AuditLog;
@@ -39,8 +43,8 @@ impl Collector for LimitsCollector {
         for which in Which::ALL {
             ConstCounter::new(self.sockets.refused(which)).encode(m.encode_family(&[("limit", which.as_str())])?)?;
         }
-        let (failed, limited, verified) = self.auth.counts();
-        let (tallied, rows) = self.audit.tally_counts();
+        let (failed, limited, verified, busy) = self.auth.counts();
+        let (tallied, rows, audit_sources) = self.audit.tally_counts();
         let counters = [
             (
                 "auth_failures",
@@ -58,6 +62,11 @@ impl Collector for LimitsCollector {
                 verified,
             ),
             (
+                "auth_verify_queue_full",
+                "Token checks answered 503: [limits] auth_verify_queue checks were already waiting for a password hash",
+                busy,
+            ),
+            (
                 "audit_unauthenticated_attempts",
                 "Admin attempts without an identity, tallied in the audit log per source and minute",
                 tallied,
@@ -71,6 +80,21 @@ impl Collector for LimitsCollector {
         for (name, help, value) in counters {
             let m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
             ConstCounter::new(value).encode(m)?;
+        }
+        let (per_identity, per_address, total) = self.sockets.limits();
+        let limits = [
+            ("ws_per_identity", per_identity as u64),
+            ("ws_per_address", per_address as u64),
+            ("ws_total", total as u64),
+        ]
+        .into_iter()
+        .chain(self.auth.limits())
+        .chain([("audit_sources_per_minute", audit_sources as u64)]);
+        for (key, value) in limits {
+            let name = format!("limit_{key}");
+            let help = format!("The limit in force: [limits] {key}");
+            let m = enc.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
+            ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(m)?;
         }
         Ok(())
     }

@@ -104,6 +104,11 @@ impl Sockets {
         self.open.lock().unwrap().max = (limits.ws_per_identity, limits.ws_per_address, limits.ws_total);
     }
 
+    /// The limits in force (for `/metrics`): per identity, per address, in all.
+    pub fn limits(&self) -> (usize, usize, usize) {
+        self.open.lock().unwrap().max
+    }
+
     /// A place for a socket of `actor` from `peer`, or the limit it would pass.
     pub fn open(self: &Arc<Self>, actor: &str, peer: Option<IpAddr>) -> Result<Slot, Refused> {
         let address = crate::auth::limit::source(peer);

@@ -98,15 +98,22 @@ impl Server {
         bearer: Option<&str>,
         forwarded: Option<&str>,
     ) -> (u16, Option<String>, String) {
+        let bearer = bearer.map(|t| format!("Bearer {t}"));
+        let headers: Vec<_> = [("authorization", bearer.as_deref()), ("x-forwarded-for", forwarded)]
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value?)))
+            .collect();
+        self.send(method, path, &headers).await
+    }
+
+    /// A request with these headers: its status, `Retry-After` and body.
+    async fn send(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, Option<String>, String) {
         let mut req = hyper::Request::builder()
             .method(method)
             .uri(format!("http://{}{path}", self.addr))
             .header("content-type", "application/json");
-        if let Some(t) = bearer {
-            req = req.header("authorization", format!("Bearer {t}"));
-        }
-        if let Some(f) = forwarded {
-            req = req.header("x-forwarded-for", f);
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         let body = r#"{"fence": 1, "owner": null, "reason": "flood"}"#;
         let req = req.body(Full::new(Bytes::from(body))).unwrap();
@@ -128,11 +135,7 @@ impl Server {
     async fn metric(&self, sample: &str) -> f64 {
         let (status, _, body) = self.request("GET", "/metrics", self.token.as_deref()).await;
         assert_eq!(status, 200, "{body}");
-        body.lines()
-            .find_map(|l| l.strip_prefix(sample)?.strip_prefix(' '))
-            .unwrap_or_else(|| panic!("no {sample} in\n{body}"))
-            .parse()
-            .unwrap()
+        crate::metrics::Metrics::parse(body).sample(sample)
     }
 }
 
@@ -331,5 +334,125 @@ async fn behind_a_listed_proxy_each_forwarded_client_has_its_own_limits() {
             "1 attempt without an identity from 203.0.113.2",
             "2 attempts without an identity from 203.0.113.1",
         ]
+    );
+}
+
+/// A request with `Authorization: Basic` from a source over its failed checks:
+/// docs/operations.md: "any other `Authorization`, such as a proxy's own
+/// `Basic`, is ignored", so it is a request without credentials (`401`), not
+/// a refused token (`429`).
+#[tokio::test]
+async fn basic_from_a_limited_source_is_401_not_429() {
+    let limits = Limits {
+        auth_failures_per_minute: 1,
+        ..Limits::default()
+    };
+    let server = Server::start(true, limits).await;
+    let release = "/api/v1/fleets/f/locks/some-lock/release";
+    assert_eq!(server.request("POST", release, Some("0000.bad")).await.0, 429);
+    assert_eq!(server.request("GET", "/api/v1/fleets", Some("0000.bad")).await.0, 429);
+    for (method, path) in [("GET", "/api/v1/fleets"), ("POST", release)] {
+        let (status, retry_after, body) = server.send(method, path, &[("authorization", "Basic Ym9iOnB3")]).await;
+        assert_eq!((status, retry_after), (401, None), "{method} {path} with Basic: {body}");
+        assert!(body.contains("no credentials"), "{body}");
+    }
+    // docs/security.md: "Admin attempts without an identity … are audited as
+    // `(unauthenticated)` attempts, aggregated per source address and minute
+    // … Other failed token checks (a read of the API, …) are not written to
+    // the audit log": the two releases, not the two reads.
+    server.audit.flush_tally(true).await;
+    let rows = server.audit.query(&AuditQuery::default()).await.unwrap();
+    let details: Vec<_> = rows
+        .iter()
+        .map(|r| (r.actor.as_str(), r.detail.split(" within").next().unwrap()))
+        .collect();
+    assert_eq!(
+        details,
+        [(UNAUTHENTICATED, "2 attempts without an identity from 127.0.0.1")]
+    );
+}
+
+/// docs/security.md: "The configurable ones are in `lockscope.toml` (`[limits]`
+/// and `[history_exports]` …) and shown in `/metrics`": a gauge per `[limits]`
+/// key, with the value in force.
+#[tokio::test]
+async fn every_limit_is_in_metrics() {
+    let limits = Limits {
+        ws_per_identity: 3,
+        ws_per_address: 4,
+        ws_total: 5,
+        auth_failures_per_minute: 6,
+        auth_sources: 7,
+        auth_verify_concurrency: 2,
+        auth_verify_queue: 9,
+        audit_sources_per_minute: 10,
+        proxies: Vec::new(),
+    };
+    let server = Server::start(true, limits).await;
+    for (key, value) in [
+        ("ws_per_identity", 3.0),
+        ("ws_per_address", 4.0),
+        ("ws_total", 5.0),
+        ("auth_failures_per_minute", 6.0),
+        ("auth_sources", 7.0),
+        ("auth_verify_concurrency", 2.0),
+        ("auth_verify_queue", 9.0),
+        ("audit_sources_per_minute", 10.0),
+    ] {
+        assert_eq!(server.metric(&format!("lockscope_limit_{key}")).await, value, "{key}");
+    }
+}
+
+/// docs/operations.md: "token checks waiting for a password hash … `503` with
+/// `Retry-After: 1` and `too many token checks are waiting (64, [limits]
+/// auth_verify_queue): try again in 1 s`": a burst of bad tokens from many
+/// clients (behind a listed proxy) past one hash running and one waiting.
+#[tokio::test]
+async fn past_the_verify_queue_a_token_check_is_503() {
+    let limits = Limits {
+        auth_verify_queue: 1,
+        proxies: vec!["127.0.0.1".parse().unwrap()],
+        ..Limits::default()
+    };
+    let server = Server::start(true, limits).await;
+    let burst = (0..16).map(|i| {
+        let from = format!("203.0.113.{i}");
+        let server = &server;
+        async move {
+            server
+                .request_from("GET", "/api/v1/fleets", Some("0000.bad"), Some(&from))
+                .await
+        }
+    });
+    let answers = futures::future::join_all(burst).await;
+    let mut busy = 0;
+    for (status, retry_after, body) in &answers {
+        match status {
+            401 => assert!(body.contains("not valid"), "{body}"),
+            503 => {
+                busy += 1;
+                assert_eq!(retry_after.as_deref(), Some("1"), "{body}");
+                assert!(
+                    body.contains(
+                        "too many token checks are waiting (1, [limits] auth_verify_queue): try again in 1 s"
+                    ),
+                    "{body}"
+                );
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    assert!(
+        busy > 0,
+        "sixteen at once, one hashing and one waiting: some are refused"
+    );
+    assert_eq!(
+        server.metric("lockscope_auth_verify_queue_full_total").await,
+        f64::from(busy)
+    );
+    assert_eq!(
+        server.metric("lockscope_auth_failures_total").await,
+        f64::from(16 - busy),
+        "the refused ones are not failures: they were not checked"
     );
 }
