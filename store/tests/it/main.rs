@@ -7,4 +7,5 @@ mod contract_sql;
 mod etcd_observer;
 mod force_release_race;
 mod shedlock;
+mod sql_sessions;
 mod unlocker_election;
