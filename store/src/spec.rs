@@ -307,18 +307,31 @@ fn parse_scylla(rest: &str) -> Result<StoreSpec, String> {
 }
 
 /// `scheme://user:secret@host/…?opts` → `scheme://user@host/…`: what may be
-/// shown and logged.
+/// shown and logged. Everything before the last `@` is taken for credentials
+/// (a password may hold an unencoded `?`, `/` or `#`); only the user name before
+/// its first `:` is kept. Hiding too much is safe, showing a secret is not.
 pub fn redact(url: &str) -> String {
-    let url = url.split('?').next().unwrap_or(url);
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        return url.split('?').next().unwrap_or(url).to_string();
     };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => {
+    let (user, host) = credentials(rest);
+    let host = host.split('?').next().unwrap_or(host);
+    match user {
+        Some(user) => format!("{scheme}://{user}@{host}"),
+        None => format!("{scheme}://{host}"),
+    }
+}
+
+/// `user:secret@host…` (a URL after its `://`) → the user name, if any, and
+/// what follows the last `@`. A user name is not shown when what precedes the
+/// `@` holds a path or query (`h/db?password=…@x` is no user name).
+pub(crate) fn credentials(rest: &str) -> (Option<&str>, &str) {
+    match rest.rsplit_once('@') {
+        Some((userinfo, after)) => {
             let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}@{host}")
+            (Some(user).filter(|u| !u.contains(['/', '?', '#'])), after)
         }
-        None => url.to_string(),
+        None => (None, rest),
     }
 }
 

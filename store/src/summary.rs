@@ -76,17 +76,13 @@ impl StoreError {
 /// What a `sqlite:`/`postgres:` URL connects to, for people: a SQLite file's
 /// path; PostgreSQL's `host:port/database` (no user, no password, no options).
 pub fn address_of_url(url: &str) -> String {
-    let url = url.split('?').next().unwrap_or(url);
     if let Some(path) = url.strip_prefix("sqlite:") {
+        let path = path.split('?').next().unwrap_or(path);
         return path.trim_start_matches("//").to_string();
     }
     let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    // The userinfo ends at the last '@' before the path.
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => rest[at + 1..].to_string(),
-        None => rest.to_string(),
-    }
+    let (_, host) = crate::spec::credentials(rest);
+    host.split('?').next().unwrap_or(host).to_string()
 }
 
 /// What an etcd client connects to: its endpoints, `http://` left out.

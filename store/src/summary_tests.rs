@@ -141,6 +141,17 @@ fn addresses_never_carry_credentials() {
         "/var/lib/lockscope/l.db"
     );
     assert_eq!(address_of_url("sqlite://data/l.db"), "data/l.db");
+    // A password with an unencoded ?, / or # (not valid URL syntax, but typed):
+    // everything before the last @ is hidden.
+    for url in [
+        "postgres://u:p?x@h:5/db",
+        "postgres://u:p/x@h:5/db",
+        "postgres://u:p#x@h:5/db?sslmode=on",
+    ] {
+        assert_eq!(address_of_url(url), "h:5/db", "{url}");
+        assert_eq!(crate::spec::redact(url), "postgres://u@h:5/db", "{url}");
+    }
+    assert_eq!(crate::spec::redact("postgres://h/db?password=s3cret@x"), "postgres://x");
     assert_eq!(
         address_of_endpoints(&["http://10.0.0.1:2379".into(), "https://10.0.0.2:2379".into()]),
         "10.0.0.1:2379, https://10.0.0.2:2379"
