@@ -21,6 +21,9 @@
 //! - [`outage`]: what the page says while a fleet's store is not live (the
 //!   overview's "unknown", the banner with the failure in one line).
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
+// The page's view type nests past the compiler's default depth of 128 when
+// the wasm build computes its hydration future's layout.
+#![recursion_limit = "256"]
 
 pub mod actions;
 pub mod audit;

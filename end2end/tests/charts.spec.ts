@@ -81,7 +81,10 @@ test('the waits started the page counts are the history export of its window', a
   console.log(`waits started ${from} – ${to}: page ${n}, export ${events.length}`);
 
   // The summary and the drill-down links are there; the charts carry their units.
-  await expect(page.getByTestId('total-acquired')).toHaveText(/^\d+$/);
+  // Counter totals need two samples (2.5 s apart) in the window: on a server
+  // that started moments ago (and a loaded machine) the page says "no samples"
+  // until its next refresh (every 5 s) brings them.
+  await expect(page.getByTestId('total-acquired')).toHaveText(/^\d+$/, { timeout: 15_000 });
   await expect(page.getByTestId('chart-acquisitions')).toContainText('acquisitions/s');
   await expect(page.getByTestId('chart-wait')).toContainText('wait (ms)');
   // The most contended lock opens its waits in the history over the same window.
