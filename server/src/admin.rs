@@ -61,6 +61,10 @@ pub struct Answer {
     pub status: StatusCode,
     pub entry: AuditEntry,
     pub current: Option<LockEntry>,
+    /// The answer's `audit_id` (docs/api.md): the entry's id; `Some(0)` when
+    /// a known caller's entry could not be written; `None` for an attempt
+    /// without an identity, which is tallied rather than written on its own.
+    pub audit_id: Option<i64>,
 }
 
 impl Answer {
@@ -69,9 +73,7 @@ impl Answer {
         let mut v = serde_json::json!({
             "outcome": self.entry.outcome.map(|o| o.as_str()),
             "detail": self.entry.detail,
-            // Null for an attempt without an identity: it is tallied, and
-            // written with its source's count when its minute is over.
-            "audit_id": (self.entry.id != 0).then_some(self.entry.id),
+            "audit_id": self.audit_id,
         });
         if self.entry.action == Some(Action::Release) {
             v["released"] = (self.entry.outcome == Some(Outcome::Done)).into();
@@ -120,10 +122,19 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
             Ok(()) => act(state, id, &a, at).await,
         },
     };
-    let (status, outcome, detail, current) = match result {
+    let (status, outcome, mut detail, current) = match result {
         Ok(done) => (StatusCode::OK, Outcome::Done, done, None),
         Err(r) => (r.status, r.outcome, r.why, r.current),
     };
+    // A release that was not done says which acquisition it named (the fence
+    // has a column of its own; a done one names its owner already).
+    if let (Action::Release, Some(owner), false) = (a.action, &a.owner, outcome == Outcome::Done) {
+        let owner = owner.as_ref().map_or_else(
+            || "null".to_string(),
+            |o| format!("{:?}", cut(o.clone(), MAX_TARGET_BYTES)),
+        );
+        detail = format!("{detail} (named owner {owner})");
+    }
     let (actor, role) = match who {
         Who::Known(id) => (id.actor.clone(), Some(id.role)),
         Who::Nobody(_) | Who::Ambiguous(_) => (UNAUTHENTICATED.to_string(), None),
@@ -144,12 +155,18 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
         detail: cut(detail, MAX_REASON_BYTES),
     };
     let stored = match who {
-        Who::Known(_) => state.audit.append(&entry).await,
-        // Anyone can make these: one row per source and minute, with a count.
-        _ => Ok(state.audit.tally(&entry, a.source)),
+        Who::Known(_) => state.audit.append(&entry).await.map(|e| (Some(e.id), e)),
+        // Anyone can make these: one row per source and minute, with a count,
+        // written when the minute is over: their answers carry no id.
+        _ => Ok((None, state.audit.tally(&entry, a.source))),
     };
     match stored {
-        Ok(entry) => Answer { status, entry, current },
+        Ok((audit_id, entry)) => Answer {
+            status,
+            entry,
+            current,
+            audit_id,
+        },
         Err(e) => {
             // The action (if any) happened; say so, and that it is unrecorded.
             tracing::error!(error = %e, ?entry, "the audit log could not be written");
@@ -159,6 +176,8 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
                 status: StatusCode::INTERNAL_SERVER_ERROR,
                 entry,
                 current,
+                // docs/api.md: "If writing it fails, the answer is `500` with the same JSON, `audit_id: 0`".
+                audit_id: Some(0),
             }
         }
     }

@@ -338,14 +338,12 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Takes a lock through the client library and leaves it held, as a worker that
-/// exits without releasing would: its session stops heartbeating, so after the
-/// session's ttl the dashboard shows the lock as orphaned until `unlock` (or the
-/// unlocker) releases it.
 /// Takes a lock through the client library and exits holding it (its session
 /// stops heartbeating, as a dead worker's would). A held lock is waited for —
 /// up to `--wait`, or until it is free — as a waiter the dashboard shows, and
 /// the session's counters (attempts, conflicts, waits) are published before exit.
+/// After the session's ttl the dashboard shows the lock as orphaned until
+/// `unlock` (or the unlocker) releases it.
 async fn lock(args: LockArgs) -> anyhow::Result<()> {
     let spec = args.store.spec();
     let store = spec.connect().await?;

@@ -15,9 +15,13 @@ use tower_http::services::ServeDir;
 
 use super::{AppError, AppState};
 
-/// The headers a reverse proxy adds to what it forwards.
-pub const FORWARDED: [&str; 5] = [
+/// The headers a reverse proxy may add to what it forwards (a proxy that adds
+/// none of them, such as nginx's bare `proxy_pass`, cannot be told from a local
+/// client: docs/operations.md says never to put one in front of a server
+/// without `[auth]`).
+pub const FORWARDED: [&str; 6] = [
     "forwarded",
+    "via",
     "x-forwarded-for",
     "x-real-ip",
     "x-forwarded-host",

@@ -24,7 +24,8 @@ pub(crate) struct Server {
     pub(crate) hub: HubHandle,
     pub(crate) store: AnyLocks,
     pub(crate) tokens: BTreeMap<&'static str, String>,
-    _dir: tempfile::TempDir,
+    /// Holds `audit.db` and (for [`Server::start`]) the SQLite store `locks.db`.
+    pub(crate) dir: tempfile::TempDir,
     _stop: watch::Sender<bool>,
 }
 
@@ -92,7 +93,7 @@ impl Server {
             hub,
             store,
             tokens,
-            _dir: dir,
+            dir,
             _stop: stop,
         }
     }
@@ -179,6 +180,27 @@ impl Server {
     /// over: docs/operations.md, "Audit log"), so each such attempt shows.
     async fn write_tallies(&self) {
         self.audit.flush_tally(true).await;
+    }
+
+    /// A connection of its own to a SQLite database in [`Server::dir`] (the
+    /// store's `locks.db`, the log's `audit.db`): what is there, not what the
+    /// server's pool or the hub's view says.
+    pub(crate) async fn sqlite(&self, file: &str) -> sqlx::SqlitePool {
+        let path = self.dir.path().join(file);
+        sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap()
+    }
+
+    /// The sessions in the SQLite store's blacklist table ([`Server::start`]), sorted.
+    pub(crate) async fn blacklist_in_store(&self) -> Vec<String> {
+        let db = self.sqlite("locks.db").await;
+        let rows: Vec<(String,)> = sqlx::query_as("SELECT session FROM lockscope_blacklist ORDER BY session")
+            .fetch_all(&db)
+            .await
+            .unwrap();
+        db.close().await;
+        rows.into_iter().map(|(s,)| s).collect()
     }
 
     /// The hub's view of the fleet has caught up with the store.
