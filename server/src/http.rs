@@ -173,7 +173,7 @@ pub fn app(state: AppState) -> Router {
     // (an error only means it was already set).
     let _ = any_spawner::Executor::init_tokio();
     let site = PathBuf::from(state.leptos.site_root.as_ref());
-    Router::new()
+    let routes = Router::new()
         .route("/", get(page))
         .route("/lock", get(lock_page))
         .route("/sessions", get(sessions_page))
@@ -187,7 +187,12 @@ pub fn app(state: AppState) -> Router {
         .route("/ws", get(ws_upgrade))
         .route("/healthz", get(healthz))
         .nest_service("/pkg", edge::static_files(site.join("pkg")))
-        .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") })
+        .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") });
+    // A route whose handler panics, so that tests see what `app()` makes of a
+    // panic (its layers, not a copy of them); in test builds only.
+    #[cfg(test)]
+    let routes = routes.route(tests::PANIC_ROUTE, get(tests::panics));
+    routes
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             edge::loopback_names_only,

@@ -261,29 +261,23 @@ async fn static_files_answer_404_for_whatever_is_not_a_file() {
     assert_eq!(s.send("GET", "/healthz", &[], "").await.status, 200, "still serving");
 }
 
+/// A route `app()` has in test builds only: its handler panics.
+pub(super) const PANIC_ROUTE: &str = "/test-only/panic";
+
+pub(super) async fn panics() -> &'static str {
+    panic!("boom: a test's panic")
+}
+
 /// docs/operations.md: "A bug that makes a request's handler panic is answered `500 internal
-/// error` (…), and the server goes on serving the next request." (The layer `app()` puts around
-/// every route, on a router with a route that panics.)
+/// error` (…), and the server goes on serving the next request." Through the real router
+/// (`crate::serve` builds it with `app()`), on its test-only route that panics: without the
+/// layer in `app()`, the connection is dropped and the request fails.
 #[tokio::test]
 async fn a_panicking_handler_answers_500_and_the_server_goes_on() {
-    use axum::routing::get;
-    async fn boom() -> &'static str {
-        panic!("boom: a test's panic")
-    }
-    let router = axum::Router::new()
-        .route("/boom", get(boom))
-        .route("/ok", get(|| async { "ok" }))
-        .layer(super::edge::catch_panics());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let s = Server::start(false).await;
     for _ in 0..2 {
-        let r = client.get(format!("{base}/boom").parse().unwrap()).await.unwrap();
-        assert_eq!(r.status(), 500);
-        let body = r.into_body().collect().await.unwrap().to_bytes();
-        assert_eq!(&body[..], b"internal error");
-        let r = client.get(format!("{base}/ok").parse().unwrap()).await.unwrap();
-        assert_eq!(r.status(), 200);
+        let r = s.send("GET", PANIC_ROUTE, &[], "").await;
+        assert_eq!((r.status, r.body.as_str()), (500, "internal error"));
+        assert_eq!(s.send("GET", "/healthz", &[], "").await.status, 200, "still serving");
     }
 }
