@@ -232,17 +232,10 @@ pub fn sessions_href(fleet: &str) -> String {
     format!("/sessions?fleet={}", encode(fleet))
 }
 
-/// Percent-encodes a query value (`/` kept). A path segment is encoded with
-/// [`lockscope_model::url::segment`] instead.
+/// Percent-encodes a query value (`/` kept): [`lockscope_model::url::query`].
+/// A path segment is encoded with [`lockscope_model::url::segment`] instead.
 pub fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => out.push(b as char),
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    lockscope_model::url::query(s)
 }
 
 /// Where the data on screen comes from, and how fresh it is.

@@ -9,10 +9,21 @@
 /// 0-9 - . _ ~`) percent-encoded, so `/` is `%2F`, a space `%20`, `+` `%2B`,
 /// and non-ASCII text its UTF-8 bytes. Decoding the segment gives `s` back exactly.
 pub fn segment(s: &str) -> String {
+    percent(s, false)
+}
+
+/// `s` as a query value: as [`segment`], but `/` stays as it is (a query
+/// reads it as itself, and `name=reports/nightly` stays readable).
+pub fn query(s: &str) -> String {
+    percent(s, true)
+}
+
+fn percent(s: &str, keep_slash: bool) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b as char),
+            b'/' if keep_slash => out.push('/'),
             _ => out.push_str(&format!("%{b:02X}")),
         }
     }
@@ -38,6 +49,11 @@ mod tests {
         assert_eq!(segment("%2F?#&="), "%252F%3F%23%26%3D");
         assert_eq!(segment("A-z_0.9~"), "A-z_0.9~");
         assert_eq!(segment(""), "");
+        assert_eq!(
+            query("reports/nightly a+b"),
+            "reports/nightly%20a%2Bb",
+            "a query value keeps /"
+        );
         // Distinct names stay distinct once encoded.
         assert_ne!(segment("fz/x y"), segment("fz/x+y"));
     }

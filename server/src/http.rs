@@ -320,9 +320,9 @@ fn signed_in(caller: &Caller, req: &Request<Body>) -> Result<Identity, AppError>
     }
 }
 
-/// Percent-encodes a query value.
+/// Percent-encodes a query value ([`lockscope_model::url::query`]; a path segment is [`lockscope_model::url::segment`]).
 pub fn encode(s: &str) -> String {
-    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+    lockscope_model::url::query(s)
 }
 
 /// The value a hub's watch channel holds now.
