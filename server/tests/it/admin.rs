@@ -489,7 +489,7 @@ async fn reads_need_an_identity() {
     }
     let r = s.send("GET", "/sessions", &[], "").await;
     assert_eq!(r.status, 303);
-    assert_eq!(r.headers["location"], "/signin?next=%2Fsessions");
+    assert_eq!(r.headers["location"], "/signin?next=/sessions");
     let r = s
         .send("GET", "/api/v1/fleets", &[("authorization", &s.bearer("viewer"))], "")
         .await;
