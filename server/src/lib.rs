@@ -97,10 +97,13 @@ pub async fn serve(
     // Peers' addresses reach the handlers: a proxy's identity header is believed
     // only from the addresses `[auth.proxy] trusted` names.
     check_exposure(listener.local_addr()?, state.auth.enabled())?;
-    // A client that takes no data for twice the history exports' idle
-    // timeout is disconnected by the kernel (its export already ended at the
-    // timeout; the connection and its buffers go now).
-    let stalled = state.history.as_ref().map(|h| h.stats().limits.idle * 2);
+    // With the history on, a client that takes no data for twice the history
+    // exports' idle timeout is disconnected by the kernel (its export already
+    // ended at the timeout; the connection and its buffers go now). With
+    // `--history off` there are no exports and nothing is set
+    // (docs/operations.md, "Exports' limits", says so). Saturating: limits
+    // built in code are not checked as the file's are.
+    let stalled = state.history.as_ref().map(|h| h.stats().limits.idle.saturating_mul(2));
     let listener = axum::serve::ListenerExt::tap_io(listener, move |tcp| {
         if let Some(after) = stalled {
             drop_stalled_peer_after(tcp, after);

@@ -161,8 +161,12 @@ pub struct HistoryExportsFile {
     pub connections: Option<u32>,
 }
 
+/// The largest `[history_exports]` values accepted (past them a start error):
+/// running, exports, idle seconds (a day), connections.
+pub const HISTORY_EXPORTS_MAX: (usize, usize, u64, u32) = (1024, 1024, 86_400, 64);
+
 impl HistoryExportsFile {
-    /// The limits, defaults filled in (each at least 1).
+    /// The limits, defaults filled in (the file is checked when parsed).
     pub fn limits(&self) -> crate::history::ExportLimits {
         let d = crate::history::ExportLimits::default();
         crate::history::ExportLimits {
@@ -173,6 +177,29 @@ impl HistoryExportsFile {
                 .map_or(d.idle, |s| std::time::Duration::from_secs(s.max(1))),
             connections: self.connections.unwrap_or(d.connections).max(1),
         }
+    }
+
+    /// As `[limits]`: a 0 refuses to start (it would refuse every export, or
+    /// end every download at once), and so does an absurdly large value.
+    fn check(&self) -> Result<(), String> {
+        let (per_identity, total, idle_secs, connections) = HISTORY_EXPORTS_MAX;
+        for (key, value, max) in [
+            ("per_identity", self.per_identity.map(|v| v as u64), per_identity as u64),
+            ("total", self.total.map(|v| v as u64), total as u64),
+            ("idle_secs", self.idle_secs, idle_secs),
+            ("connections", self.connections.map(u64::from), u64::from(connections)),
+        ] {
+            match value {
+                Some(0) => {
+                    return Err(format!(
+                        "[history_exports] {key} = 0 would refuse or end every export: use at least 1"
+                    ))
+                }
+                Some(v) if v > max => return Err(format!("[history_exports] {key} = {v} is too large: at most {max}")),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 
@@ -271,6 +298,9 @@ impl FileConfig {
             auth.check()?;
         }
         config.limits.check()?;
+        if let Some(exports) = &config.history_exports {
+            exports.check()?;
+        }
         Ok(config)
     }
 }
@@ -408,6 +438,27 @@ mod tests {
             ),
             ("[limits]\nws_total = 0", "ws_total = 0 would refuse everyone"),
             ("[limits]\nws_per_user = 3", "unknown field"),
+            // docs/operations.md: "lockscope refuses to start when … a
+            // `[limits]` or `[history_exports]` key is 0" (or past its maximum).
+            (
+                "[history_exports]\nidle_secs = 0",
+                "[history_exports] idle_secs = 0 would refuse or end every export",
+            ),
+            ("[history_exports]\nper_identity = 0", "per_identity = 0"),
+            ("[history_exports]\ntotal = 0", "total = 0"),
+            ("[history_exports]\nconnections = 0", "connections = 0"),
+            (
+                "[history_exports]\nidle_secs = 18446744073709551615",
+                "[history_exports] idle_secs = 18446744073709551615 is too large: at most 86400",
+            ),
+            (
+                "[history_exports]\ntotal = 100000",
+                "total = 100000 is too large: at most 1024",
+            ),
+            (
+                "[history_exports]\nconnections = 65",
+                "connections = 65 is too large: at most 64",
+            ),
         ] {
             let err = FileConfig::parse(text).unwrap_err();
             assert!(err.contains(why), "{text}: {err}");

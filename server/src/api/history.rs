@@ -55,8 +55,11 @@ pub(super) async fn events(
         },
     };
     match fmt {
+        // At most MAX_ANSWER_BYTES of events: past it a 400 saying how many
+        // fit (an array cut short would look complete).
         None => match history.query(&query).await {
             Ok(events) => Json(events).into_response(),
+            Err(e @ HistoryError::TooLarge { .. }) => error(StatusCode::BAD_REQUEST, &e.to_string()),
             Err(e) => unavailable(&e),
         },
         Some(f) => {

@@ -4,7 +4,11 @@
 //! A slow reader holds no database connection: each page of
 //! [`EXPORT_PAGE_ROWS`] events is one short query on the exports' own pool
 //! (keyset-paged: the next page starts after the last `(at, seq)` sent), and
-//! the connection goes back before the page is handed on. So an export is not
+//! the connection goes back before the page is handed on. A page also ends
+//! once its events reach [`EXPORT_PAGE_BYTES`] (a lock record may be 256 KiB):
+//! the rows are read one by one and the query is dropped there, and the next
+//! page continues after the last event kept. So an export holds at most about
+//! three pages (one being made, one queued, one being sent) of 4 MiB each. So an export is not
 //! one snapshot: an event written meanwhile is in it if it sorts after what was
 //! already sent, and one the retention removes meanwhile may be missing.
 //!
@@ -23,7 +27,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use lockscope_model::history::{HistoryEvent, HistoryQuery};
 use lockscope_model::time::{rfc3339, Millis};
 use sqlx::Row;
@@ -34,6 +38,10 @@ use crate::audit::export::guard;
 
 /// Events per page of an export: one query each.
 pub const EXPORT_PAGE_ROWS: u32 = 500;
+
+/// A page of an export ends once its events' text reaches this many bytes
+/// (at least one event per page, so at most this plus one record).
+pub const EXPORT_PAGE_BYTES: usize = 4 << 20;
 
 /// The export format's version (the header's `lockscope_history`).
 pub const EXPORT_VERSION: u32 = 1;
@@ -122,7 +130,7 @@ async fn produce(
     let mut left = q.limit.map(u64::from);
     while left != Some(0) {
         let rows = left.map_or(EXPORT_PAGE_ROWS, |n| n.min(EXPORT_PAGE_ROWS as u64) as u32);
-        let page = match history.export_page(&q, after, rows).await {
+        let (page, more) = match history.export_page(&q, after, rows, EXPORT_PAGE_BYTES).await {
             Ok(page) => page,
             // The error, once taken, is the reader's signal of a cut.
             Err(e) => {
@@ -135,11 +143,10 @@ async fn produce(
         let Some((at, seq, _)) = page.last() else { break };
         after = Some((*at, *seq));
         left = left.map(|n| n - page.len() as u64);
-        let full = page.len() as u32 == rows;
         if !send(Ok(lines(page.into_iter().map(|(_, _, e)| e), format))).await {
             return;
         }
-        if !full {
+        if !more {
             break;
         }
     }
@@ -190,14 +197,17 @@ fn lines(events: impl Iterator<Item = HistoryEvent>, format: Format) -> String {
 
 impl History {
     /// At most `rows` events of `q` after the key `after` (`(at, seq)`: the
-    /// export's order), each with its key: one query on the exports' pool,
-    /// its connection back in the pool when this returns.
+    /// export's order), each with its key, and no more once their bytes
+    /// ([`event_bytes`]) reach `budget`: one query on the exports' pool, its
+    /// connection back in the pool when this returns. The flag: whether the
+    /// page was cut (by `rows` or `budget`), so more may follow.
     async fn export_page(
         &self,
         q: &HistoryQuery,
         after: Option<(Millis, i64)>,
         rows: u32,
-    ) -> Result<Vec<(Millis, i64, HistoryEvent)>, HistoryError> {
+        budget: usize,
+    ) -> Result<(Vec<(Millis, i64, HistoryEvent)>, bool), HistoryError> {
         let (mut clause, mut binds) = sql::filter(q);
         if let Some((at, seq)) = after {
             let n = binds.len();
@@ -216,19 +226,36 @@ impl History {
         );
         let text = self.sql(&text);
         let what = "reading events for an export";
-        sql::bind(sqlx::query(&text), binds)
-            .fetch_all(&self.inner.export)
-            .await
-            .and_then(|rows| {
-                rows.iter()
-                    .map(|r| {
-                        let e = sql::event(r)?;
-                        Ok((e.at, r.try_get::<i64, _>("seq")?, e))
-                    })
-                    .collect()
-            })
-            .map_err(|e| self.error(what, e))
+        // Row by row, so a page of large records stops at the budget rather
+        // than after all `rows` are in memory.
+        let mut stream = sql::bind(sqlx::query(&text), binds).fetch(&self.inner.export);
+        let (mut page, mut bytes) = (Vec::new(), 0);
+        while let Some(row) = stream.next().await {
+            let row = row.map_err(|e| self.error(what, e))?;
+            let e = sql::event(&row).map_err(|e| self.error(what, e))?;
+            let seq = row.try_get::<i64, _>("seq").map_err(|e| self.error(what, e))?;
+            bytes += event_bytes(&e);
+            page.push((e.at, seq, e));
+            if bytes >= budget {
+                return Ok((page, true));
+            }
+        }
+        let more = page.len() as u32 == rows;
+        Ok((page, more))
     }
+}
+
+/// About how many bytes `e` takes (its texts, plus a little for the rest):
+/// what the pages' and answers' byte budgets count.
+pub fn event_bytes(e: &HistoryEvent) -> usize {
+    let opt = |v: &Option<String>| v.as_ref().map_or(0, String::len);
+    64 + e.id.len()
+        + e.fleet.len()
+        + e.detail.len()
+        + [&e.lock, &e.session, &e.owner, &e.service, &e.host, &e.actor, &e.record]
+            .into_iter()
+            .map(opt)
+            .sum::<usize>()
 }
 
 fn header(q: &HistoryQuery, format: Format) -> String {

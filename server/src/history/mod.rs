@@ -33,7 +33,7 @@ mod sql;
 mod writer;
 
 pub use admit::{ExportLimits, ExportPermit, Refused, RETRY_AFTER};
-pub use export::{stream_export, Format, EXPORT_PAGE_ROWS};
+pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
 pub use retention::Retention;
 pub use writer::Recorder;
 
@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, TryFutureExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryFutureExt};
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Replay, TableAt, DEFAULT_HISTORY_ROWS};
 use lockscope_model::time::Millis;
 use lockscope_store::sql::Dialect;
@@ -54,6 +54,12 @@ pub const REPLAY_OVERLAP_MS: Millis = 60_000;
 
 /// Events between two checkpoints of a fleet (at least).
 pub const CHECKPOINT_EVERY: u64 = 10_000;
+
+/// The most a query's events ([`History::query`]: the JSON answer, the
+/// review page's list and timeline) may take, counted as
+/// [`export::event_bytes`]; past it the query fails with
+/// [`HistoryError::TooLarge`] (exports stream pages instead).
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// Connections of the pool that pages, charts, time travel, checkpoints and
 /// the retention read on (the writer and the exports have their own).
@@ -90,6 +96,13 @@ pub enum HistoryError {
     /// An export ended before its end (its client took nothing for too long).
     #[error("history export: {0}")]
     Export(String),
+    /// A query's events past [`MAX_ANSWER_BYTES`]: `fit` of them fit.
+    #[error(
+        "the answer would be larger than {} MiB (lock records can be 256 KiB each): the first {fit} events fit; \
+         ask limit={fit} or less, narrow the range, or export with format=ndjson or csv, which streams any size",
+        MAX_ANSWER_BYTES >> 20
+    )]
+    TooLarge { fit: usize },
 }
 
 /// The writer's numbers, for the page and `/metrics`.
@@ -265,10 +278,27 @@ impl History {
         tokio::time::timeout(within, wait).await.unwrap_or(false)
     }
 
-    /// The events matching `q`, oldest first, at most its limit.
+    /// The events matching `q`, oldest first, at most its limit; an error
+    /// ([`HistoryError::TooLarge`], saying how many fit) rather than more than
+    /// [`MAX_ANSWER_BYTES`] of them.
     pub async fn query(&self, q: &HistoryQuery) -> Result<Vec<HistoryEvent>, HistoryError> {
+        self.query_within(q, MAX_ANSWER_BYTES).await
+    }
+
+    /// [`History::query`] with a byte budget of `budget`.
+    pub async fn query_within(&self, q: &HistoryQuery, budget: usize) -> Result<Vec<HistoryEvent>, HistoryError> {
         let limit = q.limit.unwrap_or(DEFAULT_HISTORY_ROWS);
-        self.events(q, Some(limit)).try_collect().await
+        let mut events = std::pin::pin!(self.events(q, Some(limit)));
+        let (mut out, mut bytes) = (Vec::new(), 0);
+        while let Some(ev) = events.next().await {
+            let ev = ev?;
+            bytes += export::event_bytes(&ev);
+            if bytes > budget {
+                return Err(HistoryError::TooLarge { fit: out.len() });
+            }
+            out.push(ev);
+        }
+        Ok(out)
     }
 
     /// The events matching `q`, oldest first, as the database streams them
@@ -437,8 +467,9 @@ where
     F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    // A small channel: the producer runs at most this far ahead of the reader.
-    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    // A small channel: the producer runs at most this far ahead of the reader
+    // (64 events: 16 MiB at most, each record being at most 256 KiB).
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
     tokio::spawn(f(tx));
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
 }

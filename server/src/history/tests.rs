@@ -11,6 +11,7 @@ use lockscope_store::testing::PgServer;
 
 use super::*;
 
+mod budgets;
 mod exports;
 
 pub(super) fn held(name: &str, fence: i64, session: &str) -> LockEntry {
