@@ -80,7 +80,7 @@ async fn stalled_download(addr: std::net::SocketAddr, path: &str) -> tokio::net:
 /// A metric's value in a scrape (a panic naming it when absent: a renamed
 /// metric fails, never reads as 0).
 fn metric(scrape: &str, name: &str) -> f64 {
-    crate::metrics::Metrics::parse(scrape.to_string()).sample(name)
+    crate::scrape::Metrics::parse(scrape.to_string()).sample(name)
 }
 
 /// A server of `FLEET` (a SQLite store) whose history is `url`'s, with

@@ -135,7 +135,7 @@ impl Server {
     async fn metric(&self, sample: &str) -> f64 {
         let (status, _, body) = self.request("GET", "/metrics", self.token.as_deref()).await;
         assert_eq!(status, 200, "{body}");
-        crate::metrics::Metrics::parse(body).sample(sample)
+        crate::scrape::Metrics::parse(body).sample(sample)
     }
 }
 

@@ -16,5 +16,6 @@ mod limits;
 mod live;
 mod metrics;
 mod outage;
+mod scrape;
 mod soak;
 mod unlocker;
