@@ -94,18 +94,22 @@ async fn lock_waits_for_a_held_lock_and_says_so() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // It is waiting: the session record says so.
+    // It is waiting: its own session's row says so (the bounded run's row may
+    // still say it too, until that session expires).
     let mut seen_waiting = false;
-    for _ in 0..100 {
+    for _ in 0..300 {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let pool = sqlx::SqlitePool::connect(&format!("sqlite:{}", db.display()))
             .await
             .unwrap();
-        let waiting: Vec<(Option<String>,)> = sqlx::query_as("SELECT waiting_for FROM lockscope_sessions")
+        let rows: Vec<(String, Option<String>)> = sqlx::query_as("SELECT record, waiting_for FROM lockscope_sessions")
             .fetch_all(&pool)
             .await
             .unwrap();
-        if waiting.iter().any(|(w,)| w.as_deref() == Some("jobs/nightly")) {
+        if rows.iter().any(|(record, waiting)| {
+            waiting.as_deref() == Some("jobs/nightly")
+                && SessionRecord::parse(record.as_bytes()).is_ok_and(|r| r.service == "waiter")
+        }) {
             seen_waiting = true;
             break;
         }
