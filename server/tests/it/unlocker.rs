@@ -96,8 +96,16 @@ async fn check(spec: StoreSpec) {
     assert_eq!(locks.get("kept").await.unwrap().map(|e| e.fence), Some(kept.fence()));
     assert!(hub.summary().counts.overdue >= 1, "{:?}", hub.summary().counts);
     assert!(!kept.is_lost());
-    // The release is on record, as the unlocker's.
-    let entries = audit.query(&AuditQuery::default()).await.unwrap();
+    // The release is on record, as the unlocker's (written after the store
+    // acted: the deletion can be seen a moment before it).
+    let mut entries = Vec::new();
+    for _ in 0..250 {
+        entries = audit.query(&AuditQuery::default()).await.unwrap();
+        if !entries.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(entries.len(), 1, "{entries:?}");
     assert_eq!(
         (
