@@ -235,6 +235,16 @@ pub struct ReleaseNote {
     pub reason: String,
 }
 
+impl ReleaseNote {
+    /// `end` (a lock's end event) credited to this release: its kind, actor
+    /// and reason.
+    pub fn credit(&self, end: &mut Draft) {
+        end.kind = Some(self.kind);
+        end.actor = Some(self.actor.clone());
+        end.detail = self.reason.clone();
+    }
+}
+
 /// The events of one lock changing from `before` to `after` (either absent;
 /// `removed_at` the store revision of a delete), `holder` being what is known of
 /// `before`'s session, `note` a release the hub was told of. Pure: the hub calls
@@ -250,7 +260,8 @@ pub fn lock_events(
     let same_acquisition = matches!((before, after), (Some(b), Some(a)) if a.fence == b.fence);
     if let (Some(b), false) = (before, same_acquisition) {
         let (kind, actor, detail) = match note {
-            Some(n) => (n.kind, Some(n.actor.clone()), n.reason.clone()),
+            // Credited below.
+            Some(_) => (Kind::Released, None, String::new()),
             None if matches!(holder, Holder::Gone | Holder::Blacklisted) => (
                 Kind::Expired,
                 None,
@@ -258,14 +269,18 @@ pub fn lock_events(
             ),
             None => (Kind::Released, None, String::new()),
         };
-        out.push(Draft {
+        let mut end = Draft {
             kind: Some(kind),
             actor,
             detail,
             revision: after.map(|a| a.revision).or(removed_at),
             record: None,
             ..about(b)
-        });
+        };
+        if let Some(n) = note {
+            n.credit(&mut end);
+        }
+        out.push(end);
     }
     let Some(a) = after else { return out };
     let kind = match (&a.body, before.filter(|_| same_acquisition)) {

@@ -268,19 +268,17 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                     "give the owner id of the acquisition you saw (owner: the lock's entry.body.owner, null when it has none)",
                 )
             })?;
-            // The history records the store's delete as this force-release.
+            // The history credits the store's delete to this force-release
+            // only if the store says this compare-and-delete made it.
             let note = ReleaseNote {
                 kind: Kind::ForceReleased,
                 actor: id.actor.clone(),
                 reason: a.reason.clone(),
             };
-            hub.note_release(&a.target, fence, Some(note)).await;
-            let released = store.release_seen(&a.target, fence, owner.as_deref()).await;
-            if !matches!(released, Ok(Release::Released)) {
-                hub.note_release(&a.target, fence, None).await;
-            }
+            let release = store.release_seen(&a.target, fence, owner.as_deref());
+            let released = hub.release_as(&a.target, fence, note, release, Release::removed).await;
             match released.map_err(store_failed)? {
-                Release::Released => Ok(format!(
+                Release::Released(_) => Ok(format!(
                     "released fence {fence} of {}{}{}",
                     a.target,
                     owner.as_ref().map_or_else(String::new, |o| format!(" (owner {o})")),

@@ -12,6 +12,8 @@
 //! The fleet's headline numbers are published on a `watch` channel, so the
 //! overview never asks the hub anything.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +22,7 @@ use lockscope_model::history::ReleaseNote;
 use lockscope_model::unlock::UnlockerStatus;
 use lockscope_model::view::{ViewSpec, WindowFrame};
 use lockscope_model::{FleetState, FleetSummary, StoreStatus};
-use lockscope_store::fleet::FleetStore;
+use lockscope_store::fleet::{FleetStore, Removed};
 use lockscope_store::{now_ms, ObserverEvent};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -36,6 +38,7 @@ use task::Hub;
 use watchers::Watchers;
 
 mod commands;
+mod credit;
 mod fleets;
 mod history;
 mod task;
@@ -258,25 +261,94 @@ impl HubHandle {
         rx.await.map_err(|_| HubStopped)
     }
 
-    /// Tells the history that lock `name`'s acquisition `fence` is about to be
-    /// released by `note.actor` (an operator, the unlocker), so that the store's
-    /// delete is recorded as that; `None` withdraws it (the release did not
-    /// happen). Answered once the hub has it, so the delete cannot overtake it.
-    pub async fn note_release(&self, name: &str, fence: i64, note: Option<ReleaseNote>) {
+    /// The one way a release by an actor is made (an operator's force-release,
+    /// the unlocker's): announces to the history that `note.actor` is about
+    /// to release acquisition (`name`, `fence`), runs `release` (the store's
+    /// compare-and-delete), and confirms with what the store answered,
+    /// `removed` telling from that answer what it deleted (`None`: nothing).
+    /// The store's delete is credited to `note.actor` only when that answer
+    /// says its compare-and-delete removed that acquisition (`hub/credit.rs`); a
+    /// failed call is never credited (whether it deleted is unknown). The
+    /// announcement is answered before `release` runs, so the delete cannot
+    /// overtake it; dropped midway, the release is confirmed as not done.
+    pub async fn release_as<T, E>(
+        &self,
+        name: &str,
+        fence: i64,
+        note: ReleaseNote,
+        release: impl Future<Output = Result<T, E>>,
+        removed: impl FnOnce(&T) -> Option<Removed>,
+    ) -> Result<T, E> {
+        let id = NEXT_RELEASE.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
-        let cmd = Command::NoteRelease {
+        let cmd = Command::AnnounceRelease {
+            id,
             name: name.to_string(),
             fence,
             note,
             reply,
         };
+        let mut answer = Unanswered {
+            hub: self,
+            id,
+            name,
+            fence,
+            removed: None,
+            sent: false,
+        };
         if self.send(cmd).await.is_ok() {
             let _ = rx.await;
         }
+        let result = release.await;
+        answer.removed = result.as_ref().ok().and_then(removed);
+        answer.send().await;
+        result
     }
 
     async fn send(&self, cmd: Command) -> Result<(), HubStopped> {
         self.commands.send(cmd).await.map_err(|_| HubStopped)
+    }
+}
+
+/// Ids of announced releases (unique in this process: several hubs' releases
+/// never meet in one hub, but one counter is simplest).
+static NEXT_RELEASE: AtomicU64 = AtomicU64::new(1);
+
+/// An announced release's answer for the hub: sent at the end of
+/// [`HubHandle::release_as`], or as it drops when that future is dropped
+/// midway (then `removed` is `None`: not credited).
+struct Unanswered<'a> {
+    hub: &'a HubHandle,
+    id: u64,
+    name: &'a str,
+    fence: i64,
+    removed: Option<Removed>,
+    sent: bool,
+}
+
+impl Unanswered<'_> {
+    fn confirmation(&self) -> Command {
+        Command::ConfirmRelease {
+            id: self.id,
+            name: self.name.to_string(),
+            fence: self.fence,
+            removed: self.removed,
+        }
+    }
+
+    async fn send(&mut self) {
+        let _ = self.hub.send(self.confirmation()).await;
+        self.sent = true;
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if !self.sent {
+            // Without waiting: if the queue is full, the hub records a delete
+            // held for this answer uncredited after the credit TTL.
+            let _ = self.hub.commands.try_send(self.confirmation());
+        }
     }
 }
 

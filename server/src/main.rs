@@ -464,7 +464,7 @@ fn holder_text(h: &lockscope_model::LockEntry) -> String {
 async fn unlock(args: UnlockArgs) -> anyhow::Result<()> {
     let store = args.store.spec().open()?;
     match store.release(&args.name, args.fence).await? {
-        Release::Released => {
+        Release::Released(_) => {
             println!("released {} fence={}", args.name, args.fence);
             Ok(())
         }

@@ -273,11 +273,15 @@ impl Unlocker {
             actor: format!("unlocker@{}", self.cfg.replica),
             reason: "past its auto_unlock_at (and the grace)".into(),
         };
-        self.hub.note_release(&entry.name, entry.fence, Some(note)).await;
-        let released = leadership.release(&entry.name, entry.fence, entry.revision).await;
-        if !matches!(released, Ok(Fenced::Done(Release::Released))) {
-            self.hub.note_release(&entry.name, entry.fence, None).await;
-        }
+        let release = leadership.release(&entry.name, entry.fence, entry.revision);
+        let removed = |f: &Fenced| match f {
+            Fenced::Done(r) => r.removed(),
+            Fenced::Deposed => None,
+        };
+        let released = self
+            .hub
+            .release_as(&entry.name, entry.fence, note, release, removed)
+            .await;
         let outcome = match released {
             Ok(Fenced::Deposed) => {
                 // Not released: whoever holds the role next may try it.
@@ -301,7 +305,7 @@ impl Unlocker {
             }
         };
         let (word, outcome, detail) = match &outcome {
-            Release::Released => (
+            Release::Released(_) => (
                 "released",
                 Outcome::Done,
                 self.released_detail(&entry, leadership.term()),

@@ -28,12 +28,36 @@ use crate::{Observer, StoreError};
 /// What a guarded release did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Release {
-    /// The acquisition with that fencing token was deleted.
-    Released,
+    /// The acquisition with that fencing token was deleted, by this call's
+    /// compare-and-delete (an acquisition is deleted once: no other delete of
+    /// it exists), as the store says.
+    Released(Removed),
     /// Nothing deleted: the lock is free (released or expired meanwhile).
     NotHeld,
     /// Nothing deleted: the lock is now this other acquisition (or record).
     Changed(LockEntry),
+}
+
+impl Release {
+    /// What this release deleted (`None`: nothing).
+    pub fn removed(&self) -> Option<Removed> {
+        match self {
+            Release::Released(r) => Some(*r),
+            Release::NotHeld | Release::Changed(_) => None,
+        }
+    }
+}
+
+/// The store's own word on a delete a guarded release made: what lets the
+/// history credit that delete to the caller and to nobody else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Removed {
+    /// The store revision of the delete, the one the fleet's observer reports
+    /// in its `FleetEvent::Remove`: etcd, the transaction's revision (the
+    /// delete event's mod revision); SQL, the row's revision after the
+    /// release (`RETURNING revision`). `None` where the store returns none
+    /// (ScyllaDB).
+    pub revision: Option<i64>,
 }
 
 /// What a release fenced by a [`Leadership`] did.
@@ -193,8 +217,8 @@ impl FleetStore for WritableFleet {
     fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Release, StoreError>> {
         Box::pin(async move {
             let locks = self.locks().await?;
-            if locks.release(name, fence).await? {
-                return Ok(Release::Released);
+            if let Some(removed) = locks.release_removing(name, fence).await? {
+                return Ok(Release::Released(removed));
             }
             Ok(match locks.get(name).await? {
                 Some(now) => Release::Changed(now),

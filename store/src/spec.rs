@@ -23,7 +23,7 @@ use lockscope_model::record::{BlacklistRecord, SessionRecord};
 use lockscope_model::{LockEntry, LockRecord};
 
 use crate::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
-use crate::fleet::{FleetStore, Leadership, ReadOnlyFleet, UnlockerInfo, WritableFleet};
+use crate::fleet::{FleetStore, Leadership, ReadOnlyFleet, Removed, UnlockerInfo, WritableFleet};
 use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
 use crate::scylla::{ScyllaConfig, ScyllaLocks, ScyllaObserver, ScyllaTarget, Serial};
 use crate::sql::{ShedLockObserver, SqlLocks, SqlObserver};
@@ -353,6 +353,16 @@ impl AnyLocks {
             AnyLocks::Etcd(s) => s.put_raw(name, value).await.map(|_| ()),
             AnyLocks::Sql(s) => s.put_raw(name, value).await,
             AnyLocks::Scylla(s) => s.put_raw(name, value).await,
+        }
+    }
+
+    /// [`LockStore::release`], saying what the store removed (`None`: nothing).
+    pub async fn release_removing(&self, name: &str, fence: i64) -> Result<Option<Removed>, StoreError> {
+        match self {
+            AnyLocks::Etcd(s) => s.release_removing(name, fence).await,
+            AnyLocks::Sql(s) => s.release_removing(name, fence).await,
+            // A lightweight transaction returns no revision.
+            AnyLocks::Scylla(s) => Ok(s.release(name, fence).await?.then_some(Removed { revision: None })),
         }
     }
 

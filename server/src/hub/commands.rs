@@ -6,6 +6,7 @@ use lockscope_model::history::ReleaseNote;
 use lockscope_model::unlock::UnlockerStatus;
 use lockscope_model::view::{ViewSpec, WindowFrame};
 use lockscope_model::{ServerMsg, StoreStatus};
+use lockscope_store::fleet::Removed;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::{Frame, Hub};
@@ -45,12 +46,20 @@ pub(super) enum Command {
     },
     /// What this fleet's unlocker is doing (shown with the fleet's summary).
     Unlocker(UnlockerStatus),
-    /// A release about to be made (or withdrawn), for the history.
-    NoteRelease {
+    /// A release about to be tried, for the history ([`super::credit`]).
+    AnnounceRelease {
+        id: u64,
         name: String,
         fence: i64,
-        note: Option<ReleaseNote>,
+        note: ReleaseNote,
         reply: oneshot::Sender<()>,
+    },
+    /// The store's answer to an announced release: what it removed, if anything.
+    ConfirmRelease {
+        id: u64,
+        name: String,
+        fence: i64,
+        removed: Option<Removed>,
     },
 }
 
@@ -107,16 +116,27 @@ impl Hub {
                     changed
                 });
             }
-            Command::NoteRelease {
+            Command::AnnounceRelease {
+                id,
                 name,
                 fence,
                 note,
                 reply,
             } => {
                 if let Some(h) = &mut self.history {
-                    h.note(name, fence, note);
+                    h.announce(id, name, fence, note);
                 }
                 let _ = reply.send(());
+            }
+            Command::ConfirmRelease {
+                id,
+                name,
+                fence,
+                removed,
+            } => {
+                if let Some(h) = &mut self.history {
+                    h.confirm(id, name, fence, removed);
+                }
             }
             Command::SessionNow { id, reply } => {
                 let sessions = self.state.sessions();

@@ -1,26 +1,24 @@
 //! What the hub tells the history: for each store event, before the reducer
 //! applies it, the history events it means ([`lockscope_model::history`]
-//! derives them from the lock as it was and as it will be), plus the releases
-//! the admin path and the unlocker announced, and store outages.
+//! derives them from the lock as it was and as it will be), the releases the
+//! admin path and the unlocker made credited to them ([`Credits`]), and store
+//! outages.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use lockscope_model::history::{lock_events, wait_event, Draft, Kind, ReleaseNote};
 use lockscope_model::record::Stored;
 use lockscope_model::{FleetEvent, FleetState, StoreStatus};
-use tokio::time::Instant;
+use lockscope_store::fleet::Removed;
 
+use super::credit::{Credits, Ready};
 use crate::history::Recorder;
-
-/// How long an announced release waits for the store's delete.
-const NOTE_TTL: Duration = Duration::from_secs(60);
 
 /// The hub's part of the history (absent when the server keeps none).
 pub(super) struct HubHistory {
     recorder: Recorder,
-    /// Releases announced by the admin path or the unlocker, by (lock, fence).
-    notes: HashMap<(String, i64), (ReleaseNote, Instant)>,
+    /// Releases announced by the admin path or the unlocker.
+    credits: Credits,
     replica: String,
     /// The store was last seen unreachable (so its recovery is an event).
     down: bool,
@@ -32,25 +30,53 @@ impl HubHistory {
     pub(super) fn new(recorder: Recorder, replica: String) -> HubHistory {
         HubHistory {
             recorder,
-            notes: HashMap::new(),
+            credits: Credits::default(),
             replica,
             down: false,
             synced: false,
         }
     }
 
-    pub(super) fn note(&mut self, lock: String, fence: i64, note: Option<ReleaseNote>) {
-        let now = Instant::now();
-        self.notes.retain(|_, (_, at)| now.duration_since(*at) < NOTE_TTL);
-        match note {
-            Some(n) => self.notes.insert((lock, fence), (n, now)),
-            None => self.notes.remove(&(lock, fence)),
-        };
+    /// Release `id` of (`lock`, `fence`) by `note.actor` is about to be tried.
+    pub(super) fn announce(&mut self, id: u64, lock: String, fence: i64, note: ReleaseNote) {
+        self.expire();
+        self.credits.announce(id, lock, fence, note);
+    }
+
+    /// The store answered release `id`: what it removed, if anything.
+    pub(super) fn confirm(&mut self, id: u64, lock: String, fence: i64, removed: Option<Removed>) {
+        let ready = self.credits.confirm(id, lock, fence, removed);
+        self.record_ready(ready);
+    }
+
+    /// Records the deletes held for answers that did not come in time.
+    pub(super) fn expire(&mut self) {
+        for ready in self.credits.expire() {
+            self.record_ready(Some(ready));
+        }
+    }
+
+    fn record_ready(&self, ready: Option<Ready>) {
+        if let Some((at, draft)) = ready {
+            self.recorder.record(at, vec![draft]);
+        }
     }
 
     /// Records what `event` means, given the table before it is applied.
     pub(super) fn before_apply(&mut self, state: &FleetState, event: &FleetEvent, now: i64) {
-        let mut drafts = self.drafts(state, event);
+        let drafts = self.drafts(state, event);
+        // The revision of a delete, where the event carries the delete's own.
+        let removed_at = match event {
+            FleetEvent::Remove { revision, .. } => Some(*revision),
+            _ => None,
+        };
+        let mut drafts: Vec<Draft> = drafts
+            .into_iter()
+            .filter_map(|d| match d.kind {
+                Some(k) if k.ends_hold() => self.credits.on_end(now, removed_at, d).map(|(_, d)| d),
+                _ => Some(d),
+            })
+            .collect();
         for d in drafts.iter_mut().filter(|d| d.service.is_none()) {
             // A waiter names its session only: its service and host (for the
             // charts' most contended services) come from the session's record.
@@ -72,27 +98,17 @@ impl HubHistory {
         }
     }
 
-    fn end_note(&mut self, name: &str, fence: i64) -> Option<ReleaseNote> {
-        self.notes.remove(&(name.to_string(), fence)).map(|(n, _)| n)
-    }
-
-    fn drafts(&mut self, state: &FleetState, event: &FleetEvent) -> Vec<Draft> {
+    /// The events `event` means, every end uncredited.
+    fn drafts(&self, state: &FleetState, event: &FleetEvent) -> Vec<Draft> {
         let fence_of = |lock: &str| state.get(lock).map(|e| e.fence);
         match event {
             FleetEvent::Upsert(after) => {
                 let before = state.get(&after.name);
-                // A heartbeat (same fence) leaves an announced release waiting.
-                let note = before
-                    .filter(|b| b.fence != after.fence)
-                    .and_then(|b| self.end_note(&b.name, b.fence));
                 let holder = before.map(|b| state.holder(b)).unwrap_or_default();
-                lock_events(before, Some(after), None, holder, note.as_ref())
+                lock_events(before, Some(after), None, holder, None)
             }
             FleetEvent::Remove { name, revision } => match state.get(name) {
-                Some(before) => {
-                    let note = self.end_note(name, before.fence);
-                    lock_events(Some(before), None, Some(*revision), state.holder(before), note.as_ref())
-                }
+                Some(before) => lock_events(Some(before), None, Some(*revision), state.holder(before), None),
                 None => vec![],
             },
             FleetEvent::Reset(snap) => {
@@ -104,14 +120,8 @@ impl HubHistory {
                     out.extend(lock_events(before, Some(after), None, holder, None));
                 }
                 for before in state.locks().filter(|l| !names.contains(l.name.as_str())) {
-                    let note = self.end_note(&before.name, before.fence);
-                    out.extend(lock_events(
-                        Some(before),
-                        None,
-                        Some(snap.revision),
-                        state.holder(before),
-                        note.as_ref(),
-                    ));
+                    let holder = state.holder(before);
+                    out.extend(lock_events(Some(before), None, Some(snap.revision), holder, None));
                 }
                 let waiters: HashSet<_> = snap.waiters.iter().collect();
                 let fences: HashMap<&str, i64> = snap.locks.iter().map(|l| (l.name.as_str(), l.fence)).collect();

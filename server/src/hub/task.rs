@@ -104,6 +104,10 @@ impl Hub {
     /// After anything happened: states due by time, then frames due, then the summary.
     fn turn(&mut self) {
         let now = self.now();
+        if let Some(h) = &mut self.history {
+            // Deletes held for a release's answer are recorded after at most its TTL.
+            h.expire();
+        }
         self.views.advance(&self.state, now.wall);
         self.views.mark_dirty(now);
         for (id, frame) in self.views.due_frames(&self.state, now) {

@@ -7,6 +7,7 @@
 mod abuse;
 mod admin;
 mod admin_exact;
+mod attribution;
 mod cli;
 mod demo;
 mod fuzz;

@@ -10,6 +10,7 @@ use lockscope_model::record::{BlacklistRecord, SessionRecord, Stored, WaiterReco
 use lockscope_model::{LockEntry, LockRecord};
 
 use super::{timed, EtcdConfig};
+use crate::fleet::Removed;
 use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{now_ms, validate_name, StoreError};
 
@@ -41,6 +42,15 @@ pub(super) fn read(resp: &TxnResponse, n: usize) -> Vec<etcd_client::KeyValue> {
     }
 }
 
+/// What a guarded delete's txn removed: nothing when it failed; else the
+/// delete at the txn's revision (its header's), the mod revision of the delete
+/// event every watcher sees.
+pub(super) fn removed(resp: &TxnResponse) -> Option<Removed> {
+    resp.succeeded().then(|| Removed {
+        revision: resp.header().map(|h| h.revision()),
+    })
+}
+
 impl EtcdLocks {
     pub async fn connect(cfg: EtcdConfig) -> Result<EtcdLocks, StoreError> {
         let client = cfg.connect().await?;
@@ -49,6 +59,17 @@ impl EtcdLocks {
 
     pub(super) async fn txn(&self, txn: Txn) -> Result<TxnResponse, StoreError> {
         timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await
+    }
+
+    /// The protocol's release, saying what it removed: the transaction's
+    /// revision is the delete event's mod revision (`None`: nothing deleted).
+    pub async fn release_removing(&self, name: &str, fence: i64) -> Result<Option<Removed>, StoreError> {
+        validate_name(name)?;
+        let key = self.cfg.lock_key(name);
+        let txn = Txn::new()
+            .when([held_by(&key, fence)])
+            .and_then([TxnOp::delete(key, None)]);
+        Ok(removed(&self.txn(txn).await?))
     }
 
     /// Returns once `key` may have been deleted after `revision` (a delete seen,
@@ -209,12 +230,7 @@ impl LockStore for EtcdLocks {
     }
 
     async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
-        validate_name(name)?;
-        let key = self.cfg.lock_key(name);
-        let txn = Txn::new()
-            .when([held_by(&key, fence)])
-            .and_then([TxnOp::delete(key, None)]);
-        Ok(self.txn(txn).await?.succeeded())
+        Ok(self.release_removing(name, fence).await?.is_some())
     }
 
     async fn set_waiting(

@@ -22,7 +22,7 @@ use lockscope_model::record::RECORD_VERSION;
 use lockscope_model::LockEntry;
 use serde::{Deserialize, Serialize};
 
-use super::locks::{absent, held_by, json_of, read};
+use super::locks::{absent, held_by, json_of, read, removed};
 use super::{timed, EtcdConfig, EtcdLocks};
 use crate::fleet::{not_released, Fenced, Leadership, Release, UnlockerInfo};
 use crate::{now_ms, validate_name, StoreError};
@@ -192,8 +192,8 @@ impl Leadership for EtcdLeadership {
                 .and_then([TxnOp::delete(lock.clone(), None)])
                 .or_else([TxnOp::get(self.key.as_str(), None), TxnOp::get(lock, None)]);
             let resp = timed(self.cfg.request_timeout, self.client.clone().txn(txn)).await?;
-            if resp.succeeded() {
-                return Ok(Fenced::Done(Release::Released));
+            if let Some(r) = removed(&resp) {
+                return Ok(Fenced::Done(Release::Released(r)));
             }
             // What failed, as read in the same transaction.
             let leader = read(&resp, 0);

@@ -23,7 +23,7 @@ use futures::future::BoxFuture;
 
 use super::cql::{col, Stmt, Value};
 use super::ScyllaLocks;
-use crate::fleet::{not_released, Fenced, Leadership, Release, UnlockerInfo};
+use crate::fleet::{not_released, Fenced, Leadership, Release, Removed, UnlockerInfo};
 use crate::protocol::LockStore;
 use crate::{validate_name, StoreError};
 
@@ -112,7 +112,8 @@ impl Leadership for ScyllaLeadership {
             }
             let exact = vec![Value::text(name), Value::BigInt(fence), Value::BigInt(revision)];
             if self.store.lwt(Stmt::ReleaseExact, exact).await? {
-                return Ok(Fenced::Done(Release::Released));
+                // A lightweight transaction returns no revision.
+                return Ok(Fenced::Done(Release::Released(Removed { revision: None })));
             }
             if !self.current().await? {
                 return Ok(Fenced::Deposed);

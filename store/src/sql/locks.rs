@@ -10,6 +10,7 @@ use sqlx::Row;
 use tokio::sync::broadcast;
 
 use super::{entry_of, json_of, Change, SqlLocks};
+use crate::fleet::Removed;
 use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
 use crate::{validate_name, StoreError};
 
@@ -18,6 +19,32 @@ use crate::{validate_name, StoreError};
 pub(super) const RELEASE: &str = "UPDATE lockscope_locks \
      SET owner = NULL, session = NULL, record = NULL, revision = revision + 1 \
      WHERE name = $1 AND fence = $2 AND owner IS NOT NULL";
+
+/// What a release statement (the [`RELEASE`] above, or the unlocker's) is
+/// followed by to say which row version it freed: the revision the observer
+/// reports in its `FleetEvent::Remove` of that release.
+pub(super) const RETURNING_REVISION: &str = " RETURNING revision";
+
+impl SqlLocks {
+    /// The protocol's release, saying what it removed: the freed row's new
+    /// revision (`None`: nothing freed).
+    pub async fn release_removing(&self, name: &str, fence: i64) -> Result<Option<Removed>, StoreError> {
+        validate_name(name)?;
+        let q = self.sql_owned(format!("{RELEASE}{RETURNING_REVISION}"));
+        let row = self.one(sqlx::query(&q).bind(name).bind(fence)).await?;
+        removed(row)
+    }
+}
+
+/// The release a `… RETURNING revision` statement made, from its row.
+pub(super) fn removed(row: Option<sqlx::any::AnyRow>) -> Result<Option<Removed>, StoreError> {
+    Ok(match row {
+        Some(r) => Some(Removed {
+            revision: Some(r.try_get(0)?),
+        }),
+        None => None,
+    })
+}
 
 /// Open a session (`$1` id, `$2` record, `$3` expires_at): no row → blacklisted.
 pub(super) const OPEN_SESSION: &str = "INSERT INTO lockscope_sessions (session, record, waiting_for, expires_at) \
@@ -162,9 +189,7 @@ impl LockStore for SqlLocks {
     }
 
     async fn release(&self, name: &str, fence: i64) -> Result<bool, StoreError> {
-        validate_name(name)?;
-        let q = self.sql(RELEASE);
-        Ok(self.exec(sqlx::query(&q).bind(name).bind(fence)).await?.rows_affected() == 1)
+        Ok(self.release_removing(name, fence).await?.is_some())
     }
 
     async fn set_waiting(

@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use sqlx::Row;
 
-use super::locks::RELEASE;
+use super::locks::{removed, RELEASE, RETURNING_REVISION};
 use super::SqlLocks;
 use crate::fleet::{not_released, Fenced, Leadership, Release, UnlockerInfo};
 use crate::protocol::LockStore;
@@ -116,14 +116,14 @@ impl Leadership for SqlLeadership {
             // when the statement waited behind that extension's row lock.
             let q = self.store.sql_at_db_now(&format!(
                 "{RELEASE} AND revision = $4 AND EXISTS (SELECT 1 FROM lockscope_unlocker \
-                 WHERE id = 1 AND term = $3 AND expires_at >= DB_NOW_MS)"
+                 WHERE id = 1 AND term = $3 AND expires_at >= DB_NOW_MS){RETURNING_REVISION}"
             ));
-            let r = self
+            let row = self
                 .store
-                .exec(sqlx::query(&q).bind(name).bind(fence).bind(self.term).bind(revision))
+                .one(sqlx::query(&q).bind(name).bind(fence).bind(self.term).bind(revision))
                 .await?;
-            if r.rows_affected() == 1 {
-                return Ok(Fenced::Done(Release::Released));
+            if let Some(r) = removed(row)? {
+                return Ok(Fenced::Done(Release::Released(r)));
             }
             // Nothing released: find out why. A leadership current now was current
             // then (an expired term never comes back); one lost since is reported

@@ -169,7 +169,7 @@ async fn admin<S: LockStore>(reader: S, fleet: Arc<dyn FleetStore>, rounds: usiz
         a.attempts += 1;
         let t = log.tick();
         match fleet.release(LOCK, fence).await.expect("force-release") {
-            Release::Released => {
+            Release::Released(_) => {
                 log.push(t, "admin: Released", fence, None);
                 a.released.push(fence);
             }
