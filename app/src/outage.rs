@@ -29,7 +29,8 @@ pub fn worst(status: &StoreStatus, counts: &Counts) -> Worst {
         title: title.into(),
     };
     match status {
-        StoreStatus::Live { .. } => {
+        // Writes blocked, the store is still read: its counts are the truth.
+        StoreStatus::Live { .. } | StoreStatus::WritesBlocked { .. } => {
             let w = counts.worst();
             Worst {
                 state: w.as_str(),
@@ -54,7 +55,7 @@ pub fn worst(status: &StoreStatus, counts: &Counts) -> Worst {
 /// The title of a count that is not the truth now (`None`: it is).
 pub fn last_known_title(status: &StoreStatus) -> Option<&'static str> {
     match status {
-        StoreStatus::Live { .. } => None,
+        StoreStatus::Live { .. } | StoreStatus::WritesBlocked { .. } => None,
         StoreStatus::Connecting { .. } => Some("not known yet: the store has not answered"),
         StoreStatus::Unreachable { .. } => Some("last known: the store is unreachable"),
     }
@@ -80,23 +81,38 @@ pub fn StoreBanner() -> impl IntoView {
             detail,
             retry_at,
             ..
-        } => Some(view! {
-            <div class="store-banner" data-testid="store-banner" role="alert">
-                <p>
-                    <strong>"Store unreachable: "</strong>
-                    <span data-testid="store-error">{error}</span>
-                    "; "
-                    <span data-testid="store-retry">{move || retry_text(retry_at, live.now.get())}</span>
-                    "; the page shows the last known state."
-                </p>
-                {(!detail.is_empty()).then(|| view! {
-                    <details data-testid="store-error-detail">
-                        <summary>"details"</summary>
-                        <pre>{detail}</pre>
-                    </details>
-                })}
-            </div>
-        }),
+        } => Some(
+            view! {
+                <div class="store-banner" data-testid="store-banner" role="alert">
+                    <p>
+                        <strong>"Store unreachable: "</strong>
+                        <span data-testid="store-error">{error}</span>
+                        "; "
+                        <span data-testid="store-retry">{move || retry_text(retry_at, live.now.get())}</span>
+                        "; the page shows the last known state."
+                    </p>
+                    {(!detail.is_empty()).then(|| view! {
+                        <details data-testid="store-error-detail">
+                            <summary>"details"</summary>
+                            <pre>{detail}</pre>
+                        </details>
+                    })}
+                </div>
+            }
+            .into_any(),
+        ),
+        StoreStatus::WritesBlocked { since, error } => Some(
+            view! {
+                <div class="store-banner" data-testid="store-banner" data-state="writes-blocked" role="alert">
+                    <p>
+                        <strong>{format!("Writes blocked since {} UTC: ", utc_hms(since))}</strong>
+                        <span data-testid="store-error">{error}</span>
+                        "; the page shows the live state."
+                    </p>
+                </div>
+            }
+            .into_any(),
+        ),
         _ => None,
     }
 }

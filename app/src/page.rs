@@ -273,6 +273,11 @@ pub(crate) fn Indicator() -> impl IntoView {
                     utc_hms(since)
                 ),
             ),
+            // Read live; the banner says why writes are blocked.
+            (Connection::Live, StoreStatus::WritesBlocked { since, .. }) => (
+                "store-writes-blocked",
+                format!("live; writes to the store blocked since {} UTC", utc_hms(since)),
+            ),
         }
     };
     view! {
@@ -313,6 +318,10 @@ fn Overview() -> impl IntoView {
             StoreStatus::Unreachable { since, .. } => {
                 ("unreachable", format!("unreachable since {} UTC", utc_hms(*since)))
             }
+            StoreStatus::WritesBlocked { since, .. } => (
+                "writes-blocked",
+                format!("live; writes blocked since {} UTC", utc_hms(*since)),
+            ),
         };
         // The fleet's colour is its worst lock's, beside the store connection's;
         // a store that is not live leaves it unknown, never healthy, and its

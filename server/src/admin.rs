@@ -20,6 +20,7 @@ use lockscope_store::fleet::Release;
 use lockscope_store::protocol::Blacklisting;
 use lockscope_store::{now_ms, StoreError};
 
+use crate::audit::Recorded;
 use crate::auth::{Identity, Who, UNAUTHENTICATED};
 use crate::http::AppState;
 
@@ -62,8 +63,9 @@ pub struct Answer {
     pub entry: AuditEntry,
     pub current: Option<LockEntry>,
     /// The answer's `audit_id` (docs/api.md): the entry's id; `Some(0)` when
-    /// a known caller's entry could not be written; `None` for an attempt
-    /// without an identity, which is tallied rather than written on its own.
+    /// a known caller's entry could not be written nor queued; `None` for an
+    /// attempt without an identity, which is tallied rather than written on
+    /// its own, and for an entry queued in the audit log's spool.
     pub audit_id: Option<i64>,
 }
 
@@ -115,11 +117,17 @@ fn changed(why: String, current: Option<LockEntry>) -> Refusal {
 /// request's CSRF check (`Ok` for requests that need none).
 pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: Attempt) -> Answer {
     let at = now_ms();
+    let audit_full = state.audit.ready().err();
     let result = match who.identity() {
         Err((status, why)) => Err(refuse(status, why)),
         Ok(id) => match csrf {
             Err(why) => Err(refuse(StatusCode::FORBIDDEN, why)),
-            Ok(()) => act(state, id, &a, at).await,
+            // An action must never happen unaudited: with the audit log's
+            // spool full, it is refused before it acts (docs/operations.md).
+            Ok(()) => match &audit_full {
+                Some(why) => Err(refuse(StatusCode::SERVICE_UNAVAILABLE, why.clone())),
+                None => act(state, id, &a, at).await,
+            },
         },
     };
     let (status, outcome, mut detail, current) = match result {
@@ -155,7 +163,18 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
         detail: cut(detail, MAX_REASON_BYTES),
     };
     let stored = match who {
-        Who::Known(_) => state.audit.append(&entry).await.map(|e| (Some(e.id), e)),
+        // The database busy or down, the entry waits in the spool: the answer
+        // says so and carries no id yet (docs/api.md).
+        Who::Known(_) => state.audit.record(&entry).await.map(|r| match r {
+            Recorded::Written(e) => (Some(e.id), e),
+            Recorded::Queued { mut entry, why } => {
+                entry.detail = format!(
+                    "{} — the audit entry is queued ({why}) and written to the audit log when it takes writes again",
+                    entry.detail
+                );
+                (None, entry)
+            }
+        }),
         // Anyone can make these: one row per source and minute, with a count,
         // written when the minute is over: their answers carry no id.
         _ => Ok((None, state.audit.tally(&entry, a.source))),
@@ -173,7 +192,13 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
             let mut entry = entry;
             entry.detail = format!("{} — but the audit log could not be written: {e}", entry.detail);
             Answer {
-                status: StatusCode::INTERNAL_SERVER_ERROR,
+                // Refused for a full audit spool, nothing was done: the
+                // refusal stands (it cannot be audited; logged above).
+                status: if audit_full.is_some() {
+                    status
+                } else {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                },
                 entry,
                 current,
                 // docs/api.md: "If writing it fails, the answer is `500` with the same JSON, `audit_id: 0`".
@@ -277,7 +302,7 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
             };
             let release = store.release_seen(&a.target, fence, owner.as_deref());
             let released = hub.release_as(&a.target, fence, note, release, Release::removed).await;
-            match released.map_err(store_failed)? {
+            match released.map_err(store_failed(a.action))? {
                 Release::Released(_) => Ok(format!(
                     "released fence {fence} of {}{}{}",
                     a.target,
@@ -313,14 +338,19 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                 // holding a lock, blacklisted) was so; what it does not show
                 // yet, the store answers (a session registered a moment ago).
                 let in_view = session.known || !session.locks.is_empty() || session.blacklist.is_some();
-                if !in_view && !store.session_registered(&a.target).await.map_err(store_failed)? {
+                if !in_view
+                    && !store
+                        .session_registered(&a.target)
+                        .await
+                        .map_err(store_failed(a.action))?
+                {
                     return Err(refuse(
                         StatusCode::NOT_FOUND,
                         format!("fleet {} knows no session {:?}", a.fleet, a.target),
                     ));
                 }
                 let record = BlacklistRecord::new(&a.target, &id.actor, reason, at);
-                if let Blacklisting::Exists(there) = store.blacklist(&record).await.map_err(store_failed)? {
+                if let Blacklisting::Exists(there) = store.blacklist(&record).await.map_err(store_failed(a.action))? {
                     let by = match &there {
                         Some(Stored::Record(r)) => format!(" by {} for {:?}", r.by, r.reason),
                         Some(Stored::Malformed { .. }) => " (a malformed entry)".to_string(),
@@ -334,7 +364,7 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
                     a.target,
                     if n == 1 { "" } else { "s" }
                 ))
-            } else if store.lift_blacklist(&a.target).await.map_err(store_failed)? {
+            } else if store.lift_blacklist(&a.target).await.map_err(store_failed(a.action))? {
                 Ok(format!("lifted the blacklist of session {}", a.target))
             } else {
                 Err(changed(format!("session {} is not blacklisted", a.target), None))
@@ -360,10 +390,27 @@ fn seen(revision: Option<i64>) -> String {
     revision.map_or_else(String::new, |r| format!(" (seen at revision {r})"))
 }
 
-fn store_failed(e: StoreError) -> Refusal {
-    match e {
+/// The refusal of `action` when the store failed: nothing was done.
+fn store_failed(action: Action) -> impl Fn(StoreError) -> Refusal {
+    move |e| match e {
         StoreError::ReadOnly { .. } => refuse(StatusCode::CONFLICT, e.to_string()),
         StoreError::InvalidName { .. } => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        // docs/operations.md ("A busy store"): another writer held the store's
+        // write lock past the busy timeout; the statement wrote nothing.
+        StoreError::Busy { ref what, .. } => {
+            let nothing = match action {
+                Action::Release => "nothing released",
+                Action::Blacklist => "nothing blacklisted",
+                Action::Unblacklist => "nothing lifted",
+            };
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "store busy, {nothing}: {what} (waited {} s); try again when it frees up",
+                    lockscope_store::sql::ADMIN_BUSY_TIMEOUT.as_secs()
+                ),
+            )
+        }
         e => refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("nothing done: the store failed: {}", e.describe()),

@@ -159,15 +159,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         default_mode = Mode::On;
     }
     let modes = unlocker_modes(&args, &file, &hubs, default_mode)?;
-    let audit_url = args
-        .audit
-        .clone()
-        .or(file.audit.clone())
-        .unwrap_or_else(|| format!("sqlite:{}", args.embedded_db.display()));
     if let Some(dir) = args.embedded_db.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let audit = AuditLog::open(&audit_url).await.context("opening the audit log")?;
+    // By default its own file beside the embedded store's (docs/operations.md, "Audit log").
+    let audit = AuditLog::open_configured(args.audit.clone().or(file.audit.clone()), &args.embedded_db)
+        .await
+        .context("opening the audit log")?;
     let auth = Auth::new(file.auth.clone(), audit.clone()).with_limits(&file.limits);
     if !auth.enabled() {
         println!("no authentication: anyone who can reach {listen} is admin");

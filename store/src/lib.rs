@@ -63,6 +63,15 @@ pub enum StoreError {
     },
     #[error("store request timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// The store is reachable but did not take the write: another connection
+    /// held its write lock past the busy timeout (SQLite's `SQLITE_BUSY`).
+    /// Nothing was written.
+    #[error("store busy: {what}")]
+    Busy {
+        what: String,
+        #[source]
+        source: Option<BoxError>,
+    },
     #[error("store error: {what}")]
     Backend {
         what: String,
@@ -126,6 +135,10 @@ impl StoreError {
                 source,
             },
             StoreError::Unreachable { source, .. } => StoreError::Unreachable {
+                what: what.into(),
+                source,
+            },
+            StoreError::Busy { source, .. } => StoreError::Busy {
                 what: what.into(),
                 source,
             },

@@ -186,6 +186,11 @@ impl StoreSpec {
     fn try_observer(&self) -> Result<Box<dyn Observer>, StoreError> {
         Ok(match self {
             StoreSpec::Etcd { .. } => Box::new(EtcdObserver::new(self.etcd_config())),
+            // A SQLite file can be held by another writer while it reads fine:
+            // the page says when writes are blocked (crate::sql::WriteWatch).
+            StoreSpec::Sql { url } if url.starts_with("sqlite:") => {
+                Box::new(crate::sql::WriteWatch::new(Box::new(SqlObserver::new(url)), url))
+            }
             StoreSpec::Sql { url } => Box::new(SqlObserver::new(url)),
             StoreSpec::ShedLock { url, table } => Box::new(ShedLockObserver::new(url, Some(table))?),
             StoreSpec::Scylla(target) => Box::new(ScyllaObserver::new(target.clone())),
@@ -197,16 +202,7 @@ impl StoreSpec {
         match self {
             StoreSpec::Etcd { .. } => Ok(AnyLocks::Etcd(Box::new(EtcdLocks::connect(self.etcd_config()).await?))),
             StoreSpec::Sql { url } => {
-                if let Some(path) = url.strip_prefix("sqlite://").and_then(|p| p.split('?').next()) {
-                    // `mode=rwc` creates the file, not its directory.
-                    let dir = std::path::Path::new(path)
-                        .parent()
-                        .filter(|d| !d.as_os_str().is_empty());
-                    if let Some(dir) = dir {
-                        std::fs::create_dir_all(dir)
-                            .map_err(|e| StoreError::backend(format!("creating {}", dir.display()), e))?;
-                    }
-                }
+                create_sqlite_dir(url)?;
                 Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
             }
             StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
@@ -216,10 +212,15 @@ impl StoreSpec {
 
     /// Connects the dashboard's admin side: as [`Self::connect`], but it never
     /// changes a store's schema (a ScyllaDB keyspace with only the published
-    /// tables is administered as it is).
+    /// tables is administered as it is), and a SQLite write gives up after
+    /// [`crate::sql::ADMIN_BUSY_TIMEOUT`] ([`StoreError::Busy`]).
     pub(crate) async fn connect_admin(&self) -> Result<AnyLocks, StoreError> {
         match self {
             StoreSpec::Scylla(target) => Ok(AnyLocks::Scylla(target.connect(false).await?)),
+            StoreSpec::Sql { url } => {
+                create_sqlite_dir(url)?;
+                Ok(AnyLocks::Sql(SqlLocks::connect_admin(url).await?))
+            }
             _ => self.connect().await,
         }
     }
@@ -232,6 +233,20 @@ impl StoreSpec {
             _ => unreachable!("only called on etcd specs"),
         }
     }
+}
+
+/// A `sqlite://PATH` store's directory, created if missing (`mode=rwc`
+/// creates the file, not its directory).
+fn create_sqlite_dir(url: &str) -> Result<(), StoreError> {
+    if let Some(path) = url.strip_prefix("sqlite://").and_then(|p| p.split('?').next()) {
+        let dir = std::path::Path::new(path)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty());
+        if let Some(dir) = dir {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::backend(format!("creating {}", dir.display()), e))?;
+        }
+    }
+    Ok(())
 }
 
 fn is_postgres(url: &str) -> bool {

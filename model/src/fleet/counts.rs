@@ -96,13 +96,25 @@ pub enum StoreStatus {
         detail: String,
         retry_at: Millis,
     },
+    /// Read and followed as when live (the counts are the truth), but a write
+    /// waits longer than the store's busy timeout: another process holds the
+    /// database's write lock (an SQLite file in an exclusive transaction).
+    /// Admin actions are refused (`503`, nothing done) until it frees up; the
+    /// status goes back to `Live` by itself when it does.
+    WritesBlocked {
+        /// When a write was first seen blocked.
+        since: Millis,
+        /// One line: what is blocked and why.
+        error: String,
+    },
 }
 
 impl StoreStatus {
-    /// Whether the store's state is known now: only a live store's counts are
-    /// the truth; connecting or unreachable, what is shown is the last known.
+    /// Whether the store's state is known now: a live store's counts are the
+    /// truth (also while only its writes are blocked); connecting or
+    /// unreachable, what is shown is the last known.
     pub fn is_live(&self) -> bool {
-        matches!(self, StoreStatus::Live { .. })
+        matches!(self, StoreStatus::Live { .. } | StoreStatus::WritesBlocked { .. })
     }
 }
 

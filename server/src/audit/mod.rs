@@ -1,5 +1,6 @@
 //! The audit log of admin actions, and the browser's sign-in sessions, in SQL
-//! (SQLite, the embedded default, or PostgreSQL), beside the lock store's tables.
+//! (SQLite, by default a file of its own beside the embedded store's, or
+//! PostgreSQL).
 //!
 //! The log is **append-only**: [`AuditLog`] can add an entry and read entries,
 //! and has no way to change or remove one. Every attempt is recorded, refused
@@ -15,17 +16,26 @@
 //! they are tallied, one row per source and minute with their count
 //! ([`AuditLog::tally`], `tally`).
 //!
+//! An admin attempt is never lost from the log: an entry the database cannot
+//! take now is queued in a durable spool and written when it can
+//! ([`AuditLog::record`], `spool`); an existing install's entries are carried
+//! over when the log moves to its own file (`import`).
+//!
 //! Layout: here, [`AuditLog`] (opening, appending, reading entries) and its
 //! errors; `sessions` (sign-in sessions: [`NewSession`], [`WebSession`]);
 //! `sql` (URLs, tables, rows); `export` (CSV, NDJSON); `tally` (attempts
-//! without an identity).
+//! without an identity); `spool` (entries waiting for the database);
+//! `import` (entries carried over from the lock store's file).
 
 pub(crate) mod export;
+mod import;
 mod sessions;
+pub mod spool;
 pub(crate) mod sql;
 pub mod tally;
 
 pub use export::{to_csv, to_ndjson, FIELDS};
+pub use import::default_file;
 pub use sessions::{NewSession, WebSession};
 
 use std::net::IpAddr;
@@ -69,7 +79,31 @@ pub enum AuditError {
         #[source]
         source: sqlx::Error,
     },
+    /// The database did not take an entry (`why`), and neither did the spool.
+    #[error("{why}; and the entry could not be queued")]
+    Unqueued {
+        why: String,
+        #[source]
+        source: spool::SpoolError,
+    },
 }
+
+/// Where [`AuditLog::record`] put an entry.
+#[derive(Clone, Debug)]
+pub enum Recorded {
+    /// In the log, with the id it assigned.
+    Written(AuditEntry),
+    /// In the spool (on disk): written to the log, in order, when the database
+    /// takes writes again. `why`: what the database said.
+    Queued { entry: AuditEntry, why: String },
+}
+
+/// How long a write to an SQLite audit log waits for another connection's
+/// write lock before the entry is queued instead.
+pub const AUDIT_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often queued entries are tried again.
+pub const SPOOL_FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// The audit log and sign-in sessions (cheap to clone: a shared connection pool).
 #[derive(Clone)]
@@ -84,6 +118,9 @@ struct Inner {
     shown: String,
     /// Attempts without an identity, counted until their minute is over.
     tally: Mutex<tally::Tally>,
+    /// Entries waiting for the database (SQLite: `PATH.spool` beside the log;
+    /// PostgreSQL: where [`AuditLog::set_spool`] says).
+    spool: std::sync::OnceLock<spool::Spool>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -105,7 +142,7 @@ impl AuditLog {
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(3));
         let opts = match target.dialect {
-            Dialect::Sqlite => sql::sqlite_wal(opts),
+            Dialect::Sqlite => sql::sqlite_wal_busy(opts, Some(AUDIT_BUSY_TIMEOUT)),
             Dialect::Postgres => opts,
         };
         let pool = opts
@@ -120,11 +157,111 @@ impl AuditLog {
                 tally: Mutex::new(tally::Tally::new(
                     crate::settings::Limits::default().audit_sources_per_minute,
                 )),
+                spool: std::sync::OnceLock::new(),
             }),
         };
         log.create_tables().await?;
+        if let Some(file) = &target.file {
+            let mut path = file.clone().into_os_string();
+            path.push(".spool");
+            log.set_spool(std::path::Path::new(&path))?;
+        }
         tokio::spawn(write_tallies(Arc::downgrade(&log.inner)));
+        tokio::spawn(flush_spool(Arc::downgrade(&log.inner)));
         Ok(log)
+    }
+
+    /// Queues entries the database cannot take in the file `path` (an SQLite
+    /// log has its spool beside it already; this one is kept).
+    pub fn set_spool(&self, path: &std::path::Path) -> Result<(), AuditError> {
+        let spool = spool::Spool::open(path).map_err(|source| AuditError::Io {
+            what: format!("reading the audit spool {}", path.display()),
+            source,
+        })?;
+        if spool.pending() > 0 {
+            tracing::warn!(path = %path.display(), entries = spool.pending(), "audit entries queued by an earlier run: writing them");
+        }
+        let _ = self.inner.spool.set(spool);
+        Ok(())
+    }
+
+    /// For `/metrics`: entries waiting in the spool, and entries ever queued.
+    pub fn spool_counts(&self) -> (usize, u64) {
+        self.inner
+            .spool
+            .get()
+            .map_or((0, 0), |s| (s.pending(), s.queued_total()))
+    }
+
+    /// Whether an attempt's entry can be kept now: `Err` (why not) when the
+    /// spool is full. An admin action is refused before it acts then: it
+    /// must never happen unaudited.
+    pub fn ready(&self) -> Result<(), String> {
+        match self.inner.spool.get() {
+            Some(s) if s.pending() >= spool::SPOOL_MAX => Err(format!(
+                "the audit log cannot take entries now and {} wait in its spool {} (the most it keeps): nothing done",
+                s.pending(),
+                s.path().display()
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records `entry` in the log, or, when the database does not take it,
+    /// in the spool (see [`Recorded`]). While entries are queued, new ones
+    /// queue behind them, so that ids follow the order of the attempts.
+    pub async fn record(&self, entry: &AuditEntry) -> Result<Recorded, AuditError> {
+        let Some(spool) = self.inner.spool.get() else {
+            return self.append(entry).await.map(Recorded::Written);
+        };
+        // Queued entries are tried every SPOOL_FLUSH_EVERY, not here: an
+        // answer never waits for a database that is known to be blocked.
+        let why = if spool.pending() == 0 {
+            match self.append(entry).await {
+                Ok(e) => return Ok(Recorded::Written(e)),
+                Err(e) => error_chain(&e),
+            }
+        } else {
+            format!("{} earlier entries wait for the audit log", spool.pending())
+        };
+        match spool.push(entry).await {
+            Ok(()) => {
+                tracing::warn!(why = %why, ?entry, "the audit log did not take an entry: queued");
+                Ok(Recorded::Queued {
+                    entry: entry.clone(),
+                    why,
+                })
+            }
+            Err(source) => Err(AuditError::Unqueued { why, source }),
+        }
+    }
+
+    /// Writes the queued entries if the database takes them: `true` when
+    /// none wait any more.
+    pub async fn flush(&self) -> bool {
+        let Some(spool) = self.inner.spool.get() else {
+            return true;
+        };
+        match spool.flush(|entries| self.append_all(entries)).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(entries = n, "queued audit entries written"),
+            Err(e) => tracing::debug!(error = %e, "queued audit entries still wait"),
+        }
+        spool.pending() == 0
+    }
+
+    /// Appends `entries` in order, all or none.
+    async fn append_all(&self, entries: Vec<AuditEntry>) -> Result<(), AuditError> {
+        let what = "appending queued entries";
+        let mut tx = self.inner.pool.begin().await.map_err(|e| self.error(what, e))?;
+        let q = self.sql(sql::INSERT);
+        for entry in &entries {
+            bind_entry(sqlx::query(&q), entry)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.error(what, e))?;
+        }
+        tx.commit().await.map_err(|e| self.error(what, e))
     }
 
     /// At most this many sources get tally rows of their own in a minute
@@ -193,18 +330,7 @@ impl AuditLog {
     /// id the log assigned: greater than every id before it.
     pub async fn append(&self, entry: &AuditEntry) -> Result<AuditEntry, AuditError> {
         let q = self.sql(sql::INSERT);
-        let row = sqlx::query(&q)
-            .bind(entry.at)
-            .bind(entry.actor.as_str())
-            .bind(entry.role.map(|r| r.as_str()))
-            .bind(entry.via.as_str())
-            .bind(entry.action.map(|a| a.as_str()))
-            .bind(entry.fleet.as_str())
-            .bind(entry.target.as_str())
-            .bind(entry.fence)
-            .bind(entry.reason.as_str())
-            .bind(entry.outcome.map(|o| o.as_str()))
-            .bind(entry.detail.as_str())
+        let row = bind_entry(sqlx::query(&q), entry)
             // `fetch_all`, not `fetch_one`: SQLite hands out the RETURNING row
             // before the statement completes and commits, so stopping at the row
             // would drop a failure to commit (a full disk) on the floor.
@@ -264,6 +390,50 @@ impl AuditLog {
             .map(sql::entry_of)
             .transpose()
             .map_err(|e| self.error(what, e))
+    }
+}
+
+/// `q` (an `INSERT` of the entry's columns) with `entry`'s values bound.
+fn bind_entry<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    entry: &'q AuditEntry,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(entry.at)
+        .bind(entry.actor.as_str())
+        .bind(entry.role.map(|r| r.as_str()))
+        .bind(entry.via.as_str())
+        .bind(entry.action.map(|a| a.as_str()))
+        .bind(entry.fleet.as_str())
+        .bind(entry.target.as_str())
+        .bind(entry.fence)
+        .bind(entry.reason.as_str())
+        .bind(entry.outcome.map(|o| o.as_str()))
+        .bind(entry.detail.as_str())
+}
+
+/// An error and its sources, one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
+
+/// Writes queued entries as soon as the database takes them, until the log
+/// is dropped.
+async fn flush_spool(log: Weak<Inner>) {
+    let mut every = tokio::time::interval(SPOOL_FLUSH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        let Some(inner) = log.upgrade() else { return };
+        if inner.spool.get().is_some_and(|s| s.pending() > 0) {
+            AuditLog { inner }.flush().await;
+        }
     }
 }
 

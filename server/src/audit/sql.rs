@@ -1,8 +1,9 @@
 //! The audit log's SQL: where the database is, the tables (created if absent,
 //! in both dialects), and rows back to [`AuditEntry`]s.
 //!
-//! The tables live beside the lock store's in the same database (the embedded
-//! SQLite file is shared), so they are named `lockscope_audit` and
+//! The tables may live beside the lock store's in the same database (`--audit`
+//! naming the store's; before the log had a file of its own by default, the
+//! embedded SQLite file was shared), so they are named `lockscope_audit` and
 //! `lockscope_web_sessions` and are not part of the store's sqlx migrations: a
 //! migration here would look to the store like one "from a newer lockscope".
 //! Instead every open runs `CREATE … IF NOT EXISTS`; a later change of shape
@@ -75,8 +76,22 @@ impl Target {
 /// readers do not wait for writers; writers queue on the database lock (sqlx's
 /// busy timeout, 5 s).
 pub(crate) fn sqlite_wal(opts: sqlx::any::AnyPoolOptions) -> sqlx::any::AnyPoolOptions {
-    opts.after_connect(|conn, _| {
+    sqlite_wal_busy(opts, None)
+}
+
+/// [`sqlite_wal`], a writer waiting at most `busy` for another's lock (the
+/// audit log's [`super::AUDIT_BUSY_TIMEOUT`]: then the entry is queued,
+/// [`super::AuditLog::record`]).
+pub(crate) fn sqlite_wal_busy(
+    opts: sqlx::any::AnyPoolOptions,
+    busy: Option<std::time::Duration>,
+) -> sqlx::any::AnyPoolOptions {
+    opts.after_connect(move |conn, _| {
         Box::pin(async move {
+            if let Some(busy) = busy {
+                let q = format!("PRAGMA busy_timeout = {}", busy.as_millis());
+                sqlx::query(&q).execute(&mut *conn).await?;
+            }
             sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
             sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
             Ok(())

@@ -211,7 +211,14 @@ impl Collector for FleetCollector {
             "store_up",
             "1 when the store connection is live, else 0.",
             &rows,
-            |r| matches!(r.summary.status, StoreStatus::Live { .. }) as u64,
+            |r| r.summary.status.is_live() as u64,
+        )?;
+        gauge(
+            e,
+            "store_writes_blocked",
+            "1 while the store is read but a write waits past its busy timeout (another process holds an SQLite file's write lock), else 0.",
+            &rows,
+            |r| matches!(r.summary.status, StoreStatus::WritesBlocked { .. }) as u64,
         )?;
         counter(
             e,

@@ -196,7 +196,7 @@ impl HubFeed {
                 }
             }
             StoreStatus::Unreachable { .. } => self.unreachable = true,
-            StoreStatus::Connecting { .. } => {}
+            StoreStatus::Connecting { .. } | StoreStatus::WritesBlocked { .. } => {}
         }
     }
 

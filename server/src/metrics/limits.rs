@@ -96,6 +96,32 @@ impl Collector for LimitsCollector {
             let m = enc.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
             ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(m)?;
         }
+        // The audit spool (crate::audit::spool): entries the audit database
+        // has not taken yet, and its fixed bound.
+        let (spooled, queued) = self.audit.spool_counts();
+        let gauges = [
+            (
+                "audit_spooled",
+                "Audit entries waiting in the spool for the audit database to take them",
+                spooled as i64,
+            ),
+            (
+                "audit_spool_max",
+                "The most entries the audit spool holds; when full, admin actions are refused (503) before they act",
+                crate::audit::spool::SPOOL_MAX as i64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(m)?;
+        }
+        let m = enc.encode_descriptor(
+            "audit_queued",
+            "Audit entries the audit database did not take at once and the spool queued",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(queued).encode(m)?;
         Ok(())
     }
 }

@@ -19,4 +19,5 @@ mod metrics;
 mod outage;
 mod scrape;
 mod soak;
+mod store_busy;
 mod unlocker;

@@ -14,8 +14,11 @@
 //! it: `locks` (the protocol's writes), `observer` and `sessions` (what the
 //! dashboard reads), `listen` (PostgreSQL notifications), `schema` (migrations),
 //! `shedlock` (the read-only ShedLock observer), `unlocker` (the unlocker
-//! election, on the database's own clock: [`Dialect::now_ms`]).
+//! election, on the database's own clock: [`Dialect::now_ms`]), `busy` (a
+//! SQLite file held by another writer: the admin side's short busy timeout,
+//! and the write probe that tells the page writes are blocked).
 
+mod busy;
 mod listen;
 mod locks;
 mod observer;
@@ -24,6 +27,7 @@ pub(crate) mod sessions;
 mod shedlock;
 mod unlocker;
 
+pub use busy::{WriteWatch, ADMIN_BUSY_TIMEOUT, WRITE_PROBE_EVERY};
 pub use observer::SqlObserver;
 pub(crate) use shedlock::validate_table;
 pub use shedlock::ShedLockObserver;
@@ -84,6 +88,10 @@ impl Dialect {
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         match e {
+            e if busy::is_busy(&e) => StoreError::Busy {
+                what: "another connection holds the database's write lock".into(),
+                source: Some(e.into()),
+            },
             e @ sqlx::Error::Io(_) => StoreError::unreachable("database", e),
             e @ sqlx::Error::PoolTimedOut => StoreError::unreachable("no database connection available", e),
             other => StoreError::backend("database", other),
@@ -95,8 +103,14 @@ impl From<sqlx::Error> for StoreError {
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// SQLite, on every new connection: WAL lets the dashboard read while workers
-/// write; writers queue on the database lock (sqlx's default busy timeout is 5 s).
-async fn prepare_sqlite(conn: &mut sqlx::AnyConnection) -> Result<(), sqlx::Error> {
+/// write; writers queue on the database lock (sqlx's default busy timeout is
+/// 5 s, or `busy`: the admin side's [`ADMIN_BUSY_TIMEOUT`]).
+async fn prepare_sqlite(conn: &mut sqlx::AnyConnection, busy: Option<Duration>) -> Result<(), sqlx::Error> {
+    if let Some(busy) = busy {
+        // First: the statements below may themselves wait for the lock.
+        let q = format!("PRAGMA busy_timeout = {}", busy.as_millis());
+        sqlx::query(&q).execute(&mut *conn).await?;
+    }
     sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
     sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
     Ok(())
@@ -112,7 +126,7 @@ pub(super) async fn why_not(url: &str, prepare: bool) -> sqlx::Error {
     let attempt = async {
         let mut conn = sqlx::AnyConnection::connect(url).await?;
         if prepare {
-            prepare_sqlite(&mut conn).await?;
+            prepare_sqlite(&mut conn, None).await?;
         }
         let _ = conn.close().await;
         Ok::<(), sqlx::Error>(())
@@ -137,13 +151,25 @@ pub struct SqlLocks {
 impl SqlLocks {
     /// Connects to `sqlite://path` or `postgres://…`, applying migrations.
     pub async fn connect(url: &str) -> Result<SqlLocks, StoreError> {
+        Self::connect_with(url, None).await
+    }
+
+    /// [`Self::connect`] for the dashboard's admin side (force-release,
+    /// blacklist, the unlocker): on SQLite a write waits at most
+    /// [`ADMIN_BUSY_TIMEOUT`] for another connection's write lock, then fails
+    /// with [`StoreError::Busy`] having written nothing.
+    pub async fn connect_admin(url: &str) -> Result<SqlLocks, StoreError> {
+        Self::connect_with(url, Some(ADMIN_BUSY_TIMEOUT)).await
+    }
+
+    async fn connect_with(url: &str, busy: Option<Duration>) -> Result<SqlLocks, StoreError> {
         sqlx::any::install_default_drivers();
         let dialect = Dialect::of_url(url)?;
         let opts = AnyPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(CONNECT_TIMEOUT);
         let opts = if dialect == Dialect::Sqlite {
-            opts.after_connect(|conn, _| Box::pin(prepare_sqlite(conn)))
+            opts.after_connect(move |conn, _| Box::pin(prepare_sqlite(conn, busy)))
         } else {
             opts
         };
@@ -161,8 +187,13 @@ impl SqlLocks {
         // the schema there.
         let mut tries = 0;
         while let Err(e) = schema::migrator(dialect).run(&pool).await {
-            let retry =
-                dialect == Dialect::Sqlite && tries < 3 && !matches!(e, sqlx::migrate::MigrateError::VersionMissing(_));
+            // A file another process holds is busy, not racing us: the
+            // admin side says so at once rather than waiting again.
+            let held = busy.is_some() && matches!(&e, sqlx::migrate::MigrateError::Execute(e) if busy::is_busy(e));
+            let retry = dialect == Dialect::Sqlite
+                && tries < 3
+                && !held
+                && !matches!(e, sqlx::migrate::MigrateError::VersionMissing(_));
             if !retry {
                 return Err(schema_error(e, url));
             }
@@ -353,6 +384,9 @@ fn schema_error(e: sqlx::migrate::MigrateError, url: &str) -> StoreError {
     use sqlx::migrate::MigrateError;
     let where_ = url.split('?').next().unwrap_or(url);
     match e {
+        MigrateError::Execute(e) if busy::is_busy(&e) => StoreError::from(e).of(format!(
+            "migrating the lockscope schema in {where_}: another connection holds the database's write lock"
+        )),
         MigrateError::VersionMissing(v) => StoreError::Config(format!(
             "the lockscope schema in {where_} is at version {v}, newer than this lockscope understands \
              (version {SCHEMA_VERSION}); upgrade lockscope, or point it at another database"

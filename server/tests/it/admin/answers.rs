@@ -13,9 +13,10 @@ fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
-/// docs/api.md: "`audit_id` is the audit entry's id (`0` when it could not be written; `null` for
-/// an attempt without an identity, which is tallied: see below)" and "If writing it fails, the
-/// answer is `500` with the same JSON, `audit_id: 0`". (It answered `null` for both.)
+/// docs/api.md: "`audit_id` is the audit entry's id (`0` when it could not be written nor queued;
+/// `null` for an attempt without an identity, which is tallied: see below" and "If the entry can
+/// be neither written nor queued, the answer is `500` with the same JSON, `audit_id: 0`". (It
+/// answered `null` for both.) An entry queued instead is store_busy.rs's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_id_is_null_when_tallied_and_0_when_the_write_failed() {
     let s = Server::start().await;
@@ -36,7 +37,9 @@ async fn audit_id_is_null_when_tallied_and_0_when_the_write_failed() {
         r.body
     );
 
-    // The audit table goes away under the server: its next write fails.
+    // The audit table goes away under the server: its next write fails; and
+    // its spool cannot be written either (a directory where the file goes).
+    std::fs::create_dir(s.dir.path().join("audit.db.spool")).unwrap();
     let db = s.sqlite("audit.db").await;
     sqlx::query("ALTER TABLE lockscope_audit RENAME TO lockscope_audit_gone")
         .execute(&db)

@@ -1,0 +1,163 @@
+//! Audit entries the database could not take yet: a bounded, durable queue, so
+//! that an admin attempt is never lost from the audit log (docs/operations.md,
+//! "When writing fails").
+//!
+//! When an entry cannot be written (the audit database is busy past its busy
+//! timeout, unreachable, or refuses), it is appended to the spool file (one
+//! JSON entry a line, synced to disk before the answer) and written to the
+//! log, in order, as soon as the database takes writes again; until then every
+//! new entry queues behind it, so ids still follow the order of the attempts.
+//! The queue holds at most [`SPOOL_MAX`] entries: when it is full, admin
+//! actions are refused before they act (`503`, nothing done), because an
+//! action must never happen unaudited.
+//!
+//! The flush writes the queued entries in one transaction and then empties the
+//! file: a crash between the two writes them twice (never zero times).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use lockscope_model::admin::AuditEntry;
+use tokio::io::AsyncWriteExt;
+
+/// The most entries the spool holds (docs/security.md, "Limits").
+pub const SPOOL_MAX: usize = 1000;
+
+/// Why an entry could not be queued.
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    #[error("the audit spool {0} is full ({SPOOL_MAX} entries wait for the audit log)")]
+    Full(String),
+    #[error("writing the audit spool {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The spool file and what it holds.
+pub(crate) struct Spool {
+    path: PathBuf,
+    /// Held to change the file (briefly: a push, or a flush taking away what
+    /// it wrote), never while a flush waits for the database.
+    file: tokio::sync::Mutex<()>,
+    /// One flush at a time.
+    flushing: tokio::sync::Mutex<()>,
+    pending: AtomicUsize,
+    queued_total: AtomicU64,
+}
+
+impl Spool {
+    /// The spool at `path`, counting the entries a previous run left there.
+    pub(crate) fn open(path: &Path) -> std::io::Result<Spool> {
+        let pending = match std::fs::read_to_string(path) {
+            Ok(text) => text.lines().filter(|l| !l.trim().is_empty()).count(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e),
+        };
+        Ok(Spool {
+            path: path.to_path_buf(),
+            file: tokio::sync::Mutex::new(()),
+            flushing: tokio::sync::Mutex::new(()),
+            pending: AtomicUsize::new(pending),
+            queued_total: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Entries waiting for the log.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    /// Entries ever queued by this process.
+    pub(crate) fn queued_total(&self) -> u64 {
+        self.queued_total.load(Ordering::Relaxed)
+    }
+
+    /// Appends `entry`, on disk before this returns.
+    pub(crate) async fn push(&self, entry: &AuditEntry) -> Result<(), SpoolError> {
+        let _file = self.file.lock().await;
+        if self.pending() >= SPOOL_MAX {
+            return Err(SpoolError::Full(self.path.display().to_string()));
+        }
+        let io = |source| SpoolError::Io {
+            path: self.path.display().to_string(),
+            source,
+        };
+        let mut line = serde_json::to_vec(entry).expect("audit entries serialise");
+        line.push(b'\n');
+        let mut f = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .await
+            .map_err(io)?;
+        f.write_all(&line).await.map_err(io)?;
+        f.sync_data().await.map_err(io)?;
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        self.queued_total.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Writes the queued entries with `write` (all or none, in order), then
+    /// takes them out of the file (entries queued meanwhile stay). `Ok(n)`:
+    /// entries written; `Err`: the log still does not take them (they stay).
+    pub(crate) async fn flush<F, Fut, E>(&self, write: F) -> Result<usize, E>
+    where
+        F: FnOnce(Vec<AuditEntry>) -> Fut,
+        Fut: std::future::Future<Output = Result<(), E>>,
+    {
+        let _one = self.flushing.lock().await;
+        if self.pending() == 0 {
+            return Ok(0);
+        }
+        let text = {
+            let _file = self.file.lock().await;
+            match tokio::fs::read_to_string(&self.path).await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(error = %e, path = %self.path.display(), "reading the audit spool");
+                    return Ok(0);
+                }
+            }
+        };
+        let mut entries = Vec::new();
+        let mut lines = 0;
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            lines += 1;
+            match serde_json::from_str::<AuditEntry>(line) {
+                Ok(e) => entries.push(e),
+                // Only a crash in the middle of a push leaves half a line.
+                Err(e) => tracing::error!(error = %e, line, "an unreadable line in the audit spool is skipped"),
+            }
+        }
+        let n = entries.len();
+        write(entries).await?;
+        let _file = self.file.lock().await;
+        if let Err(e) = self.take_front(text.len()).await {
+            // Written, but still in the file: a later flush writes them again.
+            tracing::error!(error = %e, path = %self.path.display(), "taking written entries out of the audit spool");
+        }
+        self.pending.fetch_sub(lines.min(self.pending()), Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// Removes the first `len` bytes (entries written) from the file, keeping
+    /// what was queued after them: the rest goes to a new file that replaces
+    /// it. Called holding `file`.
+    async fn take_front(&self, len: usize) -> std::io::Result<()> {
+        let all = tokio::fs::read(&self.path).await?;
+        let rest = all.get(len..).unwrap_or_default();
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        let mut f = tokio::fs::File::create(&tmp).await?;
+        f.write_all(rest).await?;
+        f.sync_data().await?;
+        tokio::fs::rename(&tmp, &self.path).await
+    }
+}

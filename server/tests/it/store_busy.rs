@@ -1,0 +1,413 @@
+//! A store file held by another writer (issue 24, defect 4; issue 23's faults):
+//! the real `lockscope` binary on its embedded SQLite default, and a real second
+//! process, the `sqlite3` shell, holding a file in `BEGIN EXCLUSIVE`.
+//!
+//! - The store's file held: an API force-release answers a quick `503` "store
+//!   busy, nothing released", the lock is still there, the attempt is in the
+//!   audit log (its own file, which the store's holder cannot block), the page
+//!   says writes are blocked, and all of it recovers by itself once the holder
+//!   commits.
+//! - The audit log's file held: the action is done and its entry queued in the
+//!   spool, written to the log when the file frees up.
+//! - The spool full: an action is refused before it acts.
+//! - An existing install's audit entries (in the store's file) move to the
+//!   audit log's own file once, with their ids.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use lockscope::audit::AuditLog;
+use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome};
+use lockscope_store::protocol::LockStore;
+use lockscope_store::spec::{AnyLocks, StoreSpec};
+
+/// The overview's store cell of a live fleet.
+const LIVE: &str = "data-state=\"live\"";
+
+/// How long a busy store may take to answer (`ADMIN_BUSY_TIMEOUT` is 1 s).
+const QUICK: Duration = Duration::from_millis(2_500);
+
+/// Another process in `BEGIN EXCLUSIVE` on an SQLite file, until [`Holder::commit`].
+struct Holder {
+    child: Child,
+    stdin: ChildStdin,
+}
+
+impl Holder {
+    fn hold(db: &Path) -> Holder {
+        let mut child = Command::new("sqlite3")
+            .arg(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the sqlite3 shell (apt-get install sqlite3)");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"BEGIN EXCLUSIVE;\nSELECT 'held';\n").unwrap();
+        stdin.flush().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "held", "sqlite3 holds {}", db.display());
+        Holder { child, stdin }
+    }
+
+    fn commit(mut self) {
+        self.stdin.write_all(b"COMMIT;\n.quit\n").unwrap();
+        self.stdin.flush().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `lockscope` binary on the embedded default (no demo, no unlocker, no
+/// history: only what the test does happens), with the audit log where the
+/// default puts it.
+struct Running {
+    child: Child,
+    base: String,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    async fn start() -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        let port = lockscope_store::testing::free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--no-demo"])
+            .args(["--unlocker", "off", "--history", "off"])
+            .env("LOCKSCOPE_LOG", "error")
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let r = Running {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            dir,
+        };
+        for _ in 0..200 {
+            if r.send("GET", "/healthz", "").await.0 == 200 {
+                return r;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("lockscope did not start");
+    }
+
+    /// The embedded store's file (`--embedded-db`'s default).
+    fn store_file(&self) -> PathBuf {
+        self.dir.path().join(".lockscope/lockscope.db")
+    }
+
+    /// The audit log's file when none is configured.
+    fn audit_file(&self) -> PathBuf {
+        lockscope::audit::default_file(&self.store_file())
+    }
+
+    async fn store(&self) -> AnyLocks {
+        StoreSpec::sqlite_file(&self.store_file()).connect().await.unwrap()
+    }
+
+    async fn audit(&self) -> AuditLog {
+        AuditLog::open(&format!("sqlite:{}", self.audit_file().display()))
+            .await
+            .unwrap()
+    }
+
+    async fn send(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let client = Client::builder(TokioExecutor::new()).build_http();
+        match client.request(req).await {
+            Ok(resp) => {
+                let status = resp.status().as_u16();
+                let body = resp.into_body().collect().await.unwrap().to_bytes();
+                (status, String::from_utf8_lossy(&body).into())
+            }
+            Err(_) => (0, String::new()),
+        }
+    }
+
+    /// An API force-release of `name` at `fence` (a raw lock: no owner).
+    async fn release(&self, name: &str, fence: i64) -> (u16, serde_json::Value, Duration) {
+        let body = serde_json::json!({"fence": fence, "owner": null, "reason": "INC-24: busy store"});
+        let path = format!("/api/v1/fleets/embedded/locks/{}/release", name.replace('/', "%2F"));
+        let t0 = Instant::now();
+        let (status, text) = self.send("POST", &path, &body.to_string()).await;
+        let took = t0.elapsed();
+        (status, serde_json::from_str(&text).unwrap_or_default(), took)
+    }
+
+    /// Polls the overview page until `ok(page)`, for at most 10 s.
+    async fn page_until(&self, what: &str, ok: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (_, page) = self.send("GET", "/", "").await;
+            if ok(&page) {
+                return page;
+            }
+            assert!(Instant::now() < deadline, "the page never said {what}:\n{page}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+async fn releases(audit: &AuditLog) -> Vec<AuditEntry> {
+    audit
+        .query(&AuditQuery {
+            action: Some(Action::Release),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap()
+}
+
+/// A held lock written straight into the store (no session whose heartbeats
+/// the holder would block): its fence.
+async fn raw_lock(store: &AnyLocks, name: &str) -> i64 {
+    store.put_raw(name, b"written by the store_busy test").await.unwrap();
+    store.get(name).await.unwrap().expect("the raw lock is held").fence
+}
+
+#[tokio::test]
+async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
+    let r = Running::start().await;
+    let store = r.store().await;
+    let fence = raw_lock(&store, "busy/job").await;
+    r.page_until("live", |p| p.contains(LIVE)).await;
+
+    let holder = Holder::hold(&r.store_file());
+    let (status, answer, took) = r.release("busy/job", fence).await;
+    // docs/operations.md: "a force-release, blacklisting or lift answers `503`
+    // \"store busy, nothing released\" (…) within about 2 s, having done nothing".
+    assert_eq!(status, 503, "{answer}");
+    assert!(took < QUICK, "answered after {took:?}: {answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(detail.starts_with("store busy, nothing released"), "{detail}");
+    assert_eq!(answer["released"], false);
+    assert!(
+        answer["audit_id"].as_i64().unwrap() > 0,
+        "written, with an id: {answer}"
+    );
+    // The store did not act: the same acquisition is there (read while held: WAL).
+    let now = store.get("busy/job").await.unwrap().expect("still held");
+    assert_eq!(now.fence, fence);
+    // docs/operations.md: "the audit log has a file of its own […]: another
+    // process holding the store's file cannot block an entry".
+    let audit = r.audit().await;
+    let entries = releases(&audit).await;
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    assert_eq!(entries[0].outcome, Some(Outcome::Refused));
+    assert!(
+        entries[0].detail.starts_with("store busy, nothing released"),
+        "{entries:?}"
+    );
+    assert_eq!(entries[0].id, answer["audit_id"].as_i64().unwrap());
+
+    // docs/operations.md: "the page says \"writes blocked since …\" for that fleet".
+    let page = r
+        .page_until("writes blocked", |p| p.contains("writes blocked since"))
+        .await;
+    assert!(page.contains("data-state=\"writes-blocked\""), "{page}");
+    let (_, fleets) = r.send("GET", "/api/v1/fleets", "").await;
+    assert!(fleets.contains("\"writes_blocked\""), "{fleets}");
+
+    // "… and goes back to live by itself when the file frees up".
+    holder.commit();
+    r.page_until("live again", |p| {
+        !p.contains("writes blocked since") && p.contains(LIVE)
+    })
+    .await;
+    let (status, answer, _) = r.release("busy/job", fence).await;
+    assert_eq!(status, 200, "{answer}");
+    assert!(store.get("busy/job").await.unwrap().is_none());
+    let entries = releases(&audit).await;
+    assert_eq!(
+        entries.iter().map(|e| e.outcome).collect::<Vec<_>>(),
+        [Some(Outcome::Done), Some(Outcome::Refused)],
+        "both attempts, newest first"
+    );
+}
+
+#[tokio::test]
+async fn an_entry_the_audit_log_cannot_take_is_queued_and_written_when_it_frees_up() {
+    let r = Running::start().await;
+    let store = r.store().await;
+    let fence = raw_lock(&store, "busy/audit").await;
+    let audit = r.audit().await;
+
+    let holder = Holder::hold(&r.audit_file());
+    let (status, answer, took) = r.release("busy/audit", fence).await;
+    // docs/operations.md: "an entry the audit database does not take within
+    // 1 s is queued in a spool file beside it […] and the answer says so,
+    // with `audit_id: null`".
+    assert_eq!(status, 200, "the action itself was done: {answer}");
+    assert!(took < QUICK, "answered after {took:?}");
+    assert!(answer["audit_id"].is_null(), "{answer}");
+    let detail = answer["detail"].as_str().unwrap();
+    assert!(detail.contains("the audit entry is queued"), "{detail}");
+    assert!(store.get("busy/audit").await.unwrap().is_none(), "released");
+    assert!(releases(&audit).await.is_empty(), "not in the log while it is held");
+    let spool = std::fs::read_to_string(format!("{}.spool", r.audit_file().display())).unwrap();
+    assert_eq!(spool.lines().count(), 1, "one entry, on disk: {spool}");
+
+    // "…and written to the log, in order, as soon as it takes writes again".
+    holder.commit();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let entries = loop {
+        let entries = releases(&audit).await;
+        if !entries.is_empty() || Instant::now() > deadline {
+            break entries;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(entries.len(), 1, "the queued entry reached the log: {entries:?}");
+    assert_eq!(entries[0].outcome, Some(Outcome::Done));
+    assert!(entries[0].detail.starts_with("released fence"), "{entries:?}");
+    assert_eq!(entries[0].target, "busy/audit");
+    // The next attempt is written at once, after it.
+    let (status, answer, _) = r.release("busy/audit", fence).await;
+    assert_eq!(status, 409, "{answer}");
+    assert!(answer["audit_id"].as_i64().unwrap() > entries[0].id, "{answer}");
+}
+
+#[tokio::test]
+async fn with_the_spool_full_an_action_is_refused_before_it_acts() {
+    let s = crate::admin::Server::start().await;
+    let fence = raw_lock(&s.store, "busy/full").await;
+    let file = s.dir.path().join("audit.db");
+    let holder = Holder::hold(&file);
+    let entry = AuditEntry {
+        at: 1,
+        actor: "filler".into(),
+        via: "api".into(),
+        action: Some(Action::Release),
+        fleet: "f".into(),
+        target: "t".into(),
+        reason: "r".into(),
+        outcome: Some(Outcome::Done),
+        detail: "d".into(),
+        ..AuditEntry::default()
+    };
+    let max = lockscope::audit::spool::SPOOL_MAX;
+    for _ in 0..max {
+        let kept = s.audit.record(&entry).await.unwrap();
+        assert!(matches!(kept, lockscope::audit::Recorded::Queued { .. }), "{kept:?}");
+    }
+    assert!(s.audit.record(&entry).await.is_err(), "the 1001st is not kept");
+    // docs/operations.md: "When the spool holds 1000 entries, admin actions
+    // are refused before they act".
+    let body = serde_json::json!({"fence": fence, "owner": null, "reason": "INC-24: full spool"});
+    let reply = s
+        .send(
+            "POST",
+            "/api/v1/fleets/sql/locks/busy%2Ffull/release",
+            &[
+                ("authorization", &s.bearer("operator")),
+                ("content-type", "application/json"),
+            ],
+            &body.to_string(),
+        )
+        .await;
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(
+        reply.body.contains("the audit log cannot take entries now") && reply.body.contains("nothing done"),
+        "{}",
+        reply.body
+    );
+    let now = s.store.get("busy/full").await.unwrap().expect("not released");
+    assert_eq!(now.fence, fence);
+
+    // "…written to the log, in order and in one transaction, as soon as it
+    // takes writes again".
+    holder.commit();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.audit.spool_counts().0 > 0 {
+        assert!(Instant::now() < deadline, "the spool was not written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all = s
+        .audit
+        .query(&AuditQuery {
+            limit: Some(2 * max as u32),
+            ..AuditQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), max, "every queued entry, once");
+    assert!(all.windows(2).all(|w| w[0].id > w[1].id));
+    assert!(s.audit.ready().is_ok());
+}
+
+#[tokio::test]
+async fn an_existing_installs_audit_entries_move_to_the_audit_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_file = dir.path().join(".lockscope/lockscope.db");
+    // An earlier version's log, in the store's file.
+    let old = AuditLog::open(&format!("sqlite:{}", store_file.display()))
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let e = AuditEntry {
+            at: 1_000 + i,
+            actor: "alice".into(),
+            via: "api".into(),
+            action: Some(Action::Release),
+            fleet: "embedded".into(),
+            target: format!("old/{i}"),
+            reason: "INC-1".into(),
+            outcome: Some(Outcome::Done),
+            detail: "released".into(),
+            ..AuditEntry::default()
+        };
+        ids.push(old.append(&e).await.unwrap().id);
+    }
+    // docs/operations.md: "On the first start with the new default, the entries
+    // in `lockscope.db` are copied into `lockscope-audit.db` with their ids,
+    // once; the rows in `lockscope.db` are left as they were".
+    let log = AuditLog::open_configured(None, &store_file).await.unwrap();
+    let moved = log.query(&AuditQuery::default()).await.unwrap();
+    assert_eq!(moved.iter().map(|e| e.id).rev().collect::<Vec<_>>(), ids);
+    assert_eq!(moved[0].target, "old/2");
+    let next = log.append(&moved[0]).await.unwrap();
+    assert!(next.id > ids[2], "new ids follow the old ones");
+    drop(log);
+    let again = AuditLog::open_configured(None, &store_file).await.unwrap();
+    assert_eq!(
+        again.query(&AuditQuery::default()).await.unwrap().len(),
+        4,
+        "imported once"
+    );
+    assert_eq!(
+        old.query(&AuditQuery::default()).await.unwrap().len(),
+        3,
+        "the old rows stay"
+    );
+}
