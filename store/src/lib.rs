@@ -23,6 +23,8 @@
 //!   ([`fleet::FleetStore`]) and a lock store for the client library
 //!   ([`spec::AnyLocks`]).
 //! - [`backoff`]: capped, jittered reconnect delays.
+//! - [`liveness`]: the bounded probe every observer runs beside its session, so
+//!   a store that went away silently reads unreachable within 3 s.
 //! - [`summary`]: a failure said in one line for people (what was tried, what
 //!   went wrong at the root), with the whole chain as the detail.
 //! - `testing` (feature `test-util`): a real etcd on a free port, and a TCP proxy
@@ -33,6 +35,7 @@ pub mod client;
 pub mod etcd;
 pub mod fleet;
 mod link;
+pub mod liveness;
 pub mod protocol;
 pub mod scylla;
 pub mod spec;

@@ -5,7 +5,9 @@
 //! own clock, and no two hosts' clocks are compared. On any failure it reports the store unreachable, waits a
 //! capped, jittered backoff, reconnects and resumes the watch where it stopped; if
 //! etcd compacted that revision away meanwhile, it takes a fresh snapshot instead,
-//! which the hub's reducer turns into the difference.
+//! which the hub's reducer turns into the difference. A link that goes silent
+//! (packets dropped, no reset) fails the liveness probe run beside the session
+//! ([`crate::liveness`]) within 3 s.
 //!
 //! One task, one connection: this loop is the only reader, so it needs no locking.
 
@@ -17,9 +19,10 @@ use lockscope_model::{BlacklistEntry, FleetEvent, LockEntry, SessionEntry, Snaps
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
-use super::{prefix_end, timed, EtcdConfig};
+use super::{prefix_end, timed, EtcdConfig, EtcdProbe};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
+use crate::liveness::while_alive;
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct EtcdObserver {
@@ -49,14 +52,18 @@ impl Observer for EtcdObserver {
 
 impl Session for EtcdObserver {
     fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.observe(link))
+        Box::pin(async move {
+            let client = self.cfg.connect().await?;
+            // A link that drops packets says nothing: the probe notices it.
+            let mut probe = EtcdProbe::new(&client, &self.cfg);
+            while_alive(self.observe(client, link), &mut probe).await
+        })
     }
 }
 
 impl EtcdObserver {
     /// One connection: snapshot if needed, then watch; `Ok` only when the hub is gone.
-    async fn observe(&mut self, link: &mut Link) -> Result<(), StoreError> {
-        let mut client = self.cfg.connect().await?;
+    async fn observe(&mut self, mut client: Client, link: &mut Link) -> Result<(), StoreError> {
         loop {
             let from = match self.resume {
                 Some(rev) => rev,

@@ -22,6 +22,7 @@ mod busy;
 mod listen;
 mod locks;
 mod observer;
+mod probe;
 pub(crate) mod schema;
 pub(crate) mod sessions;
 mod shedlock;

@@ -16,6 +16,10 @@
 //! sent as the difference from the last read ([`super::sessions`], which also
 //! decides when a silent session is gone).
 //!
+//! A store that goes away without a word (PostgreSQL killed or restarted, a
+//! SQLite file deleted or replaced) fails the liveness probe run beside the
+//! session ([`super::probe`]) within 3 s.
+//!
 //! One task, one pool: this loop is the only reader, so its state needs no lock.
 
 use std::collections::HashSet;
@@ -27,10 +31,12 @@ use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
+use super::probe::SqlProbe;
 use super::sessions::SessionTracker;
 use super::{Change, Changes, Dialect, SqlLocks};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, HubGone, Link, Session};
+use crate::liveness::while_alive;
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct SqlObserver {
@@ -73,19 +79,22 @@ impl SqlObserver {
         }
     }
 
-    /// One connection; `Ok` only when the hub is gone.
+    /// One connection; `Ok` only when the hub is gone. The liveness probe runs
+    /// beside it: PostgreSQL's notifications stop without a word when the
+    /// server is killed, and the listener's reconnect waits for its pool.
     async fn observe(&mut self, link: &mut Link) -> Result<(), StoreError> {
+        let store = SqlLocks::connect(&self.url).await?;
+        let mut probe = SqlProbe::open(&self.url, store.dialect()).await?;
         let mut sessions = std::mem::take(&mut self.sessions);
-        let followed = self.follow(link, &mut sessions).await;
+        let followed = while_alive(async { Ok(self.follow(store, link, &mut sessions).await) }, &mut probe).await;
         self.sessions = sessions;
-        match followed {
+        match followed? {
             Err(Halt::Store(e)) => Err(e),
             Err(Halt::HubGone) | Ok(()) => Ok(()),
         }
     }
 
-    async fn follow(&mut self, link: &mut Link, sessions: &mut SessionTracker) -> Result<(), Halt> {
-        let store = SqlLocks::connect(&self.url).await?;
+    async fn follow(&mut self, store: SqlLocks, link: &mut Link, sessions: &mut SessionTracker) -> Result<(), Halt> {
         // Subscribe before the first read, so nothing between the two is missed.
         let mut notified = store.notified.as_ref().map(broadcast::Sender::subscribe);
         let mut seen = self.full_read(&store, link, sessions).await?;

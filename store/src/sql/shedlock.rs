@@ -19,10 +19,11 @@
 //! is shown as [`LockBody::Malformed`] with what was found.
 //!
 //! Read-only: the observer never runs lockscope's migrations and sends only one
-//! `SELECT`; its connections are also put in read-only mode (PostgreSQL
-//! `TRANSACTION READ ONLY`, SQLite `PRAGMA query_only`). A SQLite URL with
-//! `mode=rwc` would still create a missing database file when opening it: use a
-//! plain `sqlite://path` URL.
+//! `SELECT` (and, on PostgreSQL, the liveness probe's `SELECT 1` on a
+//! connection of its own: [`super::probe`]); its connections are also put in
+//! read-only mode (PostgreSQL `TRANSACTION READ ONLY`, SQLite `PRAGMA
+//! query_only`). A SQLite URL with `mode=rwc` would still create a missing
+//! database file when opening it: use a plain `sqlite://path` URL.
 //!
 //! Clocks: `lock_until` is on the clock of whoever wrote it (the ShedLock host, or
 //! the database with `usingDbTime()`), compared with the dashboard's clock; a skew
@@ -42,9 +43,11 @@ use sqlx::{AnyPool, Row};
 use tokio::sync::mpsc;
 use tracing::warn;
 
+use super::probe::SqlProbe;
 use super::Dialect;
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
+use crate::liveness::while_alive;
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 /// Watches a ShedLock table (see the module documentation).
@@ -256,7 +259,12 @@ impl ShedLockObserver {
 
 impl Session for ShedLockObserver {
     fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(self.observe(link))
+        Box::pin(async move {
+            // Between two polls, and during a read that hangs (its timeout is
+            // far longer), the liveness probe notices a database gone away.
+            let mut probe = SqlProbe::open(&self.url, self.dialect).await?;
+            while_alive(self.observe(link), &mut probe).await
+        })
     }
 }
 

@@ -364,7 +364,18 @@ impl PgServer {
         self.run("pg_ctl", &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"]);
     }
 
-    /// Starts it again after [`PgServer::stop`], same port and data.
+    /// Kills the server (`pg_ctl stop -m immediate`: every process ends at once,
+    /// nothing is said to clients, crash recovery at the next start), data kept.
+    pub fn stop_immediate(&self) {
+        let data = self.dir.path().join("data");
+        self.run(
+            "pg_ctl",
+            &["-D", &data.to_string_lossy(), "-m", "immediate", "-w", "stop"],
+        );
+    }
+
+    /// Starts it again after [`PgServer::stop`] or [`PgServer::stop_immediate`],
+    /// same port and data.
     pub fn restart(&self) {
         self.pg_ctl_start();
     }

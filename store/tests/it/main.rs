@@ -8,4 +8,5 @@ mod etcd_observer;
 mod force_release_race;
 mod shedlock;
 mod sql_sessions;
+mod store_gone;
 mod unlocker_election;
