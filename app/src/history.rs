@@ -126,6 +126,20 @@ pub fn HistoryPage() -> impl IntoView {
                 <span class="icon" aria-hidden="true">"⚠ "</span>{l.text()}
             </p>
         })}
+        {review.not_recording.map(|n| view! {
+            <p class="error" data-testid="history-not-recording" role="alert">
+                <span class="icon" aria-hidden="true">"⚠ "</span>{n.text(read_at)}
+            </p>
+        })}
+        {(!review.gaps.is_empty()).then(|| view! {
+            <div class="error" data-testid="history-gaps" role="note">
+                <span class="icon" aria-hidden="true">"⚠ "</span>
+                "The history is incomplete in this range:"
+                <ul>
+                    {review.gaps.iter().map(|g| view! { <li data-testid="history-gap">{g.text()}</li> }).collect_view()}
+                </ul>
+            </div>
+        })}
         <p class="hint">
             "From "<time datetime=rfc3339(from) data-testid="history-from">{utc_datetime(from)}</time>
             " to "<time datetime=rfc3339(to) data-testid="history-to">{utc_datetime(to)}</time>": "

@@ -338,7 +338,15 @@ fn Overview() -> impl IntoView {
         view! {
             <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current data-worst=move || worst().state class:last-known=stale.is_some()>
                 <td><a href=format!("/?fleet={}", encode(&f.name))>{f.name.clone()}</a></td>
-                <td class="state" data-state=state>{label}</td>
+                <td class="state" data-state=state>
+                    {label}
+                    // Not by colour alone: the words say the history has a hole.
+                    {f.history.map(|h| view! {
+                        <div class="history-off" data-testid="fleet-history" role="status">
+                            <span class="icon" aria-hidden="true">"⚠ "</span>{move || h.text(now.get())}
+                        </div>
+                    })}
+                </td>
                 <td class="worst" data-testid="fleet-worst" data-state=move || worst().state title=move || worst().title>
                     <span class="icon" aria-hidden="true">{move || worst_icon(worst().state)}</span>
                     {move || worst().text}

@@ -8,6 +8,7 @@ use lockscope_model::{BlacklistEntry, FleetSummary, Holder, LockEntry, Page, Scr
 
 use crate::App;
 
+mod history_gaps;
 mod outage;
 
 fn render(page: Page) -> String {

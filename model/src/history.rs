@@ -61,10 +61,15 @@ pub enum Kind {
     /// The dashboard lost the store (seen by one replica: `actor` names it).
     Unreachable,
     Recovered,
+    /// The history is incomplete for the fleet over a window that starts at
+    /// `at`: events were lost (the database refused them, the queue was full)
+    /// or not watched. `detail` says it in words; `record` holds the window as
+    /// a [`Gap`] (JSON). Not tied to a lock: time travel skips it.
+    Gap,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Acquired,
         Kind::Extended,
         Kind::Released,
@@ -78,6 +83,7 @@ impl Kind {
         Kind::Unblacklisted,
         Kind::Unreachable,
         Kind::Recovered,
+        Kind::Gap,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -95,6 +101,7 @@ impl Kind {
             Kind::Unblacklisted => "unblacklisted",
             Kind::Unreachable => "unreachable",
             Kind::Recovered => "recovered",
+            Kind::Gap => "gap",
         }
     }
 
@@ -185,12 +192,13 @@ impl HistoryEvent {
 /// whatever revision a replica first saw it at: a restart's snapshot shows a
 /// lock at its latest revision); a heartbeat by its revision; a wait by lock,
 /// session and the fence it waited on; a store status change by the replica
-/// that saw it and its time.
+/// that saw it and its time; a gap by its window (its detail).
 fn event_id(fleet: &str, kind: Kind, d: &Draft) -> String {
     let key = match kind {
         k if k.ends_hold() => format!("end\u{0}{:?}\u{0}{:?}", d.lock, d.fence),
         Kind::Acquired => format!("acquired\u{0}{:?}\u{0}{:?}", d.lock, d.fence),
         Kind::Unreachable | Kind::Recovered => format!("{:?}\u{0}{}", d.actor, d.detail),
+        Kind::Gap => format!("gap\u{0}{}", d.detail),
         _ => format!(
             "{}\u{0}{:?}\u{0}{:?}\u{0}{:?}\u{0}{:?}",
             kind.as_str(),
@@ -472,6 +480,8 @@ impl Replay {
     }
 }
 
+mod gap;
+pub use gap::{Gap, NotRecording};
 mod query;
 pub use query::{parse_duration, parse_when, HistoryQuery, WHEN_HELP};
 

@@ -7,7 +7,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::fleet::{LockBody, LockEntry};
-use crate::history::{HistoryEvent, HistoryQuery, TableAt};
+use crate::history::{Gap, HistoryEvent, HistoryQuery, NotRecording, TableAt};
 use crate::time::Millis;
 use crate::view::WindowFrame;
 
@@ -104,6 +104,14 @@ pub struct Review {
     /// the history has gaps).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost: Option<Loss>,
+    /// The history is failing to write now (the page says so, with the
+    /// fleet's events lost since, until it recovers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_recording: Option<NotRecording>,
+    /// The windows in the range where the history is incomplete, as its `gap`
+    /// events record them, oldest first (the page names each).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<Gap>,
 }
 
 /// Events the history's writer lost since this server started: `events` of

@@ -95,6 +95,10 @@ pub struct FleetSummary {
     /// What the fleet's unlocker is doing, as this server's replica sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unlocker: Option<UnlockerStatus>,
+    /// The lock history is failing to write (`None`: recording, or kept by
+    /// no history): since when, and the fleet's events lost since.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<crate::history::NotRecording>,
     #[serde(flatten)]
     pub counts: Counts,
 }

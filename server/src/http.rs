@@ -63,6 +63,11 @@ impl AppState {
     /// `/metrics` too). Before anything else takes a handle on `metrics`.
     pub fn with_history(mut self, history: History) -> AppState {
         self.metrics = Arc::new(self.new_metrics().with_history(history.stats().clone()));
+        // The overview says so while the history is not recording.
+        tokio::spawn(crate::history::health::publish(
+            history.stats().clone(),
+            self.fleets.clone(),
+        ));
         self.history = Some(history);
         self
     }

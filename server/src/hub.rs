@@ -154,6 +154,7 @@ impl HubHandle {
             status: status.clone(),
             writable: store.as_ref().is_some_and(|s| s.writable()),
             unlocker: None,
+            history: None,
             counts: Default::default(),
         });
         let (built_tx, built) = mpsc::channel(1);
@@ -248,6 +249,12 @@ impl HubHandle {
     /// Publishes what the fleet's unlocker is doing, with the fleet's summary.
     pub async fn set_unlocker(&self, status: UnlockerStatus) {
         let _ = self.send(Command::Unlocker(status)).await;
+    }
+
+    /// Publishes whether the lock history is failing to write, with the
+    /// fleet's summary (the overview says so).
+    pub async fn set_history(&self, status: Option<lockscope_model::history::NotRecording>) {
+        let _ = self.send(Command::History(status)).await;
     }
 
     /// Session `id` as the fleet knows it now.

@@ -22,22 +22,25 @@
 //! Layout: here, [`History`] (open, query, time travel); `retention`; `writer`
 //! (the queue, batches, checkpoints); `sql` (tables, statements, rows);
 //! `export` (CSV and NDJSON, streamed); `admit` (the exports' limits);
-//! `charts` (what the charts count).
+//! `charts` (what the charts count); `health` (the writer's numbers, whether
+//! it is recording, and the gaps it records when it could not).
 
 mod admit;
 mod charts;
 pub mod cli;
 mod export;
+pub mod health;
 mod retention;
 mod sql;
 mod writer;
 
 pub use admit::{ExportLimits, ExportPermit, Refused, RETRY_AFTER};
 pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
+pub use health::HistoryStats;
 pub use retention::Retention;
 pub use writer::Recorder;
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -105,47 +108,6 @@ pub enum HistoryError {
     TooLarge { fit: usize },
 }
 
-/// The writer's numbers, for the page and `/metrics`.
-#[derive(Debug, Default)]
-pub struct HistoryStats {
-    pub written: AtomicU64,
-    /// Events lost because the queue was full (history fell behind).
-    pub dropped: AtomicU64,
-    /// Events queued and not yet written.
-    pub queued: AtomicU64,
-    /// Batches that failed to write (the events in them are lost and counted in `dropped`).
-    pub failed_batches: AtomicU64,
-    /// When the first event was lost (unix ms; 0: none yet).
-    pub first_loss_at: AtomicI64,
-    /// Exports running now.
-    pub exports_active: AtomicU64,
-    /// Exports refused by the caps (answered `429`).
-    pub exports_refused: AtomicU64,
-    /// Exports ended because their client took nothing for the idle timeout.
-    pub exports_stalled: AtomicU64,
-    /// The exports' limits, as configured.
-    pub limits: ExportLimits,
-}
-
-impl HistoryStats {
-    /// `n` events could not be written (counted, and the first loss's time kept).
-    pub fn lost(&self, n: u64) {
-        self.dropped.fetch_add(n, Ordering::Relaxed);
-        let _ = self
-            .first_loss_at
-            .compare_exchange(0, lockscope_store::now_ms(), Ordering::Relaxed, Ordering::Relaxed);
-    }
-
-    /// The events lost so far and when the first was, if any were.
-    pub fn loss(&self) -> Option<lockscope_model::review::Loss> {
-        let events = self.dropped.load(Ordering::Relaxed);
-        (events > 0).then(|| lockscope_model::review::Loss {
-            events,
-            since: self.first_loss_at.load(Ordering::Relaxed),
-        })
-    }
-}
-
 /// The history (cheap to clone).
 #[derive(Clone)]
 pub struct History {
@@ -164,6 +126,8 @@ struct Inner {
     shown: String,
     stats: Arc<HistoryStats>,
     queue: tokio::sync::mpsc::Sender<writer::Item>,
+    /// SQLite's `max_page_count` for the writer ([`History::cap_pages`]; 0: never set).
+    cap: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for History {
@@ -238,6 +202,7 @@ impl History {
                 shown: db,
                 stats,
                 queue,
+                cap: Default::default(),
             }),
         };
         tokio::spawn(writer::run(history.clone(), rx));
@@ -334,24 +299,56 @@ impl History {
         })
     }
 
+    /// Fault tests: caps a SQLite history's file at `pages` pages (SQLite's
+    /// `max_page_count` on the writer's connection, never below the file's
+    /// size now), as a full disk would; `None` lifts the cap. PostgreSQL: no effect.
+    pub fn cap_pages(&self, pages: Option<u32>) {
+        // SQLite's largest page count, its default.
+        let pages = pages.unwrap_or(4_294_967_294).max(1);
+        self.inner.cap.store(pages, Ordering::Relaxed);
+    }
+
     /// Appends `events` (one transaction; events already there are skipped).
     pub async fn write(&self, events: Vec<HistoryEvent>) -> Result<u64, HistoryError> {
         let what = "writing events";
-        let mut tx = self.inner.write.begin().await.map_err(|e| self.error(what, e))?;
-        let mut added = 0;
-        let mut rows = events.into_iter().peekable();
-        while rows.peek().is_some() {
-            let chunk: Vec<HistoryEvent> = rows.by_ref().take(sql::INSERT_ROWS).collect();
-            let text = sql::insert(self.inner.dialect, chunk.len());
-            let binds = chunk.into_iter().flat_map(sql::values).collect();
-            added += sql::bind(sqlx::query(&text), binds)
-                .execute(&mut *tx)
+        let mut conn = self.inner.write.acquire().await.map_err(|e| self.error(what, e))?;
+        let cap = self.inner.cap.load(Ordering::Relaxed);
+        if cap > 0 && self.inner.dialect == Dialect::Sqlite {
+            sqlx::query(&format!("PRAGMA max_page_count = {cap}"))
+                .execute(&mut *conn)
                 .await
-                .map_err(|e| self.error(what, e))?
-                .rows_affected();
+                .map_err(|e| self.error(what, e))?;
         }
-        tx.commit().await.map_err(|e| self.error(what, e))?;
-        Ok(added)
+        let written = async {
+            let mut tx = sqlx::Connection::begin(&mut *conn)
+                .await
+                .map_err(|e| self.error(what, e))?;
+            let mut added = 0;
+            let mut rows = events.into_iter().peekable();
+            while rows.peek().is_some() {
+                let chunk: Vec<HistoryEvent> = rows.by_ref().take(sql::INSERT_ROWS).collect();
+                let text = sql::insert(self.inner.dialect, chunk.len());
+                let binds = chunk.into_iter().flat_map(sql::values).collect();
+                added += sql::bind(sqlx::query(&text), binds)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(what, e))?
+                    .rows_affected();
+            }
+            tx.commit().await.map_err(|e| self.error(what, e))?;
+            Ok(added)
+        }
+        .await;
+        if written.is_err() {
+            // Not used again: after a failed statement or commit SQLite may
+            // have rolled the whole transaction back itself (SQLITE_FULL
+            // does), and sqlx, not knowing, then answers the next batch's
+            // begin and commit with a savepoint and its release inside a
+            // transaction that never commits: batches "written" that no
+            // other connection sees, until a restart drops them all.
+            conn.close_on_drop();
+        }
+        written
     }
 
     /// The lock table of `fleet` as it stood at `at`: the checkpoint before it,

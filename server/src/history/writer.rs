@@ -85,7 +85,7 @@ impl Recorder {
                 self.stats.queued.fetch_add(n, Ordering::Relaxed);
             }
             Err(_) => {
-                self.stats.lost(n);
+                self.stats.lost(&self.fleet, at, n);
             }
         }
     }
@@ -126,7 +126,7 @@ impl Recorder {
             held,
         };
         if self.queue.try_send(item).is_err() {
-            self.stats.lost(1);
+            self.stats.lost(&self.fleet, at, 1);
         }
     }
 }
@@ -172,29 +172,7 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
         for e in &batch {
             since.entry(e.fleet.clone()).or_default().0 += 1;
         }
-        // A lost end leaves a lock open in the history: a failing batch is
-        // tried again (the queue holds what arrives meanwhile), then dropped.
-        // Never because of readers: `write` uses the writer's own connection.
-        let mut tries = 0;
-        loop {
-            match history.write(batch.clone()).await {
-                Ok(_) => {
-                    stats.written.fetch_add(n, Ordering::Relaxed);
-                    break;
-                }
-                Err(e) if tries < WRITE_RETRIES => {
-                    tries += 1;
-                    warn!(error = %e, events = n, "history: a batch was not written; trying again");
-                    tokio::time::sleep(Duration::from_secs(tries)).await;
-                }
-                Err(e) => {
-                    warn!(error = %e, events = n, "history: a batch was not written; dropped");
-                    stats.failed_batches.fetch_add(1, Ordering::Relaxed);
-                    stats.lost(n);
-                    break;
-                }
-            }
-        }
+        write_batch(&history, batch).await;
         stats
             .queued
             .fetch_sub(n.min(stats.queued.load(Ordering::Relaxed)), Ordering::Relaxed);
@@ -226,6 +204,74 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
         if next.is_none() {
             next = rx.recv().await;
         }
+    }
+}
+
+/// Writes `batch`, each event counted once: written, already there, or lost.
+/// A lost end leaves a lock open in the history, so a failing batch is tried
+/// again (after 1 s, 2 s, 3 s; the queue holds what arrives meanwhile), then
+/// dropped; writing is failing from the first failure to the next success,
+/// which records the gaps the losses left. Never failing because of readers:
+/// `write` uses the writer's own connection, a new one after a failure.
+async fn write_batch(history: &History, batch: Vec<HistoryEvent>) {
+    let stats = &history.inner.stats;
+    let n = batch.len() as u64;
+    let mut tries = 0;
+    loop {
+        match history.write(batch.clone()).await {
+            Ok(added) => {
+                stats.written.fetch_add(added, Ordering::Relaxed);
+                stats.duplicates.fetch_add(n.saturating_sub(added), Ordering::Relaxed);
+                record_gaps(history).await;
+                return;
+            }
+            Err(e) => {
+                stats.health.failed(now_ms(), &why(&e));
+                if tries < WRITE_RETRIES {
+                    tries += 1;
+                    warn!(error = %why(&e), events = n, "history: a batch was not written; trying again");
+                    tokio::time::sleep(Duration::from_secs(tries)).await;
+                    continue;
+                }
+                warn!(error = %why(&e), events = n, "history: a batch was not written; dropped");
+                stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                for e in &batch {
+                    stats.lost(&e.fleet, e.at, 1);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Writes the gaps that losses left, once the database takes writes (a `gap`
+/// event per fleet; kept for the next success if these fail).
+async fn record_gaps(history: &History) {
+    let stats = &history.inner.stats;
+    let gaps = stats.health.wrote(now_ms());
+    if gaps.is_empty() {
+        return;
+    }
+    match history.write(super::health::events(&gaps)).await {
+        Ok(added) => {
+            stats.written.fetch_add(added, Ordering::Relaxed);
+            for (fleet, gap) in &gaps {
+                warn!(%fleet, gap = %gap.text(), "history: recorded a gap");
+            }
+        }
+        Err(e) => {
+            warn!(error = %why(&e), "history: the gaps were not recorded; kept for the next write");
+            stats.health.failed(now_ms(), &why(&e));
+            stats.health.unrecorded(gaps);
+        }
+    }
+}
+
+/// A write's error with the database's own words.
+fn why(e: &super::HistoryError) -> String {
+    match std::error::Error::source(e) {
+        Some(source) => format!("{e}: {source}"),
+        None => e.to_string(),
     }
 }
 

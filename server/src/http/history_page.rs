@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use lockscope_model::history::{parse_when, HistoryEvent, HistoryQuery, Kind, TableAt, MAX_HISTORY_ROWS};
+use lockscope_model::history::{parse_when, Gap, HistoryEvent, HistoryQuery, Kind, TableAt, MAX_HISTORY_ROWS};
 use lockscope_model::review::{diff_tables, Review, ReviewForm, Travel};
 use lockscope_model::time::{rfc3339, Millis};
 use lockscope_model::view::{ViewSpec, WindowFrame, MAX_WINDOW};
@@ -102,9 +102,37 @@ async fn review(history: &History, fleet: &str, form: ReviewForm, now: Millis) -
     if let Some(at) = at {
         review.travel = Some(travel(history, fleet, at, review.range().0).await);
     }
+    match gaps(history, fleet, review.range()).await {
+        Ok(gaps) => review.gaps = gaps,
+        Err(e) => errors.push(unreadable(&e)),
+    }
     review.error = (!errors.is_empty()).then(|| errors.join("; "));
     review.lost = history.stats().loss();
+    review.not_recording = history.stats().health.not_recording(fleet);
     (review, bad_input)
+}
+
+/// How long before a review's range a gap may start and still be found (a
+/// gap is recorded at its start).
+const GAP_LOOKBACK_MS: Millis = 7 * 24 * 3_600_000;
+
+/// The gaps `fleet`'s history records in `from..=to` (those that started at
+/// most [`GAP_LOOKBACK_MS`] before it), oldest first.
+async fn gaps(history: &History, fleet: &str, (from, to): (Millis, Millis)) -> Result<Vec<Gap>, HistoryError> {
+    let q = HistoryQuery {
+        fleet: fleet.to_string(),
+        from: Some(from.saturating_sub(GAP_LOOKBACK_MS)),
+        to: Some(to),
+        kinds: vec![Kind::Gap],
+        limit: Some(MAX_HISTORY_ROWS),
+        ..HistoryQuery::default()
+    };
+    let events = history.query(&q).await?;
+    Ok(events
+        .iter()
+        .filter_map(Gap::of)
+        .filter(|g| g.overlaps(from, to))
+        .collect())
 }
 
 /// Every event of `lock` in `q`'s range (whatever its other filters), and the

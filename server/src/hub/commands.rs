@@ -2,7 +2,7 @@
 //! the hub answers each command on its own task.
 
 use lockscope_model::detail::{LockDetail, SessionList};
-use lockscope_model::history::ReleaseNote;
+use lockscope_model::history::{NotRecording, ReleaseNote};
 use lockscope_model::unlock::UnlockerStatus;
 use lockscope_model::view::{ViewSpec, WindowFrame};
 use lockscope_model::{ServerMsg, StoreStatus};
@@ -46,6 +46,8 @@ pub(super) enum Command {
     },
     /// What this fleet's unlocker is doing (shown with the fleet's summary).
     Unlocker(UnlockerStatus),
+    /// Whether the lock history is failing to write (shown with the fleet's summary).
+    History(Option<NotRecording>),
     /// A release about to be tried, for the history ([`super::credit`]).
     AnnounceRelease {
         id: u64,
@@ -113,6 +115,13 @@ impl Hub {
                 self.summary.send_if_modified(|s| {
                     let changed = s.unlocker.as_ref() != Some(&status);
                     s.unlocker = Some(status);
+                    changed
+                });
+            }
+            Command::History(history) => {
+                self.summary.send_if_modified(|s| {
+                    let changed = s.history != history;
+                    s.history = history;
                     changed
                 });
             }

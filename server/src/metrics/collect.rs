@@ -246,8 +246,9 @@ impl Collector for FleetCollector {
 }
 
 /// The history writer's numbers (one series each; the history is shared by
-/// every fleet): events written, dropped because the queue was full or a batch
-/// failed, still queued, and failed batches; the exports running, refused and
+/// every fleet): events written, already there, dropped because the queue was
+/// full or a batch failed, still queued, failed batches and whether writing is
+/// failing now; the exports running, refused and
 /// stalled, and the exports' limits.
 #[derive(Debug)]
 pub(super) struct HistoryCollector {
@@ -268,6 +269,11 @@ impl Collector for HistoryCollector {
                 "history_events_dropped",
                 "Lock history events lost: the queue was full (history fell behind) or their batch failed",
                 s.dropped.load(Relaxed),
+            ),
+            (
+                "history_events_duplicate",
+                "Lock history events already in the history (another replica or a restart wrote them): not written again",
+                s.duplicates.load(Relaxed),
             ),
             (
                 "history_batches_failed",
@@ -295,6 +301,11 @@ impl Collector for HistoryCollector {
                 "history_events_queued",
                 "Lock history events queued and not yet written",
                 s.queued.load(Relaxed) as i64,
+            ),
+            (
+                "history_writing_failing",
+                "1 while the lock history's database refuses writes (the pages say since when and how many events were lost)",
+                i64::from(s.health.failing()),
             ),
             (
                 "history_exports_running",

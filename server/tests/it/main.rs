@@ -13,6 +13,7 @@ mod demo;
 mod fuzz;
 mod history;
 mod history_exports;
+mod history_faults;
 mod limits;
 mod live;
 mod metrics;

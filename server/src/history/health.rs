@@ -1,0 +1,303 @@
+//! The writer's numbers ([`HistoryStats`]) and whether the history is
+//! recording ([`Health`]), for the pages and `/metrics`: when
+//! writing started failing, the events each fleet lost that the history does
+//! not yet say it lacks, and the `gap` events that say so once writing works
+//! again. The overview learns of a change through [`publish`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use lockscope_model::history::{Gap, HistoryEvent, NotRecording};
+use lockscope_model::time::Millis;
+use tokio::sync::watch;
+
+use super::ExportLimits;
+use crate::hub::Fleets;
+
+/// Losses while writing works (the queue was full: the history fell behind)
+/// become a gap once none has followed for this long, so that a burst is one
+/// gap, not one per batch.
+pub const QUIET_MS: Millis = 10_000;
+
+/// The longest a gap's reason is kept (a database's error can be long).
+const WHY_CHARS: usize = 300;
+
+/// The writer's numbers, for the page and `/metrics`.
+#[derive(Debug, Default)]
+pub struct HistoryStats {
+    /// Events the database took: rows inserted, or updated with an end's
+    /// actor (never events already there, nor a batch that failed).
+    pub written: AtomicU64,
+    /// Events already in the history (another replica or a restart's
+    /// snapshot wrote them): not written again.
+    pub duplicates: AtomicU64,
+    /// Events lost: the queue was full (history fell behind), or their batch
+    /// failed.
+    pub dropped: AtomicU64,
+    /// Events queued and not yet written.
+    pub queued: AtomicU64,
+    /// Batches that failed to write (the events in them are lost and counted in `dropped`).
+    pub failed_batches: AtomicU64,
+    /// When the first event was lost (unix ms; 0: none yet).
+    pub first_loss_at: AtomicI64,
+    /// Exports running now.
+    pub exports_active: AtomicU64,
+    /// Exports refused by the caps (answered `429`).
+    pub exports_refused: AtomicU64,
+    /// Exports ended because their client took nothing for the idle timeout.
+    pub exports_stalled: AtomicU64,
+    /// The exports' limits, as configured.
+    pub limits: ExportLimits,
+    /// Whether writing fails now, and the losses no gap event records yet.
+    pub health: Health,
+}
+
+impl HistoryStats {
+    /// `n` of `fleet`'s events, seen at `at`, could not be written (counted,
+    /// the first loss's time kept, and a gap to record).
+    pub fn lost(&self, fleet: &str, at: Millis, n: u64) {
+        self.health.lost(fleet, at, n);
+        self.dropped.fetch_add(n, Ordering::Relaxed);
+        let _ = self
+            .first_loss_at
+            .compare_exchange(0, lockscope_store::now_ms(), Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    /// The events lost so far and when the first was, if any were.
+    pub fn loss(&self) -> Option<lockscope_model::review::Loss> {
+        let events = self.dropped.load(Ordering::Relaxed);
+        (events > 0).then(|| lockscope_model::review::Loss {
+            events,
+            since: self.first_loss_at.load(Ordering::Relaxed),
+        })
+    }
+}
+
+/// The writer's health, shared by the writer, the recorders and the pages.
+#[derive(Debug)]
+pub struct Health {
+    state: Mutex<State>,
+    /// Bumped whenever what the pages show changes.
+    changed: watch::Sender<u64>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    failing: Option<Failing>,
+    /// Per fleet: events lost that no gap event records yet.
+    pending: HashMap<String, Pending>,
+}
+
+#[derive(Debug)]
+struct Failing {
+    since: Millis,
+    why: String,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    /// The first and last lost event's time.
+    from: Millis,
+    to: Millis,
+    lost: u64,
+}
+
+impl Default for Health {
+    fn default() -> Health {
+        Health {
+            state: Mutex::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Health {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// `n` of `fleet`'s events, seen at `at`, were lost.
+    pub fn lost(&self, fleet: &str, at: Millis, n: u64) {
+        let failing = {
+            let mut s = self.state();
+            let p = s.pending.entry(fleet.to_string()).or_insert(Pending {
+                from: at,
+                to: at,
+                lost: 0,
+            });
+            p.from = p.from.min(at);
+            p.to = p.to.max(at);
+            p.lost += n;
+            s.failing.is_some()
+        };
+        if failing {
+            self.bump();
+        }
+    }
+
+    /// A write failed at `now` with `error`: writing is failing from then
+    /// (if it was not already).
+    pub fn failed(&self, now: Millis, error: &str) {
+        let mut s = self.state();
+        if s.failing.is_none() {
+            let why: String = error.chars().take(WHY_CHARS).collect();
+            s.failing = Some(Failing {
+                since: now,
+                why: format!("the history's database refused writes ({why})"),
+            });
+            drop(s);
+            self.bump();
+        }
+    }
+
+    /// A write succeeded at `now`: writing is not failing, and the losses that
+    /// no gap records yet become gap events to write (those of a failure now
+    /// over; others once [`QUIET_MS`] passed without a loss).
+    pub fn wrote(&self, now: Millis) -> Vec<(String, Gap)> {
+        let mut s = self.state();
+        let failing = s.failing.take();
+        let recovered = failing.is_some();
+        let due: Vec<String> = s
+            .pending
+            .iter()
+            .filter(|(_, p)| recovered || now - p.to >= QUIET_MS)
+            .map(|(f, _)| f.clone())
+            .collect();
+        let gaps = due
+            .into_iter()
+            .filter_map(|fleet| {
+                let p = s.pending.remove(&fleet)?;
+                let gap = match &failing {
+                    Some(f) => Gap {
+                        from: p.from.min(f.since),
+                        to: now,
+                        lost: Some(p.lost),
+                        why: f.why.clone(),
+                    },
+                    None => Gap {
+                        from: p.from,
+                        to: p.to,
+                        lost: Some(p.lost),
+                        why: "the history's queue was full (it fell behind the stores)".into(),
+                    },
+                };
+                Some((fleet, gap))
+            })
+            .collect();
+        drop(s);
+        if recovered {
+            self.bump();
+        }
+        gaps
+    }
+
+    /// `gaps` could not be written: kept to be written with the next success.
+    pub fn unrecorded(&self, gaps: Vec<(String, Gap)>) {
+        let mut s = self.state();
+        for (fleet, g) in gaps {
+            let p = s.pending.entry(fleet).or_insert(Pending {
+                from: g.from,
+                to: g.to,
+                lost: 0,
+            });
+            p.from = p.from.min(g.from);
+            p.to = p.to.max(g.to);
+            p.lost += g.lost.unwrap_or(0);
+        }
+    }
+
+    /// Whether writing is failing now (`/metrics`).
+    pub fn failing(&self) -> bool {
+        self.state().failing.is_some()
+    }
+
+    /// What the pages say of `fleet` while writing fails (`None`: it works).
+    pub fn not_recording(&self, fleet: &str) -> Option<NotRecording> {
+        let s = self.state();
+        s.failing.as_ref().map(|f| NotRecording {
+            since: f.since,
+            lost: s.pending.get(fleet).map_or(0, |p| p.lost),
+        })
+    }
+}
+
+/// The gaps as `gap` events of their fleets.
+pub fn events(gaps: &[(String, Gap)]) -> Vec<HistoryEvent> {
+    gaps.iter().map(|(fleet, g)| g.event(fleet)).collect()
+}
+
+/// Keeps every fleet's summary saying whether the history is recording (the
+/// overview shows it), as long as the server runs.
+pub async fn publish(health: std::sync::Arc<super::HistoryStats>, fleets: Fleets) {
+    let mut changed = health.health.changed.subscribe();
+    loop {
+        for hub in fleets.all() {
+            hub.set_history(health.health.not_recording(hub.fleet())).await;
+        }
+        if changed.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_is_shown_until_a_write_works_then_becomes_one_gap_per_fleet() {
+        let h = Health::default();
+        assert_eq!(h.not_recording("a"), None);
+        h.failed(1_000, "disk full");
+        h.lost("a", 900, 3);
+        h.lost("b", 1_500, 1);
+        h.failed(2_000, "still full");
+        assert!(h.failing());
+        assert_eq!(h.not_recording("a"), Some(NotRecording { since: 1_000, lost: 3 }));
+        assert_eq!(h.not_recording("c"), Some(NotRecording { since: 1_000, lost: 0 }));
+        let mut gaps = h.wrote(5_000);
+        gaps.sort_by(|x, y| x.0.cmp(&y.0));
+        assert!(!h.failing() && h.not_recording("a").is_none());
+        let (a, b) = (&gaps[0].1, &gaps[1].1);
+        assert_eq!(
+            (a.from, a.to, a.lost),
+            (900, 5_000, Some(3)),
+            "from the first lost event"
+        );
+        assert_eq!(
+            (b.from, b.to, b.lost),
+            (1_000, 5_000, Some(1)),
+            "from the first failure"
+        );
+        assert!(a.why.contains("disk full"), "{}", a.why);
+        assert!(h.wrote(6_000).is_empty(), "recorded once");
+        // Not written (as `record_gaps` does): kept for the next success.
+        h.failed(6_000, "full again");
+        h.unrecorded(gaps);
+        let again = h.wrote(7_000);
+        assert_eq!(again.len(), 2);
+        assert!(again.iter().all(|(_, g)| g.to == 7_000 && g.from <= 1_000), "{again:?}");
+    }
+
+    #[test]
+    fn losses_of_a_full_queue_become_a_gap_once_quiet() {
+        let h = Health::default();
+        h.lost("a", 1_000, 2);
+        h.lost("a", 4_000, 1);
+        assert!(
+            h.not_recording("a").is_none(),
+            "writing works: the history is recording"
+        );
+        assert!(h.wrote(4_000 + QUIET_MS - 1).is_empty(), "a burst still going on");
+        let gaps = h.wrote(4_000 + QUIET_MS);
+        assert_eq!(gaps.len(), 1);
+        let g = &gaps[0].1;
+        assert_eq!((g.from, g.to, g.lost), (1_000, 4_000, Some(3)));
+        assert!(g.why.contains("queue was full"), "{}", g.why);
+    }
+}
