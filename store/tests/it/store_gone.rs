@@ -1,8 +1,8 @@
 //! A store that goes away reads unreachable within 3 s, on every store kind,
 //! and live again by itself when it is back (issue 24, defect 3): PostgreSQL
 //! killed at once (`pg_ctl stop -m immediate`, five times over, at varying
-//! moments of the observer's cycle), an etcd link that drops packets (no
-//! reset: [`TcpProxy::freeze`]), a SQLite file deleted under the observer, a
+//! moments of the observer's cycle), a PostgreSQL or etcd link that drops
+//! packets (no reset: [`TcpProxy::freeze`]), a SQLite file deleted under the observer, a
 //! ShedLock table's PostgreSQL killed.
 //! The bound is a ceiling the product promises; nothing here asserts a floor.
 
@@ -123,6 +123,44 @@ async fn postgres_killed_reads_unreachable_within_3_s_five_times_and_comes_back(
         .await;
         assert_eq!(w.lock("held-through"), held, "the same acquisition across the kill");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_black_holed_link_reads_unreachable_within_3_s_and_comes_back() {
+    let pg = PgServer::start().await;
+    let sql = SqlLocks::connect(&pg.url()).await.unwrap();
+    let fence = take(&sql, "held-through").await;
+    drop(sql);
+    let port = pg
+        .url()
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = TcpProxy::start(std::net::SocketAddr::from(([127, 0, 0, 1], port))).await;
+    let via = proxy.endpoint().replace("http://", "");
+    let mut w = Watcher::start(quick(SqlObserver::new(format!("postgres://lockscope@{via}/postgres"))));
+    w.until("live with the lock", Duration::from_secs(20), |w| {
+        w.live() && w.lock("held-through").is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let frozen = Instant::now();
+    proxy.freeze();
+    w.until(
+        "unreachable with the link black-holed (docs/operations.md: shown unreachable within 3 s)",
+        SHOWN_WITHIN.saturating_sub(frozen.elapsed()),
+        Watcher::unreachable,
+    )
+    .await;
+    assert_eq!(w.error(), format!("no answer from {via}/postgres within 1500 ms"));
+    proxy.restore();
+    w.until("live again", Duration::from_secs(20), Watcher::live).await;
+    assert_eq!(w.lock("held-through").map(|l| l.0), Some(fence));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
