@@ -73,9 +73,9 @@ impl Drop for Holder {
     }
 }
 
-/// The `lockscope` binary on the embedded default (no demo, no unlocker, no
-/// history: only what the test does happens), with the audit log where the
-/// default puts it.
+/// The `lockscope` binary on the embedded default (no demo, no unlocker: only
+/// what the test does happens), with the audit log and the history (when
+/// `history`) where the defaults put them.
 struct Running {
     child: Child,
     base: String,
@@ -90,12 +90,16 @@ impl Drop for Running {
 }
 
 impl Running {
-    async fn start() -> Running {
+    async fn start(history: bool) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let port = lockscope_store::testing::free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockscope"));
+        if !history {
+            command.args(["--history", "off"]);
+        }
+        let child = command
             .args(["--listen", &format!("127.0.0.1:{port}"), "--no-demo"])
-            .args(["--unlocker", "off", "--history", "off"])
+            .args(["--unlocker", "off"])
             .env("LOCKSCOPE_LOG", "error")
             .current_dir(dir.path())
             .stdout(Stdio::null())
@@ -197,7 +201,7 @@ async fn raw_lock(store: &AnyLocks, name: &str) -> i64 {
 
 #[tokio::test]
 async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
-    let r = Running::start().await;
+    let r = Running::start(true).await;
     let store = r.store().await;
     let fence = raw_lock(&store, "busy/job").await;
     r.page_until("live", |p| p.contains(LIVE)).await;
@@ -253,11 +257,30 @@ async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
         [Some(Outcome::Done), Some(Outcome::Refused)],
         "both attempts, newest first"
     );
+    // docs/operations.md: "The history: lock changes that could not happen
+    // while the file was held are not recorded (there were none); what the
+    // store had recorded before is read and recorded as usual".
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let kinds = loop {
+        let (_, body) = r.send("GET", "/api/v1/fleets/embedded/history?lock=busy/job", "").await;
+        let kinds: Vec<String> = body
+            .split("\"kind\":\"")
+            .skip(1)
+            .filter_map(|k| k.split('"').next().map(String::from))
+            .collect();
+        if kinds.iter().any(|k| k == "force_released") || Instant::now() > deadline {
+            break kinds;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(kinds.len(), 2, "the lock's two events, nothing else: {kinds:?}");
+    assert!(["acquired", "malformed"].contains(&kinds[0].as_str()), "{kinds:?}");
+    assert_eq!(kinds[1], "force_released", "{kinds:?}");
 }
 
 #[tokio::test]
 async fn an_entry_the_audit_log_cannot_take_is_queued_and_written_when_it_frees_up() {
-    let r = Running::start().await;
+    let r = Running::start(false).await;
     let store = r.store().await;
     let fence = raw_lock(&store, "busy/audit").await;
     let audit = r.audit().await;
