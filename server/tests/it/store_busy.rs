@@ -24,6 +24,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use lockscope::audit::AuditLog;
 use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome};
+use lockscope_store::client::{Session, SessionConfig};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::{AnyLocks, StoreSpec};
 
@@ -204,6 +205,10 @@ async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
     let r = Running::start(true).await;
     let store = r.store().await;
     let fence = raw_lock(&store, "busy/job").await;
+    let session = Session::open(store.clone(), SessionConfig::new("busy-test"))
+        .await
+        .unwrap();
+    let blacklist = format!("/api/v1/fleets/embedded/sessions/{}/blacklist", session.id());
     r.page_until("live", |p| p.contains(LIVE)).await;
 
     let holder = Holder::hold(&r.store_file());
@@ -233,6 +238,13 @@ async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
         "{entries:?}"
     );
     assert_eq!(entries[0].id, answer["audit_id"].as_i64().unwrap());
+    // The same for a blacklisting (the store decides whether the session is
+    // registered by a read, which the holder does not block).
+    let t0 = Instant::now();
+    let (status, body) = r.send("POST", &blacklist, r#"{"reason": "INC-24: busy store"}"#).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(t0.elapsed() < QUICK, "answered after {:?}", t0.elapsed());
+    assert!(body.contains("store busy, nothing blacklisted"), "{body}");
 
     // docs/operations.md: "the page says \"writes blocked since …\" for that fleet".
     let page = r
@@ -251,6 +263,9 @@ async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
     let (status, answer, _) = r.release("busy/job", fence).await;
     assert_eq!(status, 200, "{answer}");
     assert!(store.get("busy/job").await.unwrap().is_none());
+    // Done now, not "already blacklisted": the busy attempt wrote nothing.
+    let (status, body) = r.send("POST", &blacklist, r#"{"reason": "INC-24: busy store"}"#).await;
+    assert_eq!(status, 200, "{body}");
     let entries = releases(&audit).await;
     assert_eq!(
         entries.iter().map(|e| e.outcome).collect::<Vec<_>>(),
