@@ -123,8 +123,23 @@ impl HubHandle {
         history: Option<(Recorder, String)>,
     ) -> HubHandle {
         let (tx, rx) = mpsc::channel(256);
-        tokio::spawn(store.observer().run(tx));
-        let history = history.map(|(r, replica)| HubHistory::new(r, replica));
+        let mut observer = store.observer();
+        let recorder = history.as_ref().map(|(r, _)| r.clone());
+        tokio::spawn(async move {
+            // Where the history stopped, so that the observer replays what
+            // changed since where the store still has it (hub/task.rs, `on_missed`).
+            if let Some(r) = &recorder {
+                let cursor = r.cursor().await;
+                if cursor
+                    .and_then(|c| c.revision)
+                    .is_some_and(|f| observer.resume_history(f))
+                {
+                    r.resume();
+                }
+            }
+            observer.run(tx).await
+        });
+        let history = history.map(|(r, replica)| (HubHistory::new(r.clone(), replica), r));
         HubHandle::start(fleet, source, rx, Views::new(), Some(store), history)
     }
 
@@ -144,7 +159,7 @@ impl HubHandle {
         events: mpsc::Receiver<ObserverEvent>,
         views: Views,
         store: Option<Arc<dyn FleetStore>>,
-        history: Option<HubHistory>,
+        history: Option<(HubHistory, Recorder)>,
     ) -> HubHandle {
         let (commands, command_rx) = mpsc::channel(1024);
         let status = StoreStatus::Connecting { since: now_ms() };
@@ -173,7 +188,8 @@ impl HubHandle {
             built_tx,
             watchers: Watchers::default(),
             feed,
-            history,
+            replay: history.as_ref().map(|(_, r)| r.clone()),
+            history: history.map(|(h, _)| h),
         };
         tokio::spawn(hub.run(events, command_rx, built));
         HubHandle {

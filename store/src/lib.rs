@@ -45,7 +45,7 @@ pub mod summary;
 pub mod testing;
 
 use futures::future::BoxFuture;
-use lockscope_model::{FleetEvent, StoreStatus};
+use lockscope_model::{FleetEvent, Snapshot, StoreStatus};
 use tokio::sync::mpsc;
 
 /// The underlying error a [`StoreError`] keeps as its source.
@@ -179,6 +179,15 @@ pub enum ObserverEvent {
     /// history is a single [`FleetEvent::Reset`].
     Events(Vec<FleetEvent>),
     Status(StoreStatus),
+    /// For the history only, never the live table: what the store changed while
+    /// no dashboard watched, sent before the first snapshot by an observer told
+    /// where the history stopped ([`Observer::resume_history`]). `base` is the
+    /// store at that revision, `events` every change after it up to the first
+    /// snapshot's revision, in store order.
+    Missed {
+        base: Snapshot,
+        events: Vec<FleetEvent>,
+    },
 }
 
 /// The observer role: watches one fleet (locks, waiters, sessions, blacklist)
@@ -214,6 +223,16 @@ pub trait Observer: Send + 'static {
     /// Runs until `events` is closed, reconnecting on its own; it never returns an
     /// error because every failure becomes a [`StoreStatus::Unreachable`] report.
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()>;
+
+    /// The history recorded this store up to `revision`: before its first
+    /// snapshot, send what changed since as [`ObserverEvent::Missed`], where
+    /// the store still has it. Whether this store can (etcd: one revision for
+    /// the whole store, and a watch can start in the past until compaction;
+    /// the others cannot, and the history records a gap instead).
+    fn resume_history(&mut self, revision: i64) -> bool {
+        let _ = revision;
+        false
+    }
 }
 
 /// Lock names: 1 to 512 bytes of UTF-8 without control characters.

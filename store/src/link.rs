@@ -44,6 +44,14 @@ impl Link {
         self.tx.send(ObserverEvent::Events(events)).await.map_err(|_| HubGone)
     }
 
+    /// Sends what changed while no dashboard watched (for the history only).
+    pub async fn missed(&self, base: Snapshot, events: Vec<FleetEvent>) -> Result<(), HubGone> {
+        self.tx
+            .send(ObserverEvent::Missed { base, events })
+            .await
+            .map_err(|_| HubGone)
+    }
+
     /// Sends the store's whole truth; the hub's reducer turns it into the difference.
     pub async fn reset(&self, snapshot: Snapshot) -> Result<(), HubGone> {
         self.events(vec![FleetEvent::Reset(snapshot)]).await

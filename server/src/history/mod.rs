@@ -20,7 +20,8 @@
 //! events after it up to T ([`History::table_at`]).
 //!
 //! Layout: here, [`History`] (open, query, time travel); `retention`; `writer`
-//! (the queue, batches, checkpoints); `sql` (tables, statements, rows);
+//! (the queue, batches, checkpoints, a restart's gap); `cursor` (how far each
+//! fleet's history goes); `sql` (tables, statements, rows);
 //! `export` (CSV and NDJSON, streamed); `admit` (the exports' limits);
 //! `charts` (what the charts count); `health` (the writer's numbers, whether
 //! it is recording, and the gaps it records when it could not).
@@ -28,6 +29,7 @@
 mod admit;
 mod charts;
 pub mod cli;
+mod cursor;
 mod export;
 pub mod health;
 mod retention;
@@ -35,6 +37,7 @@ mod sql;
 mod writer;
 
 pub use admit::{ExportLimits, ExportPermit, Refused, RETRY_AFTER};
+pub use cursor::Cursor;
 pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
 pub use health::HistoryStats;
 pub use retention::Retention;
@@ -214,7 +217,7 @@ impl History {
 
     /// A recorder for `fleet`'s hub.
     pub fn recorder(&self, fleet: &str) -> Recorder {
-        Recorder::new(fleet, self.inner.queue.clone(), self.inner.stats.clone())
+        Recorder::new(fleet, self.clone())
     }
 
     pub fn stats(&self) -> &Arc<HistoryStats> {
@@ -308,7 +311,8 @@ impl History {
         self.inner.cap.store(pages, Ordering::Relaxed);
     }
 
-    /// Appends `events` (one transaction; events already there are skipped).
+    /// Appends `events` (one transaction, with their fleets' [`Cursor`]s;
+    /// events already there are skipped).
     pub async fn write(&self, events: Vec<HistoryEvent>) -> Result<u64, HistoryError> {
         let what = "writing events";
         let mut conn = self.inner.write.acquire().await.map_err(|e| self.error(what, e))?;
@@ -323,6 +327,7 @@ impl History {
             let mut tx = sqlx::Connection::begin(&mut *conn)
                 .await
                 .map_err(|e| self.error(what, e))?;
+            self.advance_cursors(&mut tx, &events).await?;
             let mut added = 0;
             let mut rows = events.into_iter().peekable();
             while rows.peek().is_some() {

@@ -52,6 +52,21 @@ CREATE TABLE history_floor (
 /// Version 2: the charts' hold times find an end's acquisition by (lock, fence).
 const V2: &str = "CREATE INDEX history_events_hold ON history_events (fleet, lock, fence);";
 
+/// Version 3: how far each fleet's history goes ([`super::Cursor`]), written
+/// in the transaction of the events it counts.
+const V3: &str = "CREATE TABLE history_cursor (
+    fleet    TEXT PRIMARY KEY NOT NULL,
+    revision BIGINT,
+    at       BIGINT NOT NULL
+);";
+
+/// Moves a fleet's cursor forward to `$2` (revision) and `$3` (time), never back.
+pub const ADVANCE_CURSOR: &str = "INSERT INTO history_cursor (fleet, revision, at) VALUES ($1, $2, $3) \
+    ON CONFLICT (fleet) DO UPDATE SET \
+    revision = CASE WHEN COALESCE(excluded.revision, -1) > COALESCE(history_cursor.revision, -1) \
+        THEN excluded.revision ELSE history_cursor.revision END, \
+    at = CASE WHEN excluded.at > history_cursor.at THEN excluded.at ELSE history_cursor.at END";
+
 pub fn migrator(dialect: Dialect) -> Migrator {
     let seq = match dialect {
         Dialect::Sqlite => "seq      INTEGER PRIMARY KEY AUTOINCREMENT",
@@ -71,6 +86,13 @@ pub fn migrator(dialect: Dialect) -> Migrator {
                 Cow::Borrowed("holds by lock and fence"),
                 MigrationType::Simple,
                 Cow::Borrowed(V2),
+                false,
+            ),
+            Migration::new(
+                3,
+                Cow::Borrowed("how far each fleet's history goes"),
+                MigrationType::Simple,
+                Cow::Borrowed(V3),
                 false,
             ),
         ]),

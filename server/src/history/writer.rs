@@ -4,17 +4,17 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockscope_model::history::{Draft, HistoryEvent, Kind};
+use lockscope_model::history::{Draft, Gap, HistoryEvent, Kind};
 use lockscope_model::time::Millis;
 use lockscope_model::LockBody;
 use lockscope_store::now_ms;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::{History, HistoryStats, Retention, CHECKPOINT_EVERY};
+use super::{Cursor, History, HistoryStats, Retention, CHECKPOINT_EVERY};
 
 /// Batches (one per hub turn) the queue holds before events are dropped.
 pub(super) const QUEUE_BATCHES: usize = 4096;
@@ -47,6 +47,10 @@ pub(super) enum Item {
         at: Millis,
         revision: i64,
         held: HashSet<(String, i64)>,
+        /// Where the history stopped before this start, unless the store
+        /// replayed what changed since ([`Recorder::resume`]): a gap from
+        /// there to the snapshot.
+        since: Option<Cursor>,
     },
     /// Answered once everything queued before it is written (or dropped).
     Flush(oneshot::Sender<()>),
@@ -58,14 +62,76 @@ pub struct Recorder {
     fleet: Arc<str>,
     queue: mpsc::Sender<Item>,
     stats: Arc<HistoryStats>,
+    history: History,
+    /// A replay after a restart, shared by the recorder's clones.
+    replay: Arc<Mutex<Replaying>>,
+}
+
+/// Where the last run's events stopped, and the store's replay of what
+/// changed since.
+#[derive(Default)]
+struct Replaying {
+    /// Where the last run's events stopped ([`Recorder::cursor`]).
+    before: Option<Cursor>,
+    /// The store replays from `before`'s revision ([`Recorder::resume`]).
+    resumed: bool,
+    /// Events recorded meanwhile, queued at once by [`Recorder::send_held`].
+    held: Option<Vec<HistoryEvent>>,
 }
 
 impl Recorder {
-    pub(super) fn new(fleet: &str, queue: mpsc::Sender<Item>, stats: Arc<HistoryStats>) -> Recorder {
+    pub(super) fn new(fleet: &str, history: History) -> Recorder {
         Recorder {
             fleet: fleet.into(),
-            queue,
-            stats,
+            queue: history.inner.queue.clone(),
+            stats: history.inner.stats.clone(),
+            history,
+            replay: Arc::default(),
+        }
+    }
+
+    /// How far the fleet's history went before this start (`None`: nothing
+    /// recorded, or it could not be read: logged), kept for the first
+    /// snapshot: read it before the observer starts.
+    pub async fn cursor(&self) -> Option<Cursor> {
+        let before = match self.history.cursor(&self.fleet).await {
+            Ok(c) => c,
+            Err(e) => {
+                warn!(error = %e, fleet = %self.fleet, "history: cannot tell where the last run stopped");
+                None
+            }
+        };
+        self.replay.lock().expect("not poisoned").before = before;
+        before
+    }
+
+    /// The store will replay what changed since the [`Recorder::cursor`]'s
+    /// revision: a first snapshot at that revision is followed by every change
+    /// since, so the history stays continuous (no gap).
+    pub fn resume(&self) {
+        self.replay.lock().expect("not poisoned").resumed = true;
+    }
+
+    /// Where the replay starts, if the store replays.
+    pub fn resumed(&self) -> Option<Cursor> {
+        let r = self.replay.lock().expect("not poisoned");
+        r.before.filter(|_| r.resumed)
+    }
+
+    /// Events recorded from now on are held, and queued as one batch by
+    /// [`Recorder::send_held`] (a replay is thousands at once: one queue item
+    /// each would overflow the queue).
+    pub fn hold(&self) {
+        self.replay.lock().expect("not poisoned").held = Some(Vec::new());
+    }
+
+    /// Queues what was held since [`Recorder::hold`].
+    pub fn send_held(&self) {
+        let held = self.replay.lock().expect("not poisoned").held.take();
+        let mut held = held.unwrap_or_default();
+        while !held.is_empty() {
+            let rest = held.split_off(held.len().min(MAX_WRITE));
+            self.queue_events(std::mem::replace(&mut held, rest));
         }
     }
 
@@ -75,11 +141,21 @@ impl Recorder {
         if drafts.is_empty() {
             return;
         }
-        let n = drafts.len() as u64;
-        let events = drafts
+        let events: Vec<HistoryEvent> = drafts
             .into_iter()
             .map(|d| HistoryEvent::new(&self.fleet, at, d))
             .collect();
+        if let Some(held) = &mut self.replay.lock().expect("not poisoned").held {
+            held.extend(events);
+            return;
+        }
+        self.queue_events(events);
+    }
+
+    fn queue_events(&self, events: Vec<HistoryEvent>) {
+        let n = events.len() as u64;
+        // When the first of them was seen (a lost batch's gap starts there).
+        let at = events.iter().map(|e| e.at).min().unwrap_or_else(now_ms);
         match self.queue.try_send(Item::Events(events)) {
             Ok(()) => {
                 self.stats.queued.fetch_add(n, Ordering::Relaxed);
@@ -119,11 +195,15 @@ impl Recorder {
     /// is full it is lost (counted as one dropped event) and acquisitions that
     /// ended while no dashboard watched stay open in the history.
     pub fn resync(&self, at: Millis, revision: i64, held: HashSet<(String, i64)>) {
+        let before = self.replay.lock().expect("not poisoned").before;
+        let continuous = self.resumed().is_some_and(|c| c.revision == Some(revision));
+        let since = before.filter(|_| !continuous);
         let item = Item::Resync {
             fleet: self.fleet.clone(),
             at,
             revision,
             held,
+            since,
         };
         if self.queue.try_send(item).is_err() {
             self.stats.lost(&self.fleet, at, 1);
@@ -146,8 +226,9 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
                 at,
                 revision,
                 held,
+                since,
             } => {
-                let ends = resync(&history, &fleet, at, revision, &held).await;
+                let ends = resync(&history, &fleet, at, revision, &held, since).await;
                 stats.queued.fetch_add(ends.len() as u64, Ordering::Relaxed);
                 ends
             }
@@ -276,13 +357,15 @@ fn why(e: &super::HistoryError) -> String {
 }
 
 /// The ends of the acquisitions `fleet`'s history shows open at `at` that a
-/// first snapshot (`held`) no longer has.
+/// first snapshot (`held`) no longer has; and the gap from `since` (where the
+/// history stopped before, if the store did not replay since) to it.
 async fn resync(
     history: &History,
     fleet: &str,
     at: Millis,
     revision: i64,
     held: &HashSet<(String, i64)>,
+    since: Option<Cursor>,
 ) -> Vec<HistoryEvent> {
     // Acquisitions recorded in the last seconds may be younger than the
     // snapshot (another replica saw them after it was read): never ended here.
@@ -293,7 +376,16 @@ async fn resync(
             return Vec::new();
         }
     };
-    table
+    let gap = since.map(|c| {
+        let open: HashSet<(&str, i64)> = table.locks.iter().map(|e| (e.name.as_str(), e.fence)).collect();
+        let ended = open
+            .iter()
+            .filter(|(n, f)| !held.contains(&(n.to_string(), *f)))
+            .count();
+        let began = held.iter().filter(|(n, f)| !open.contains(&(n.as_str(), *f))).count();
+        unwatched(fleet, c, at, ended, began)
+    });
+    let ends = table
         .locks
         .into_iter()
         .filter(|e| !held.contains(&(e.name.clone(), e.fence)))
@@ -315,8 +407,39 @@ async fn resync(
                 ..Draft::default()
             };
             HistoryEvent::new(fleet, at, draft)
-        })
-        .collect()
+        });
+    gap.into_iter().chain(ends).collect()
+}
+
+/// The gap between the last event recorded before this start (`since`) and
+/// the first snapshot after it (`at`), both this server's clock: nobody
+/// watched, and the store could not replay it (etcd compacted past the
+/// revision, or a SQL store, which keeps no history of its changes). `ended`
+/// and `began`: acquisitions the history showed open that the snapshot
+/// lacks, and the reverse.
+fn unwatched(fleet: &str, since: Cursor, at: Millis, ended: usize, began: usize) -> HistoryEvent {
+    let changed = match (ended, began) {
+        (0, 0) => "the locks held at its end are the ones held at its start; locks taken and released in between, if any, are not recorded".to_string(),
+        _ => format!(
+            "changes happened that were not seen: {ended} acquisition{} ended (recorded at the snapshot, \
+             when exactly is unknown) and {began} began; locks taken and released in between are not recorded",
+            if ended == 1 { "" } else { "s" },
+        ),
+    };
+    let why = format!(
+        "not watching from the last event recorded before the restart ({}) to the first snapshot after it ({}), \
+         both this server's clock; the store could not replay what changed (etcd had compacted its history past \
+         the last revision recorded; a SQL store keeps no history of its changes); {changed}",
+        lockscope_model::time::rfc3339(since.at),
+        lockscope_model::time::rfc3339(at),
+    );
+    Gap {
+        from: since.at,
+        to: at,
+        lost: None,
+        why,
+    }
+    .event(fleet)
 }
 
 /// Applies the retention a minute after start, then every [`RETENTION_EVERY`].

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use lockscope_model::view::WindowFrame;
-use lockscope_model::{FleetEvent, FleetState, FleetSummary, ServerMsg, StoreStatus};
+use lockscope_model::{FleetEvent, FleetState, FleetSummary, LockBody, ServerMsg, Snapshot, StoreStatus};
 use lockscope_store::{now_ms, ObserverEvent};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -15,6 +15,7 @@ use super::commands::Command;
 use super::history::HubHistory;
 use super::watchers::Watchers;
 use super::{Frame, MAX_BATCHES_PER_TURN, MAX_SLEEP};
+use crate::history::Recorder;
 use crate::metrics::HubFeed;
 use crate::views::{BuildId, Built, Now, SubId, Views};
 
@@ -39,6 +40,8 @@ pub(super) struct Hub {
     pub(super) feed: HubFeed,
     /// Where the fleet's history goes (`None`: the server keeps none).
     pub(super) history: Option<HubHistory>,
+    /// The history's recorder, for a replay after a restart ([`Hub::on_missed`]).
+    pub(super) replay: Option<Recorder>,
 }
 
 impl Hub {
@@ -144,6 +147,7 @@ impl Hub {
                         }
                     }
                 }
+                ObserverEvent::Missed { base, events } => self.on_missed(base, events, now),
                 ObserverEvent::Status(status) => {
                     self.feed.on_status(&status);
                     if let Some(h) = &mut self.history {
@@ -165,6 +169,30 @@ impl Hub {
                 next = events.try_recv().ok();
             }
         }
+    }
+
+    /// What the store changed while no dashboard watched, from where the
+    /// history stopped (`base`) up to the first snapshot: into the history
+    /// only, derived as live events are but on a table of its own (the live
+    /// table starts from the snapshot, so the past is never shown as live).
+    /// The base is compared with the history first (its first-snapshot
+    /// resync), so a later snapshot is not.
+    fn on_missed(&mut self, base: Snapshot, events: Vec<FleetEvent>, now: i64) {
+        let (Some(h), Some(recorder)) = (&mut self.history, &self.replay) else {
+            return;
+        };
+        let since = recorder.resumed().map_or(i64::MIN, |c| c.at);
+        let times = replay_times(&events, since, now);
+        let mut past = FleetState::default();
+        let base = FleetEvent::Reset(base);
+        h.before_apply(&past, &base, now);
+        past.apply(base);
+        recorder.hold();
+        for (e, at) in events.into_iter().zip(times) {
+            h.before_apply(&past, &e, at);
+            past.apply(e);
+        }
+        recorder.send_held();
     }
 
     /// Starts the next index build, if none is running.
@@ -240,4 +268,25 @@ impl Hub {
         self.subscribers.remove(&id);
         self.views.unsubscribe(id);
     }
+}
+
+/// When each replayed change happened, as best known (this server did not see
+/// them): a lock written at its record's time (its holder's clock), anything
+/// else at the next such time after it (the latest it can have been), kept in
+/// store order and between `since` (the last event recorded before) and `now`.
+fn replay_times(events: &[FleetEvent], since: i64, now: i64) -> Vec<i64> {
+    let mut times = vec![now; events.len()];
+    let mut next = now;
+    for (i, e) in events.iter().enumerate().rev() {
+        let written = match e {
+            FleetEvent::Upsert(l) => match &l.body {
+                LockBody::Held(r) => Some(r.heartbeat_at.max(r.acquired_at)),
+                _ => None,
+            },
+            _ => None,
+        };
+        next = written.map_or(next, |w| w.min(next)).max(since);
+        times[i] = next;
+    }
+    times
 }

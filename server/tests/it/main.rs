@@ -18,6 +18,7 @@ mod limits;
 mod live;
 mod metrics;
 mod outage;
+mod restart_gap;
 mod scrape;
 mod soak;
 mod store_busy;

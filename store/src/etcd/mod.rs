@@ -13,6 +13,7 @@
 
 mod locks;
 mod observer;
+mod replay;
 mod unlocker;
 
 pub use locks::EtcdLocks;

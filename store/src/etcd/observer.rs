@@ -7,7 +7,8 @@
 //! etcd compacted that revision away meanwhile, it takes a fresh snapshot instead,
 //! which the hub's reducer turns into the difference. A link that goes silent
 //! (packets dropped, no reset) fails the liveness probe run beside the session
-//! ([`crate::liveness`]) within 3 s.
+//! ([`crate::liveness`]) within 3 s. Told where the dashboard's history
+//! stopped, its first snapshot is preceded by what changed since (`replay`).
 //!
 //! One task, one connection: this loop is the only reader, so it needs no locking.
 
@@ -26,15 +27,22 @@ use crate::liveness::while_alive;
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct EtcdObserver {
-    cfg: EtcdConfig,
+    pub(super) cfg: EtcdConfig,
     /// The last revision whose events have all been sent; `None` until the first
     /// snapshot (and again after compaction ate the history we needed).
     resume: Option<i64>,
+    /// Where the dashboard's history stopped: before the first snapshot, what
+    /// changed since is replayed to it (`super::replay`), once.
+    pub(super) history_from: Option<i64>,
 }
 
 impl EtcdObserver {
     pub fn new(cfg: EtcdConfig) -> EtcdObserver {
-        EtcdObserver { cfg, resume: None }
+        EtcdObserver {
+            cfg,
+            resume: None,
+            history_from: None,
+        }
     }
 }
 
@@ -47,6 +55,11 @@ impl Observer for EtcdObserver {
             address,
         );
         Box::pin(run_observer(link, "etcd", *self))
+    }
+
+    fn resume_history(&mut self, revision: i64) -> bool {
+        self.history_from = Some(revision);
+        true
     }
 }
 
@@ -107,38 +120,7 @@ impl EtcdObserver {
                 if link.live().await.is_err() {
                     return Ok(());
                 }
-                let mut events = Vec::with_capacity(resp.events().len());
-                let mut last = None;
-                // The skew estimate's receive time (docs/protocol.md, "Clock skew").
-                let seen_at = now_ms();
-                for ev in resp.events() {
-                    let Some(kv) = ev.kv() else { continue };
-                    last = Some(kv.mod_revision());
-                    let put = ev.event_type() == EventType::Put;
-                    events.extend(match self.key_of(kv) {
-                        Key::Lock(name) if put => Some(FleetEvent::Upsert(entry_of(kv, name))),
-                        Key::Lock(name) => Some(FleetEvent::Remove {
-                            name,
-                            revision: kv.mod_revision(),
-                        }),
-                        Key::Waiter(w) if put => Some(FleetEvent::Waiting(w)),
-                        Key::Waiter(w) => Some(FleetEvent::StoppedWaiting(w)),
-                        Key::Session(id) if put => Some(FleetEvent::Session(SessionEntry::from_stored(
-                            id,
-                            kv.mod_revision(),
-                            kv.value(),
-                            Some(seen_at),
-                        ))),
-                        Key::Session(id) => Some(FleetEvent::SessionGone { id }),
-                        Key::Blacklist(id) if put => Some(FleetEvent::Blacklisted(BlacklistEntry::from_stored(
-                            id,
-                            kv.mod_revision(),
-                            kv.value(),
-                        ))),
-                        Key::Blacklist(session) => Some(FleetEvent::BlacklistLifted { session }),
-                        Key::Other => None,
-                    });
-                }
+                let (events, mut last) = self.events_of(resp.events());
                 if !events.is_empty() {
                     if link.events(events).await.is_err() {
                         return Ok(());
@@ -155,10 +137,66 @@ impl EtcdObserver {
         }
     }
 
+    /// The table events of a watch response's `events`, and the revision of
+    /// the last one.
+    pub(super) fn events_of(&self, events: &[etcd_client::Event]) -> (Vec<FleetEvent>, Option<i64>) {
+        let mut out = Vec::with_capacity(events.len());
+        let mut last = None;
+        // The skew estimate's receive time (docs/protocol.md, "Clock skew").
+        let seen_at = now_ms();
+        for ev in events {
+            let Some(kv) = ev.kv() else { continue };
+            last = Some(kv.mod_revision());
+            let put = ev.event_type() == EventType::Put;
+            out.extend(match self.key_of(kv) {
+                Key::Lock(name) if put => Some(FleetEvent::Upsert(entry_of(kv, name))),
+                Key::Lock(name) => Some(FleetEvent::Remove {
+                    name,
+                    revision: kv.mod_revision(),
+                }),
+                Key::Waiter(w) if put => Some(FleetEvent::Waiting(w)),
+                Key::Waiter(w) => Some(FleetEvent::StoppedWaiting(w)),
+                Key::Session(id) if put => Some(FleetEvent::Session(SessionEntry::from_stored(
+                    id,
+                    kv.mod_revision(),
+                    kv.value(),
+                    Some(seen_at),
+                ))),
+                Key::Session(id) => Some(FleetEvent::SessionGone { id }),
+                Key::Blacklist(id) if put => Some(FleetEvent::Blacklisted(BlacklistEntry::from_stored(
+                    id,
+                    kv.mod_revision(),
+                    kv.value(),
+                ))),
+                Key::Blacklist(session) => Some(FleetEvent::BlacklistLifted { session }),
+                Key::Other => None,
+            });
+        }
+        (out, last)
+    }
+
     /// Reads every lock, waiter, session and blacklist entry at one revision, span
-    /// by span, and sends them as one reset. Returns the revision, or `None` if
-    /// the hub is gone.
+    /// by span, and sends them as one reset (after what changed since the
+    /// history stopped, the first time: `super::replay`). Returns the revision,
+    /// or `None` if the hub is gone.
     async fn snapshot(&mut self, client: &mut Client, link: &Link) -> Result<Option<i64>, StoreError> {
+        let snap = self.read_snapshot(client, 0).await?;
+        if let Some(from) = self.history_from {
+            if self.send_missed(client, link, from, snap.revision).await?.is_none() {
+                return Ok(None);
+            }
+            self.history_from = None;
+        }
+        let revision = snap.revision;
+        if link.reset(snap).await.is_err() {
+            return Ok(None);
+        }
+        Ok(Some(revision))
+    }
+
+    /// Every lock, waiter, session and blacklist entry at `revision` (0: now),
+    /// read span by span.
+    pub(super) async fn read_snapshot(&self, client: &mut Client, revision: i64) -> Result<Snapshot, StoreError> {
         // Spans are read whole: allow responses far beyond tonic's 4 MiB default.
         let mut kv = client
             .kv_client()
@@ -180,7 +218,9 @@ impl EtcdObserver {
                 .push(BlacklistEntry::from_stored(id, kv.mod_revision(), kv.value())),
             Key::Other => {}
         };
-        let revision = self.range(&mut kv, &self.cfg.locks_prefix(), 0, &mut take).await?;
+        let revision = self
+            .range(&mut kv, &self.cfg.locks_prefix(), revision, &mut take)
+            .await?;
         for prefix in [
             self.cfg.waiters_prefix(),
             self.cfg.sessions_prefix(),
@@ -196,10 +236,7 @@ impl EtcdObserver {
             sessions = snap.sessions.as_ref().map_or(0, Vec::len),
             "snapshot taken"
         );
-        if link.reset(snap).await.is_err() {
-            return Ok(None);
-        }
-        Ok(Some(revision))
+        Ok(snap)
     }
 
     /// Passes every key under `prefix` at `revision` (0: now) to `take`, in key

@@ -58,6 +58,8 @@ impl Watched {
                     }
                 }
                 ObserverEvent::Status(s) => self.live = matches!(s, StoreStatus::Live { .. }),
+                // Sent only to a hub that asked for it (resume_history).
+                ObserverEvent::Missed { .. } => panic!("history replay sent unasked"),
             }
         }
         applied

@@ -63,6 +63,7 @@ impl Watcher {
                         self.state.apply(e);
                     }
                 }
+                ObserverEvent::Missed { .. } => panic!("history replay sent unasked"),
             }
         }
     }
@@ -284,6 +285,7 @@ async fn snapshot_is_exactly_the_table(etcd: &EtcdServer, cfg: EtcdConfig) {
             },
             ObserverEvent::Status(StoreStatus::Unreachable { error, .. }) => panic!("the snapshot failed: {error}"),
             ObserverEvent::Status(_) => {}
+            ObserverEvent::Missed { .. } => panic!("history replay sent unasked"),
         }
     };
     writer.abort();

@@ -169,6 +169,7 @@ impl View {
                     self.hub.apply(e);
                 }
             }
+            ObserverEvent::Missed { .. } => panic!("a ShedLock observer replays no history"),
         }
     }
 
