@@ -291,6 +291,11 @@ async fn down_within_3_s(hub: &HubHandle, addr: SocketAddr, fleet: &str, since: 
         let html = page(addr, &format!("/?fleet={fleet}")).await;
         if text_of(&html, "store-error").replace("&quot;", "\"") == error {
             says_down(&html, fleet, &error);
+            // docs/operations.md: "`lockscope_store_up` is 0 as long as it is".
+            let metrics = page(addr, "/metrics").await;
+            let body = metrics.split_once("\r\n\r\n").unwrap().1.to_string();
+            let up = crate::scrape::Metrics::parse(body).sample(&format!("lockscope_store_up{{fleet=\"{fleet}\"}}"));
+            assert_eq!(up, 0.0, "{what}: lockscope_store_up");
             return;
         }
     }
