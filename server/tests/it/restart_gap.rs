@@ -323,3 +323,46 @@ async fn sqlite_restart_records_the_gap_and_what_changed_in_it() {
         gap.detail
     );
 }
+
+/// docs/operations.md: the history knows "the highest store revision and the
+/// latest time among the events it recorded, written in the same transaction
+/// as those events"; it only moves forward (on SQLite and on PostgreSQL).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cursor_moves_forward_with_the_events_on_both_databases() {
+    use lockscope::history::Cursor;
+    use lockscope_model::history::Draft;
+    let dir = tempfile::tempdir().unwrap();
+    let pg = lockscope_store::testing::PgServer::start().await;
+    let sqlite = format!("sqlite:{}", dir.path().join("history.db").display());
+    let ev = |lock: &str, revision: Option<i64>, at: i64| {
+        let d = Draft {
+            kind: Some(Kind::Acquired),
+            lock: Some(lock.into()),
+            fence: Some(1),
+            revision,
+            ..Draft::default()
+        };
+        HistoryEvent::new("f", at, d)
+    };
+    for url in [sqlite, pg.url()] {
+        let history = History::open(&url, None).await.unwrap();
+        assert_eq!(history.cursor("f").await.unwrap(), None, "{url}: nothing recorded");
+        history
+            .write(vec![ev("a", Some(5), 100), ev("b", Some(3), 200)])
+            .await
+            .unwrap();
+        let c = |revision, at| Some(Cursor { revision, at });
+        assert_eq!(history.cursor("f").await.unwrap(), c(Some(5), 200), "{url}");
+        history.write(vec![ev("c", Some(4), 150)]).await.unwrap();
+        assert_eq!(history.cursor("f").await.unwrap(), c(Some(5), 200), "{url}: never back");
+        history.write(vec![ev("d", None, 300)]).await.unwrap();
+        assert_eq!(
+            history.cursor("f").await.unwrap(),
+            c(Some(5), 300),
+            "{url}: no revision keeps it"
+        );
+        history.write(vec![ev("e", Some(9), 250)]).await.unwrap();
+        assert_eq!(history.cursor("f").await.unwrap(), c(Some(9), 300), "{url}");
+        assert_eq!(history.cursor("other").await.unwrap(), None, "{url}: per fleet");
+    }
+}
