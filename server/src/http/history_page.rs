@@ -89,9 +89,13 @@ async fn review(history: &History, fleet: &str, form: ReviewForm, now: Millis) -
         read_at: now,
         ..Review::default()
     };
+    let mut read = true;
     match history.query(&review.query).await {
         Ok(events) => review.events = events.into_iter().map(without_record).collect(),
-        Err(e) => errors.push(unreadable(&e)),
+        Err(e) => {
+            read = false;
+            errors.push(unreadable(&e));
+        }
     }
     if let Some(lock) = review.exact_lock() {
         match timeline(history, &review.query, lock).await {
@@ -102,9 +106,11 @@ async fn review(history: &History, fleet: &str, form: ReviewForm, now: Millis) -
     if let Some(at) = at {
         review.travel = Some(travel(history, fleet, at, review.range().0).await);
     }
+    // (A history that could not be read is said once.)
     match gaps(history, fleet, review.range()).await {
         Ok(gaps) => review.gaps = gaps,
-        Err(e) => errors.push(unreadable(&e)),
+        Err(e) if read => errors.push(unreadable(&e)),
+        Err(_) => {}
     }
     review.error = (!errors.is_empty()).then(|| errors.join("; "));
     review.lost = history.stats().loss();
