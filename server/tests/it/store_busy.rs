@@ -449,3 +449,43 @@ async fn an_existing_installs_audit_entries_move_to_the_audit_file_once() {
         "the old rows stay"
     );
 }
+
+#[tokio::test]
+async fn entries_queued_by_an_earlier_run_are_written_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("audit.db");
+    let entry = AuditEntry {
+        at: 7,
+        actor: "bob".into(),
+        via: "browser".into(),
+        action: Some(Action::Blacklist),
+        fleet: "f".into(),
+        target: "s1".into(),
+        reason: "INC-2".into(),
+        outcome: Some(Outcome::Done),
+        detail: "blacklisted session s1 (holding 0 locks)".into(),
+        ..AuditEntry::default()
+    };
+    // What a server stopped while its audit log was held left in the spool.
+    let line = serde_json::to_string(&entry).unwrap();
+    std::fs::write(format!("{}.spool", file.display()), format!("{line}\n")).unwrap();
+    // docs/operations.md: "tried every second, and at the next start if the
+    // server stopped meanwhile".
+    let audit = AuditLog::open(&format!("sqlite:{}", file.display())).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while audit.spool_counts().0 > 0 {
+        assert!(Instant::now() < deadline, "the spool was not written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all = audit.query(&AuditQuery::default()).await.unwrap();
+    assert_eq!(all.len(), 1, "{all:?}");
+    assert_eq!(
+        AuditEntry {
+            id: 0,
+            ..all[0].clone()
+        },
+        entry
+    );
+    let spool = std::fs::read_to_string(format!("{}.spool", file.display())).unwrap();
+    assert!(spool.is_empty(), "emptied: {spool}");
+}
