@@ -119,8 +119,14 @@ async fn check(spec: StoreSpec, history_url: &str, label: &str) {
         .release_as("forced", fence, note("wedged job"), release, Release::removed)
         .await
         .unwrap();
-    assert!(matches!(answer, Release::Released(_)), "{label}: {answer:?}");
+    let Release::Released(removed) = answer else {
+        panic!("{label}: the operator's release of a held lock: {answer:?}")
+    };
     let end = end_of(&history, "forced").await;
+    assert!(
+        removed.revision.is_some() && end.revision == removed.revision,
+        "{label}: the store's answer names the delete the history recorded: {removed:?} vs {end:#?}"
+    );
     assert_eq!(
         (end.kind, end.actor.as_deref(), end.detail.as_str(), end.fence),
         (Kind::ForceReleased, Some("alice"), "wedged job", Some(fence)),

@@ -165,7 +165,7 @@ async fn a_paused_replica_is_credited_with_nothing_after_waking() {
     .await;
     let (paused, other) = if first.candidate == "a" { (&a, &b) } else { (&b, &a) };
 
-    // Dead holders' locks (no session), due 6 s + 1 s grace from now: after
+    // Dead holders' locks (no session), due 8 s + 1 s grace from now: after
     // the active replica is paused (once its view shows them, within 5 s).
     let mut client = Client::connect([etcd.endpoint()], None).await.unwrap();
     let from = client.get("/", None).await.unwrap().header().unwrap().revision() + 1;
@@ -176,7 +176,7 @@ async fn a_paused_replica_is_credited_with_nothing_after_waking() {
             let store = store.clone();
             async move {
                 let mut rec = testing::record(&format!("owner-{name}"), "attribution test", now);
-                rec.auto_unlock_at = now + 6_000;
+                rec.auto_unlock_at = now + 8_000;
                 matches!(store.try_acquire(name, &rec).await, Ok(Attempt::Acquired { .. }))
             }
         })
