@@ -274,13 +274,9 @@ impl Unlocker {
             reason: "past its auto_unlock_at (and the grace)".into(),
         };
         let release = leadership.release(&entry.name, entry.fence, entry.revision);
-        let removed = |f: &Fenced| match f {
-            Fenced::Done(r) => r.removed(),
-            Fenced::Deposed => None,
-        };
         let released = self
             .hub
-            .release_as(&entry.name, entry.fence, note, release, removed)
+            .release_as(&entry.name, entry.fence, note, release, Fenced::removed)
             .await;
         let outcome = match released {
             Ok(Fenced::Deposed) => {

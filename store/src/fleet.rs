@@ -70,6 +70,16 @@ pub enum Fenced {
     Deposed,
 }
 
+impl Fenced {
+    /// What this release deleted (`None`: nothing, or deposed).
+    pub fn removed(&self) -> Option<Removed> {
+        match self {
+            Fenced::Done(r) => r.removed(),
+            Fenced::Deposed => None,
+        }
+    }
+}
+
 /// Who holds a fleet's unlocker role.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnlockerInfo {

@@ -11,7 +11,9 @@
 //!   holder releases its own lock (a real client) and the hub sees the delete,
 //!   then the operator's guarded release answers "not held": the history
 //!   records the holder's release, never `force_released`. An operator's
-//!   release that does delete is `force_released` by them, with their reason.
+//!   release that does delete is `force_released` by them, with their reason,
+//!   and the unlocker's fenced release is `auto_released`, each at the
+//!   revision the store answered.
 //! - `replicas`: two real `lockscope` processes on one etcd fleet with the
 //!   unlocker on (the active one paused while the other releases a dead
 //!   holder's lock, then woken): see that module.

@@ -9,10 +9,10 @@ use lockscope::hub::HubHandle;
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind, ReleaseNote};
 use lockscope_model::StoreStatus;
 use lockscope_store::client::{LockOptions, Session, SessionConfig};
-use lockscope_store::fleet::{owner_of, Release};
+use lockscope_store::fleet::{owner_of, Fenced, Release};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::StoreSpec;
-use lockscope_store::testing::{EtcdServer, PgServer};
+use lockscope_store::testing::{take, EtcdServer, PgServer};
 
 const FLEET: &str = "it";
 
@@ -134,6 +134,36 @@ async fn check(spec: StoreSpec, history_url: &str, label: &str) {
          the store says that actor's compare-and-delete is the one that removed the acquisition\""
     );
     drop(forced);
+
+    // 3. The unlocker's fenced release, likewise (a lock without heartbeats,
+    // so its revision stays the one seen).
+    let leader = fleet.campaign("attribution-it", Duration::from_secs(10)).await.unwrap();
+    let fence = take(&direct, "due").await;
+    let seen = direct.get("due").await.unwrap().unwrap().revision;
+    hub_shows(&hub, "due", Some(fence)).await;
+    let note = ReleaseNote {
+        kind: Kind::AutoReleased,
+        actor: "unlocker@attribution-it".into(),
+        reason: "past its auto_unlock_at".into(),
+    };
+    let release = leader.release("due", fence, seen);
+    let answer = hub
+        .release_as("due", fence, note, release, Fenced::removed)
+        .await
+        .unwrap();
+    let Fenced::Done(Release::Released(removed)) = answer else {
+        panic!("{label}: the unlocker's release of a held lock: {answer:?}")
+    };
+    let end = end_of(&history, "due").await;
+    assert_eq!(
+        (end.kind, end.actor.as_deref(), end.revision),
+        (Kind::AutoReleased, Some("unlocker@attribution-it"), removed.revision),
+        "{label}: the unlocker's release, credited at the revision the store answered"
+    );
+    assert!(
+        removed.revision.is_some(),
+        "{label}: the store names the delete's revision"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
