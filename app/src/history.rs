@@ -153,7 +153,7 @@ pub fn HistoryPage() -> impl IntoView {
             <section class="timeline" data-testid="timeline-section">
                 <h3>"Timeline of " <code>{lock.clone()}</code></h3>
                 {truncated.then(|| view! { <p class="hint">"Only the first events of the range are drawn: narrow it."</p> })}
-                <Timeline lock events from to/>
+                <Timeline lock events from to gaps=review.gaps.clone()/>
             </section>
         })}
         <TimeTravel review=review.clone()/>

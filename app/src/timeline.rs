@@ -1,7 +1,9 @@
 //! One lock's timeline on the history page: a horizontal UTC time axis over the
 //! query's range, a bar per acquisition (acquired → its end, or the range's end
 //! if still held), the waits as thin bars below, and labelled markers for
-//! force-releases, auto-releases and blacklistings.
+//! force-releases, auto-releases and blacklistings; a window where the
+//! fleet's history is incomplete (a recorded gap) is a dashed band labelled
+//! "gap", its words in its title.
 //!
 //! Hand-written SVG: no chart crate draws Gantt-style intervals (the contention
 //! charts, which are series, will use one). [`lanes`] turns events into what is
@@ -12,7 +14,7 @@
 use std::collections::HashMap;
 
 use leptos::prelude::*;
-use lockscope_model::history::{HistoryEvent, Kind};
+use lockscope_model::history::{Gap, HistoryEvent, Kind};
 use lockscope_model::time::{human_duration, tick_label, utc_datetime, utc_hms, Millis};
 
 use crate::rows::short;
@@ -291,9 +293,16 @@ fn px(v: f64) -> String {
     format!("{v:.1}")
 }
 
-/// The timeline of `lock` from `events` over `from..to`.
+/// The timeline of `lock` from `events` over `from..to`, with the fleet's
+/// history `gaps` in it.
 #[component]
-pub fn Timeline(lock: String, events: Vec<HistoryEvent>, from: Millis, to: Millis) -> impl IntoView {
+pub fn Timeline(
+    lock: String,
+    events: Vec<HistoryEvent>,
+    from: Millis,
+    to: Millis,
+    #[prop(optional)] gaps: Vec<Gap>,
+) -> impl IntoView {
     let to = to.max(from.saturating_add(1));
     let lanes = lanes(&events, from, to);
     // In f64: a span of any two instants, no `i64` overflow.
@@ -363,13 +372,33 @@ pub fn Timeline(lock: String, events: Vec<HistoryEvent>, from: Millis, to: Milli
             }
         })
         .collect_view();
+    // Behind the bars: the record is incomplete there, whatever they show.
+    let gap_bands = gaps
+        .iter()
+        .filter(|g| g.overlaps(from, to))
+        .map(|g| {
+            let (x0, x1) = (x(g.from), x(g.to));
+            view! {
+                <g class="gap" data-testid="timeline-gap">
+                    <title>{format!("history incomplete: {}", g.text())}</title>
+                    <rect x=px(x0) y="18" width=px((x1 - x0).max(2.0)) height=px(height - 22.0)/>
+                    <text x=px(x0 + 2.0) y=px(height - 6.0)>"gap"</text>
+                </g>
+            }
+        })
+        .collect_view();
+    let gap_count = gaps.iter().filter(|g| g.overlaps(from, to)).count();
     let summary = format!(
-        "Timeline of {lock} from {} to {}: {} acquisitions, {} waits, {} markers",
+        "Timeline of {lock} from {} to {}: {} acquisitions, {} waits, {} markers{}",
         utc_datetime(from),
         utc_datetime(to),
         lanes.holds.len(),
         lanes.waits.len(),
-        lanes.marks.len()
+        lanes.marks.len(),
+        match gap_count {
+            0 => String::new(),
+            n => format!(", {n} gap{} in the history", if n == 1 { "" } else { "s" }),
+        }
     );
     let label = summary.clone();
     view! {
@@ -378,6 +407,7 @@ pub fn Timeline(lock: String, events: Vec<HistoryEvent>, from: Millis, to: Milli
                 role="img" aria-label=label preserveAspectRatio="xMinYMin meet">
                 <title>{summary}</title>
                 {axis}
+                {gap_bands}
                 <text class="lane" x="0" y=px(HOLD_Y + 16.0)>"held"</text>
                 <text class="lane" x="0" y=px(WAIT_Y + 6.0)>"waits"</text>
                 <text class="lane" x="0" y=px(marks_y + 10.0)>"events"</text>

@@ -72,3 +72,23 @@ fn the_overview_says_which_fleets_history_is_not_recording() {
         "{html}"
     );
 }
+
+#[test]
+fn a_lock_timeline_shows_a_gap_in_its_range_as_a_labelled_band() {
+    let mut page = history_page();
+    let Screen::History { review } = &mut page.screen else {
+        unreachable!()
+    };
+    let (from, _) = review.range();
+    review.gaps = vec![Gap {
+        from: from + 1_000,
+        to: from + 2_000,
+        lost: Some(4),
+        why: "the history's database refused writes".into(),
+    }];
+    let html = render(page);
+    assert_eq!(html.matches(r#"data-testid="timeline-gap""#).count(), 1, "{html}");
+    assert!(html.contains("history incomplete: 4 events lost between"), "{html}");
+    assert!(html.contains(">gap</text>"), "named, not by colour alone: {html}");
+    assert!(html.contains("1 gap in the history"), "{html}");
+}
