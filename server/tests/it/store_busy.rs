@@ -11,7 +11,8 @@
 //!   spool, written to the log when the file frees up.
 //! - The spool full: an action is refused before it acts.
 //! - An existing install's audit entries (in the store's file) move to the
-//!   audit log's own file once, with their ids.
+//!   audit log's own file once, with their ids; entries a stopped server left
+//!   queued are written at the next start.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -253,6 +254,15 @@ async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
     assert!(page.contains("data-state=\"writes-blocked\""), "{page}");
     let (_, fleets) = r.send("GET", "/api/v1/fleets", "").await;
     assert!(fleets.contains("\"writes_blocked\""), "{fleets}");
+    let (_, metrics) = r.send("GET", "/metrics", "").await;
+    assert!(
+        metrics.contains("lockscope_store_writes_blocked{fleet=\"embedded\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("lockscope_store_up{fleet=\"embedded\"} 1"),
+        "read live: {metrics}"
+    );
 
     // "… and goes back to live by itself when the file frees up".
     holder.commit();
@@ -260,6 +270,11 @@ async fn a_held_store_file_answers_a_quick_503_and_the_attempt_is_audited() {
         !p.contains("writes blocked since") && p.contains(LIVE)
     })
     .await;
+    let (_, metrics) = r.send("GET", "/metrics", "").await;
+    assert!(
+        metrics.contains("lockscope_store_writes_blocked{fleet=\"embedded\"} 0"),
+        "{metrics}"
+    );
     let (status, answer, _) = r.release("busy/job", fence).await;
     assert_eq!(status, 200, "{answer}");
     assert!(store.get("busy/job").await.unwrap().is_none());
@@ -314,6 +329,14 @@ async fn an_entry_the_audit_log_cannot_take_is_queued_and_written_when_it_frees_
     assert!(releases(&audit).await.is_empty(), "not in the log while it is held");
     let spool = std::fs::read_to_string(format!("{}.spool", r.audit_file().display())).unwrap();
     assert_eq!(spool.lines().count(), 1, "one entry, on disk: {spool}");
+    let (_, metrics) = r.send("GET", "/metrics", "").await;
+    for sample in [
+        "lockscope_audit_spooled 1",
+        "lockscope_audit_queued_total 1",
+        "lockscope_audit_spool_max 1000",
+    ] {
+        assert!(metrics.lines().any(|l| l == sample), "{sample} in {metrics}");
+    }
 
     // "…and written to the log, in order, as soon as it takes writes again".
     holder.commit();
