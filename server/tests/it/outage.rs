@@ -12,7 +12,8 @@
 //! PostgreSQL killed (`pg_ctl stop -m immediate`) and restarted fast reads
 //! unreachable on the page within 3 s each time, live again by itself, and the
 //! history records each outage and keeps a lock held across them as one
-//! acquisition (issue 24, defect 3; issue 23, "Faults").
+//! acquisition (issue 24, defect 3; issue 23, "Faults"). An etcd link that
+//! drops packets reads unreachable on the page within 3 s too.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ use lockscope_model::unlock::Mode;
 use lockscope_model::{FleetSummary, StoreStatus};
 use lockscope_store::spec::{AnyLocks, StoreSpec};
 use lockscope_store::sql::SqlLocks;
-use lockscope_store::testing::{take, EtcdServer, PgServer};
+use lockscope_store::testing::{take, EtcdServer, PgServer, TcpProxy};
 use tokio::sync::watch;
 
 use crate::live::app_state;
@@ -402,4 +403,23 @@ async fn postgres_killed_and_restarted_reads_unreachable_within_3_s_and_keeps_it
         held.iter().find(|e| e.name == "held-through").map(|e| e.fence),
         Some(fence)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_black_holed_link_reads_unreachable_on_the_page_within_3_s() {
+    let etcd = EtcdServer::start().await;
+    let proxy = TcpProxy::start(etcd.addr()).await;
+    let spec = StoreSpec::parse(&format!("etcd:{}#/frozen/", proxy.endpoint())).unwrap();
+    let hub = HubHandle::spawn("f", "etcd", spec.open().unwrap());
+    let (addr, _stop) = serve(vec![hub.clone()]).await;
+    until_live(&hub).await;
+    says_live(&page(addr, "/?fleet=f").await, "f");
+    // An idle watch: nothing moves on the link when it goes silent.
+    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    let frozen = tokio::time::Instant::now();
+    proxy.freeze();
+    down_within_3_s(&hub, addr, "f", frozen, "black-holed").await;
+    proxy.restore();
+    until_live(&hub).await;
+    says_live(&page(addr, "/?fleet=f").await, "f");
 }
