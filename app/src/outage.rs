@@ -153,6 +153,25 @@ mod tests {
         assert!(last_known_title(&down()).is_some() && last_known_title(&StoreStatus::Live { since: 0 }).is_none());
     }
 
+    /// docs/operations.md ("A busy store"): while writes are blocked "the
+    /// counts stay the live truth".
+    #[test]
+    fn a_store_whose_writes_are_blocked_still_reads_live() {
+        let blocked = StoreStatus::WritesBlocked {
+            since: 3_723_000,
+            error: "writes blocked".into(),
+        };
+        let expired = Counts {
+            held: 2,
+            expired: 1,
+            ..Counts::default()
+        };
+        assert_eq!(worst(&blocked, &expired).text, "1 expired");
+        assert_eq!(worst(&blocked, &Counts::default()).text, "all healthy");
+        assert!(last_known_title(&blocked).is_none());
+        assert!(blocked.is_live());
+    }
+
     #[test]
     fn the_retry_follows_the_clock() {
         assert_eq!(retry_text(3_728_000, 3_723_000), "retrying in 5s");

@@ -161,3 +161,57 @@ impl Spool {
         tokio::fs::rename(&tmp, &self.path).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(target: &str) -> AuditEntry {
+        AuditEntry {
+            actor: "t".into(),
+            target: target.into(),
+            ..AuditEntry::default()
+        }
+    }
+
+    /// An entry queued while a flush waits for the database stays queued,
+    /// behind what the flush wrote; the written ones leave the file.
+    #[tokio::test]
+    async fn a_flush_takes_out_only_what_it_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(&dir.path().join("s")).unwrap();
+        spool.push(&entry("a")).await.unwrap();
+        spool.push(&entry("b")).await.unwrap();
+        let written = std::sync::Mutex::new(Vec::new());
+        let n = spool
+            .flush(|entries| async {
+                spool.push(&entry("c")).await.unwrap();
+                written.lock().unwrap().extend(entries.into_iter().map(|e| e.target));
+                Ok::<(), ()>(())
+            })
+            .await
+            .unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(*written.lock().unwrap(), ["a", "b"]);
+        assert_eq!(spool.pending(), 1);
+        let left = std::fs::read_to_string(spool.path()).unwrap();
+        assert_eq!(left.lines().count(), 1);
+        assert!(left.contains("\"target\":\"c\""), "{left}");
+        // A failed write keeps everything, in order.
+        assert!(spool.flush(|_| async { Err::<(), ()>(()) }).await.is_err());
+        assert_eq!(spool.pending(), 1);
+        // Reopened (a restart), it counts what is there.
+        assert_eq!(Spool::open(spool.path()).unwrap().pending(), 1);
+    }
+
+    #[tokio::test]
+    async fn it_holds_at_most_spool_max() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let line = format!("{}\n", serde_json::to_string(&entry("x")).unwrap());
+        std::fs::write(&path, line.repeat(SPOOL_MAX)).unwrap();
+        let spool = Spool::open(&path).unwrap();
+        assert_eq!(spool.pending(), SPOOL_MAX);
+        assert!(matches!(spool.push(&entry("y")).await, Err(SpoolError::Full(_))));
+    }
+}
