@@ -139,6 +139,14 @@ pub trait FleetStore: Send + Sync + 'static {
     /// A new observer of the fleet (the hub runs one, and makes a new one never).
     fn observer(&self) -> Box<dyn Observer>;
 
+    /// Every lock name's fencing counter, held or free, where the store keeps
+    /// one that outlives releases (SQL: a row per name); `None` elsewhere.
+    /// After a restart the history tells from it how many acquisitions it did
+    /// not see.
+    fn fences(&self) -> BoxFuture<'_, Result<Option<Vec<(String, i64)>>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// Deletes lock `name` only if `fence` still holds it.
     fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Release, StoreError>>;
 
@@ -222,6 +230,15 @@ impl FleetStore for WritableFleet {
 
     fn observer(&self) -> Box<dyn Observer> {
         self.spec.observer()
+    }
+
+    fn fences(&self) -> BoxFuture<'_, Result<Option<Vec<(String, i64)>>, StoreError>> {
+        Box::pin(async move {
+            match self.locks().await? {
+                AnyLocks::Sql(s) => s.fences().await.map(Some),
+                _ => Ok(None),
+            }
+        })
     }
 
     fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Release, StoreError>> {

@@ -75,3 +75,91 @@ impl History {
         Ok(())
     }
 }
+
+/// Acquisitions made while no dashboard watched, told by a store whose lock
+/// names keep a fencing counter across releases (SQL): the counters now
+/// against the highest fence the history recorded for each name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unseen {
+    /// Acquisitions of names the history knew that it did not see.
+    pub acquisitions: u64,
+    /// Names the history knew whose counter moved.
+    pub names: u64,
+    /// The names with most of them, most first (at most [`UNSEEN_NAMED`]).
+    pub top: Vec<(String, u64)>,
+    /// Names with a row the history never recorded: when they were acquired
+    /// (before the history began, or unseen) it cannot tell.
+    pub unknown_names: u64,
+}
+
+/// Names an [`Unseen`] lists.
+const UNSEEN_NAMED: usize = 5;
+
+impl Unseen {
+    /// In words, for the gap's detail.
+    pub fn text(&self) -> String {
+        let mut out = match self.acquisitions {
+            0 => "no lock the history knew was acquired in between (the store's fencing counters did not move)"
+                .to_string(),
+            n => format!(
+                "{n} acquisition{} the history did not see (the store's fencing counters moved: {}{})",
+                if n == 1 { " was made that" } else { "s were made that" },
+                self.top
+                    .iter()
+                    .map(|(name, n)| format!("{name} +{n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if (self.top.len() as u64) < self.names {
+                    ", …"
+                } else {
+                    ""
+                },
+            ),
+        };
+        if self.unknown_names > 0 {
+            out.push_str(&format!(
+                "; {} lock name{} the history never recorded {} a row, acquired at a time it cannot tell",
+                self.unknown_names,
+                if self.unknown_names == 1 { "" } else { "s" },
+                if self.unknown_names == 1 { "has" } else { "have" },
+            ));
+        }
+        out
+    }
+}
+
+impl History {
+    /// What `fences` (every lock name's fencing counter in the store now)
+    /// says was acquired in `fleet` since the history last recorded it: read
+    /// before anything new is recorded.
+    pub async fn unseen(&self, fleet: &str, fences: &[(String, i64)]) -> Result<Unseen, HistoryError> {
+        let what = "reading the fences the history recorded";
+        let q = self.sql("SELECT lock, MAX(fence) AS fence FROM history_events WHERE fleet = $1 AND kind = 'acquired' AND lock IS NOT NULL GROUP BY lock");
+        let rows = sqlx::query(&q)
+            .bind(fleet)
+            .fetch_all(&self.inner.pool)
+            .await
+            .map_err(|e| self.error(what, e))?;
+        let mut known = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            let lock: String = r.try_get("lock").map_err(|e| self.error(what, e))?;
+            let fence: Option<i64> = r.try_get("fence").map_err(|e| self.error(what, e))?;
+            known.insert(lock, fence.unwrap_or(0));
+        }
+        let mut unseen = Unseen::default();
+        let mut moved = Vec::new();
+        for (name, fence) in fences {
+            match known.get(name) {
+                Some(seen) if fence > seen => moved.push((name.clone(), (fence - seen) as u64)),
+                Some(_) => {}
+                None => unseen.unknown_names += 1,
+            }
+        }
+        unseen.acquisitions = moved.iter().map(|(_, n)| n).sum();
+        unseen.names = moved.len() as u64;
+        moved.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        moved.truncate(UNSEEN_NAMED);
+        unseen.top = moved;
+        Ok(unseen)
+    }
+}

@@ -37,7 +37,7 @@ mod sql;
 mod writer;
 
 pub use admit::{ExportLimits, ExportPermit, Refused, RETRY_AFTER};
-pub use cursor::Cursor;
+pub use cursor::{Cursor, Unseen};
 pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
 pub use health::HistoryStats;
 pub use retention::Retention;

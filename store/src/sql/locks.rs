@@ -34,6 +34,15 @@ impl SqlLocks {
         let row = self.one(sqlx::query(&q).bind(name).bind(fence)).await?;
         removed(row)
     }
+
+    /// Every lock row's fencing counter, held or free (a row outlives its
+    /// releases and its counter grows by one per acquisition): how many
+    /// acquisitions each name has had.
+    pub async fn fences(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        let q = self.sql("SELECT name, fence FROM lockscope_locks");
+        let rows = sqlx::query(&q).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    }
 }
 
 /// The release a `… RETURNING revision` statement made, from its row.
