@@ -130,8 +130,13 @@ async fn act(
         // Refused, or the log could not be written: said here, with the status
         // the API would answer.
         outcome => {
+            // A known caller's answer without an id: its audit entry is
+            // queued for the log (admin::Answer::audit_id), not lost.
+            let queued = answer.audit_id.is_none();
             let (icon, word) = match outcome {
                 Some(Outcome::Refused) => ("✖", "Refused"),
+                Some(Outcome::Done) if queued => ("✔", "Done, its audit entry queued"),
+                Some(Outcome::Changed) if queued => ("⚠", "Not done, the target changed; its audit entry queued"),
                 _ => ("⚠", "Not recorded"),
             };
             let status = answer.status;

@@ -512,3 +512,32 @@ async fn entries_queued_by_an_earlier_run_are_written_at_the_next_start() {
     let spool = std::fs::read_to_string(format!("{}.spool", file.display())).unwrap();
     assert!(spool.is_empty(), "emptied: {spool}");
 }
+
+#[tokio::test]
+async fn a_form_whose_audit_entry_is_queued_says_so() {
+    let s = crate::admin::Server::start().await;
+    let fence = raw_lock(&s.store, "busy/form").await;
+    let (cookies, csrf) = s.browser("operator").await;
+    let holder = Holder::hold(&s.dir.path().join("audit.db"));
+    let form = format!(
+        "fleet=sql&name=busy%2Fform&confirm=busy%2Fform&fence={fence}&owner=&reason=INC-24&csrf={csrf}&back=%2F"
+    );
+    let r = s
+        .send(
+            "POST",
+            "/actions/release",
+            &[
+                ("cookie", &cookies),
+                ("origin", &s.base),
+                ("content-type", "application/x-www-form-urlencoded"),
+            ],
+            &form,
+        )
+        .await;
+    // docs/operations.md: "the answer says so" — the page as well as the API.
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("Done, its audit entry queued"), "{}", r.body);
+    assert!(!r.body.contains("Not recorded"), "{}", r.body);
+    assert!(s.store.get("busy/form").await.unwrap().is_none(), "released");
+    holder.commit();
+}
