@@ -290,3 +290,51 @@ fn replay_times(events: &[FleetEvent], since: i64, now: i64) -> Vec<i64> {
     }
     times
 }
+
+#[cfg(test)]
+mod tests {
+    use lockscope_model::{FleetEvent, LockEntry};
+
+    use super::replay_times;
+
+    fn up(name: &str, written: i64) -> FleetEvent {
+        let rec = lockscope_store::testing::record("o", "p", written);
+        let raw = serde_json::to_vec(&rec).unwrap();
+        FleetEvent::Upsert(LockEntry::from_stored(name.into(), 1, 1, &raw))
+    }
+
+    fn gone(name: &str) -> FleetEvent {
+        FleetEvent::Remove {
+            name: name.into(),
+            revision: 2,
+        }
+    }
+
+    /// docs/operations.md: "a lock write at its record's time (the holder's
+    /// clock), anything else at the next such time after it, never before the
+    /// last event recorded nor after the restart".
+    #[test]
+    fn replayed_changes_are_timed_by_their_records_in_store_order_within_the_window() {
+        let events = [
+            up("a", 1_000),
+            gone("a"),
+            up("b", 3_000),
+            gone("b"),
+            up("c", 9_999),
+            gone("c"),
+        ];
+        assert_eq!(
+            replay_times(&events, 500, 5_000),
+            [1_000, 3_000, 3_000, 5_000, 5_000, 5_000],
+            "a write at its record's time, an end at the next write's, the last ones at the restart"
+        );
+        let early = [up("a", 10), gone("a")];
+        assert_eq!(
+            replay_times(&early, 500, 5_000),
+            [500, 5_000],
+            "never before the last event recorded"
+        );
+        let skewed = [up("a", 4_000), up("b", 2_000)];
+        assert_eq!(replay_times(&skewed, 0, 5_000), [2_000, 2_000], "store order is kept");
+    }
+}
