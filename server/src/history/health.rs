@@ -161,39 +161,26 @@ impl Health {
     pub fn wrote(&self, now: Millis) -> Vec<(String, Gap)> {
         let mut s = self.state();
         let failing = s.failing.take();
-        let recovered = failing.is_some();
-        let due: Vec<String> = s
-            .pending
-            .iter()
-            .filter(|(_, p)| recovered || now - p.to >= QUIET_MS)
-            .map(|(f, _)| f.clone())
-            .collect();
-        let gaps = due
-            .into_iter()
-            .filter_map(|fleet| {
-                let p = s.pending.remove(&fleet)?;
-                let gap = match &failing {
-                    Some(f) => Gap {
-                        from: p.from.min(f.since),
-                        to: now,
-                        lost: Some(p.lost),
-                        why: f.why.clone(),
-                    },
-                    None => Gap {
-                        from: p.from,
-                        to: p.to,
-                        lost: Some(p.lost),
-                        why: "the history's queue was full (it fell behind the stores)".into(),
-                    },
-                };
-                Some((fleet, gap))
-            })
-            .collect();
+        let gaps = gaps(&s, failing.as_ref(), now);
+        for (fleet, _) in &gaps {
+            s.pending.remove(fleet);
+        }
         drop(s);
-        if recovered {
+        if failing.is_some() {
             self.bump();
         }
         gaps
+    }
+
+    /// While writing fails: the gaps [`Health::wrote`] would give at `now`,
+    /// taking nothing. Writing them tells whether the database takes writes
+    /// again when no events come to try it with.
+    pub fn probe(&self, now: Millis) -> Vec<(String, Gap)> {
+        let s = self.state();
+        match &s.failing {
+            Some(f) => gaps(&s, Some(f), now),
+            None => Vec::new(),
+        }
     }
 
     /// `gaps` could not be written: kept to be written with the next success.
@@ -224,6 +211,32 @@ impl Health {
             lost: s.pending.get(fleet).map_or(0, |p| p.lost),
         })
     }
+}
+
+/// The gaps the losses in `s` make at `now`: every fleet's once writing
+/// failed (`failing`), up to `now`; otherwise those quiet for [`QUIET_MS`].
+fn gaps(s: &State, failing: Option<&Failing>, now: Millis) -> Vec<(String, Gap)> {
+    s.pending
+        .iter()
+        .filter(|(_, p)| failing.is_some() || now - p.to >= QUIET_MS)
+        .map(|(fleet, p)| {
+            let gap = match failing {
+                Some(f) => Gap {
+                    from: p.from.min(f.since),
+                    to: now,
+                    lost: Some(p.lost),
+                    why: f.why.clone(),
+                },
+                None => Gap {
+                    from: p.from,
+                    to: p.to,
+                    lost: Some(p.lost),
+                    why: "the history's queue was full (it fell behind the stores)".into(),
+                },
+            };
+            (fleet.clone(), gap)
+        })
+        .collect()
 }
 
 /// The gaps as `gap` events of their fleets.
@@ -260,9 +273,15 @@ mod tests {
         assert!(h.failing());
         assert_eq!(h.not_recording("a"), Some(NotRecording { since: 1_000, lost: 3 }));
         assert_eq!(h.not_recording("c"), Some(NotRecording { since: 1_000, lost: 0 }));
+        // A probe's gaps are the ones the recovery then gives, and take nothing.
+        let mut probed = h.probe(5_000);
+        probed.sort_by(|x, y| x.0.cmp(&y.0));
+        assert!(h.failing() && h.probe(5_000).len() == 2);
         let mut gaps = h.wrote(5_000);
         gaps.sort_by(|x, y| x.0.cmp(&y.0));
         assert!(!h.failing() && h.not_recording("a").is_none());
+        assert_eq!(probed, gaps, "written once, whichever writes them");
+        assert!(h.probe(5_000).is_empty(), "not failing: nothing to probe");
         let (a, b) = (&gaps[0].1, &gaps[1].1);
         assert_eq!(
             (a.from, a.to, a.lost),

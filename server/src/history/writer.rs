@@ -22,6 +22,9 @@ pub(super) const QUEUE_BATCHES: usize = 4096;
 /// Times a failed batch is tried again (after 1 s, 2 s, 3 s).
 const WRITE_RETRIES: u64 = 3;
 
+/// How often, while writing fails and nothing is queued, the gaps are tried.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+
 /// Events written per transaction at most.
 const MAX_WRITE: usize = 5_000;
 
@@ -217,7 +220,7 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
     // Events since each fleet's last checkpoint, and that checkpoint's size.
     let mut since: HashMap<String, (u64, u64)> = HashMap::new();
     let mut checkpointing: Option<tokio::task::JoinHandle<Option<(String, u64)>>> = None;
-    let mut next = rx.recv().await;
+    let mut next = next_item(&history, &mut rx).await;
     while let Some(first) = next.take() {
         let mut batch = match first {
             Item::Events(events) => events,
@@ -234,7 +237,7 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
             }
             Item::Flush(done) => {
                 let _ = done.send(());
-                next = rx.recv().await;
+                next = next_item(&history, &mut rx).await;
                 continue;
             }
         };
@@ -283,7 +286,7 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
             }
         }
         if next.is_none() {
-            next = rx.recv().await;
+            next = next_item(&history, &mut rx).await;
         }
     }
 }
@@ -325,11 +328,44 @@ async fn write_batch(history: &History, batch: Vec<HistoryEvent>) {
     }
 }
 
+/// The next item queued. While writing fails and nothing comes, the gaps are
+/// tried every [`PROBE_EVERY`]: the first that is written ends the failure
+/// (the pages stop saying the history is not recording, and the gap is in
+/// it), with nothing else to write.
+async fn next_item(history: &History, rx: &mut mpsc::Receiver<Item>) -> Option<Item> {
+    loop {
+        if !history.inner.stats.health.failing() {
+            return rx.recv().await;
+        }
+        match tokio::time::timeout(PROBE_EVERY, rx.recv()).await {
+            Ok(item) => return item,
+            Err(_) => {
+                let now = now_ms();
+                let gaps = history.inner.stats.health.probe(now);
+                if gaps.is_empty() {
+                    continue;
+                }
+                if let Ok(added) = history.write(super::health::events(&gaps)).await {
+                    history.inner.stats.written.fetch_add(added, Ordering::Relaxed);
+                    // The same gaps (nothing was lost meanwhile: nothing
+                    // came), so already there: not added twice.
+                    record_gaps_at(history, now).await;
+                }
+            }
+        }
+    }
+}
+
 /// Writes the gaps that losses left, once the database takes writes (a `gap`
 /// event per fleet; kept for the next success if these fail).
 async fn record_gaps(history: &History) {
+    record_gaps_at(history, now_ms()).await
+}
+
+/// [`record_gaps`] with the time of the write that worked.
+async fn record_gaps_at(history: &History, now: Millis) {
     let stats = &history.inner.stats;
-    let gaps = stats.health.wrote(now_ms());
+    let gaps = stats.health.wrote(now);
     if gaps.is_empty() {
         return;
     }

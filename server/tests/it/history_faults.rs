@@ -211,9 +211,22 @@ async fn fails_says_so_and_recovers<F: std::future::Future<Output = ()>>(
     assert_eq!(metric(&m, "lockscope_history_events_dropped_total"), lost as f64);
     assert_eq!(metric(&m, "lockscope_history_batches_failed_total"), 2.0);
 
-    // The database takes writes again: the same server writes the next events
-    // at once (no restart), and records the gap.
+    // The database takes writes again: the same server records the gap and
+    // writes the next events at once (no restart).
     refuse(false).await;
+    // With nothing to write, the writer finds out by itself (it tries the gap).
+    until(
+        "recovered with nothing to write: the gap recorded",
+        Duration::from_secs(10),
+        || async {
+            let gap = stored(&history).await.iter().any(|e| e.kind == Kind::Gap);
+            gap && !get(addr, &format!("/history?fleet={FLEET}"))
+                .await
+                .1
+                .contains("history not recording")
+        },
+    )
+    .await;
     record(&history, "after", BATCH);
     assert!(flushed(Duration::from_secs(20)).await);
     let recovered_at = now_ms();
