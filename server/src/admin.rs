@@ -374,7 +374,14 @@ async fn act(state: &AppState, id: &Identity, a: &Attempt, at: i64) -> Result<St
 }
 
 /// `s` cut to at most `max` bytes (on a character boundary), marked when cut.
-fn cut(mut s: String, max: usize) -> String {
+/// NULs become U+FFFD: PostgreSQL's `TEXT` takes none, and an entry it could
+/// never store must not be written nor queued as it is.
+fn cut(s: String, max: usize) -> String {
+    let mut s = if s.contains('\0') {
+        s.replace('\0', "\u{FFFD}")
+    } else {
+        s
+    };
     if s.len() > max {
         let mut end = max;
         while !s.is_char_boundary(end) {
@@ -428,5 +435,14 @@ fn describe(e: &LockEntry) -> String {
         LockBody::Foreign { session: None, .. } => {
             format!("fence {} held by an unknown session (foreign schema)", e.fence)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn what_an_entry_stores_is_bounded_and_storable() {
+        assert_eq!(super::cut("a\0b".into(), 10), "a\u{FFFD}b");
+        assert_eq!(super::cut("ééé".into(), 3), "é… (cut)");
     }
 }

@@ -219,6 +219,9 @@ impl AuditLog {
         let why = if spool.pending() == 0 {
             match self.append(entry).await {
                 Ok(e) => return Ok(Recorded::Written(e)),
+                // The database refuses this entry itself: queued, it would
+                // block every entry behind it for ever.
+                Err(e) if refuses_content(self.inner.dialect, &e) => return Err(e),
                 Err(e) => error_chain(&e),
             }
         } else {
@@ -409,6 +412,26 @@ fn bind_entry<'q>(
         .bind(entry.reason.as_str())
         .bind(entry.outcome.map(|o| o.as_str()))
         .bind(entry.detail.as_str())
+}
+
+/// Whether `e` is the database refusing the entry's content (PostgreSQL's data
+/// exceptions and integrity violations, SQLite's too big, constraint, type
+/// mismatch and range errors), which trying again cannot mend; anything else
+/// (busy, unreachable, a full disk, a missing table or grant) can end.
+fn refuses_content(dialect: Dialect, e: &AuditError) -> bool {
+    let AuditError::Database { source, .. } = e else {
+        return false;
+    };
+    let Some(db) = source.as_database_error() else {
+        return false;
+    };
+    let code = db.code().unwrap_or_default();
+    match dialect {
+        // Extended result codes: the primary code is the low byte.
+        Dialect::Sqlite => code.parse::<i64>().is_ok_and(|c| matches!(c & 0xff, 18 | 19 | 20 | 25)),
+        // SQLSTATE classes.
+        Dialect::Postgres => code.starts_with("22") || code.starts_with("23"),
+    }
 }
 
 /// An error and its sources, one line.

@@ -541,3 +541,33 @@ async fn a_form_whose_audit_entry_is_queued_says_so() {
     assert!(s.store.get("busy/form").await.unwrap().is_none(), "released");
     holder.commit();
 }
+
+#[tokio::test]
+async fn an_entry_the_database_refuses_for_its_content_is_not_queued() {
+    // PostgreSQL's TEXT takes no NUL (the API's entries have theirs replaced):
+    // such an entry would block every entry queued behind it for ever.
+    let pg = lockscope_store::testing::PgServer::start().await;
+    let audit = AuditLog::open(&pg.url()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    audit.set_spool(&dir.path().join("audit.spool")).unwrap();
+    let entry = AuditEntry {
+        at: 1,
+        actor: "a".into(),
+        via: "api".into(),
+        action: Some(Action::Release),
+        fleet: "f".into(),
+        target: "t".into(),
+        reason: "with a \0 in it".into(),
+        outcome: Some(Outcome::Done),
+        detail: "d".into(),
+        ..AuditEntry::default()
+    };
+    assert!(audit.record(&entry).await.is_err(), "refused, not queued");
+    assert_eq!(audit.spool_counts(), (0, 0));
+    let fine = AuditEntry {
+        reason: "without".into(),
+        ..entry
+    };
+    let kept = audit.record(&fine).await.unwrap();
+    assert!(matches!(kept, lockscope::audit::Recorded::Written(_)), "{kept:?}");
+}
