@@ -13,7 +13,7 @@ say() { printf '\033[1m[install]\033[0m %s\n' "$*"; }
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Debian packages: protoc for etcd-client's build, OpenSSL's headers; for the tests also etcd,
-# PostgreSQL, Chromium and Node.
+# PostgreSQL, the sqlite3 shell, Chromium and Node.
 pkgs=()
 command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/timestamp.proto ] || pkgs+=(libprotobuf-dev)
@@ -27,6 +27,8 @@ if [ "$want_tests" = 1 ]; then
   # PostgreSQL for the SQL store's tests (started by the tests on a free port).
   compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || pkgs+=(postgresql)
   [ -x /usr/bin/chromium ] || pkgs+=(chromium)
+  # The sqlite3 shell: a second process holding the store's file (server/tests/it/store_busy.rs).
+  command -v sqlite3 >/dev/null || pkgs+=(sqlite3)
 fi
 # npm: Playwright for the tests; binaryen's wasm-opt for the release site.
 command -v npm >/dev/null || pkgs+=(nodejs npm)
