@@ -64,6 +64,11 @@ impl Observer for WriteWatch {
     fn run(self: Box<Self>, events: mpsc::Sender<ObserverEvent>) -> BoxFuture<'static, ()> {
         Box::pin(watch(self.inner, self.url, events))
     }
+
+    /// The wrapped observer's: this one only adds the write probe.
+    fn resume_history(&mut self, revision: i64) -> bool {
+        self.inner.resume_history(revision)
+    }
 }
 
 /// `Some(line)` while a write waits past the busy timeout.
