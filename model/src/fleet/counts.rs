@@ -147,6 +147,17 @@ mod tests {
             assert!(json.get(field).is_some(), "{field} in {json}");
         }
         assert!(!s.is_live() && !StoreStatus::default().is_live());
+        // docs/api.md: "or `writes_blocked` (`since`, `error`)".
+        let blocked = StoreStatus::WritesBlocked {
+            since: 1,
+            error: "writes blocked".into(),
+        };
+        let json = serde_json::to_value(&blocked).unwrap();
+        assert_eq!(json["state"], "writes_blocked", "{json}");
+        for field in ["since", "error"] {
+            assert!(json.get(field).is_some(), "{field} in {json}");
+        }
+        assert_eq!(serde_json::from_value::<StoreStatus>(json).unwrap(), blocked);
         assert!(StoreStatus::Live { since: 0 }.is_live());
     }
 }
