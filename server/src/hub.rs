@@ -125,9 +125,12 @@ impl HubHandle {
         let (tx, rx) = mpsc::channel(256);
         let mut observer = store.observer();
         let recorder = history.as_ref().map(|(r, _)| r.clone());
+        let counters = store.clone();
         tokio::spawn(async move {
             // Where the history stopped, so that the observer replays what
-            // changed since where the store still has it (hub/task.rs, `on_missed`).
+            // changed since where the store still has it (hub/task.rs,
+            // `on_missed`), or the gap says what the store's fencing
+            // counters tell of it.
             if let Some(r) = &recorder {
                 let cursor = r.cursor().await;
                 if cursor
@@ -135,6 +138,13 @@ impl HubHandle {
                     .is_some_and(|f| observer.resume_history(f))
                 {
                     r.resume();
+                } else if cursor.is_some() {
+                    match tokio::time::timeout(Duration::from_secs(5), counters.fences()).await {
+                        Ok(Ok(Some(fences))) => r.count_unseen(&fences).await,
+                        Ok(Ok(None)) => {}
+                        Ok(Err(e)) => tracing::warn!(error = %e.describe(), "cannot read the store's fencing counters"),
+                        Err(_) => tracing::warn!("the store's fencing counters took over 5 s to read"),
+                    }
                 }
             }
             observer.run(tx).await

@@ -14,7 +14,7 @@ use lockscope_store::now_ms;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::{Cursor, History, HistoryStats, Retention, CHECKPOINT_EVERY};
+use super::{Cursor, History, HistoryStats, Retention, Unseen, CHECKPOINT_EVERY};
 
 /// Batches (one per hub turn) the queue holds before events are dropped.
 pub(super) const QUEUE_BATCHES: usize = 4096;
@@ -54,6 +54,8 @@ pub(super) enum Item {
         /// replayed what changed since ([`Recorder::resume`]): a gap from
         /// there to the snapshot.
         since: Option<Cursor>,
+        /// What the store's fencing counters say was acquired unseen.
+        unseen: Option<Unseen>,
     },
     /// Answered once everything queued before it is written (or dropped).
     Flush(oneshot::Sender<()>),
@@ -80,6 +82,8 @@ struct Replaying {
     resumed: bool,
     /// Events recorded meanwhile, queued at once by [`Recorder::send_held`].
     held: Option<Vec<HistoryEvent>>,
+    /// What was acquired unseen since `before` ([`Recorder::count_unseen`]).
+    unseen: Option<Unseen>,
 }
 
 impl Recorder {
@@ -106,6 +110,17 @@ impl Recorder {
         };
         self.replay.lock().expect("not poisoned").before = before;
         before
+    }
+
+    /// Counts, from `fences` (every lock name's fencing counter in the store
+    /// now, [`lockscope_store::fleet::FleetStore::fences`]), the acquisitions
+    /// made since the history last recorded, for the gap the first snapshot
+    /// records. Before the observer starts.
+    pub async fn count_unseen(&self, fences: &[(String, i64)]) {
+        match self.history.unseen(&self.fleet, fences).await {
+            Ok(u) => self.replay.lock().expect("not poisoned").unseen = Some(u),
+            Err(e) => warn!(error = %e, fleet = %self.fleet, "history: cannot count what was acquired unseen"),
+        }
     }
 
     /// The store will replay what changed since the [`Recorder::cursor`]'s
@@ -198,7 +213,10 @@ impl Recorder {
     /// is full it is lost (counted as one dropped event) and acquisitions that
     /// ended while no dashboard watched stay open in the history.
     pub fn resync(&self, at: Millis, revision: i64, held: HashSet<(String, i64)>) {
-        let before = self.replay.lock().expect("not poisoned").before;
+        let (before, unseen) = {
+            let r = self.replay.lock().expect("not poisoned");
+            (r.before, r.unseen.clone())
+        };
         let continuous = self.resumed().is_some_and(|c| c.revision == Some(revision));
         let since = before.filter(|_| !continuous);
         let item = Item::Resync {
@@ -207,6 +225,7 @@ impl Recorder {
             revision,
             held,
             since,
+            unseen,
         };
         if self.queue.try_send(item).is_err() {
             self.stats.lost(&self.fleet, at, 1);
@@ -230,8 +249,10 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
                 revision,
                 held,
                 since,
+                unseen,
             } => {
-                let ends = resync(&history, &fleet, at, revision, &held, since).await;
+                let gap = since.map(|c| (c, unseen));
+                let ends = resync(&history, &fleet, at, revision, &held, gap).await;
                 stats.queued.fetch_add(ends.len() as u64, Ordering::Relaxed);
                 ends
             }
@@ -394,14 +415,15 @@ fn why(e: &super::HistoryError) -> String {
 
 /// The ends of the acquisitions `fleet`'s history shows open at `at` that a
 /// first snapshot (`held`) no longer has; and the gap from `since` (where the
-/// history stopped before, if the store did not replay since) to it.
+/// history stopped before, if the store did not replay since, and what its
+/// fencing counters say was acquired unseen) to it.
 async fn resync(
     history: &History,
     fleet: &str,
     at: Millis,
     revision: i64,
     held: &HashSet<(String, i64)>,
-    since: Option<Cursor>,
+    since: Option<(Cursor, Option<Unseen>)>,
 ) -> Vec<HistoryEvent> {
     // Acquisitions recorded in the last seconds may be younger than the
     // snapshot (another replica saw them after it was read): never ended here.
@@ -412,14 +434,14 @@ async fn resync(
             return Vec::new();
         }
     };
-    let gap = since.map(|c| {
+    let gap = since.map(|(c, unseen)| {
         let open: HashSet<(&str, i64)> = table.locks.iter().map(|e| (e.name.as_str(), e.fence)).collect();
         let ended = open
             .iter()
             .filter(|(n, f)| !held.contains(&(n.to_string(), *f)))
             .count();
         let began = held.iter().filter(|(n, f)| !open.contains(&(n.as_str(), *f))).count();
-        unwatched(fleet, c, at, ended, began)
+        unwatched(fleet, c, at, ended, began, unseen)
     });
     let ends = table
         .locks
@@ -452,9 +474,16 @@ async fn resync(
 /// watched, and the store could not replay it (etcd compacted past the
 /// revision, or a SQL store, which keeps no history of its changes). `ended`
 /// and `began`: acquisitions the history showed open that the snapshot
-/// lacks, and the reverse.
-fn unwatched(fleet: &str, since: Cursor, at: Millis, ended: usize, began: usize) -> HistoryEvent {
-    let changed = match (ended, began) {
+/// lacks, and the reverse; `unseen`: what the store's fencing counters say.
+fn unwatched(
+    fleet: &str,
+    since: Cursor,
+    at: Millis,
+    ended: usize,
+    began: usize,
+    unseen: Option<Unseen>,
+) -> HistoryEvent {
+    let mut changed = match (ended, began) {
         (0, 0) => "the locks held at its end are the ones held at its start; locks taken and released in between, if any, are not recorded".to_string(),
         _ => format!(
             "changes happened that were not seen: {ended} acquisition{} ended (recorded at the snapshot, \
@@ -462,6 +491,9 @@ fn unwatched(fleet: &str, since: Cursor, at: Millis, ended: usize, began: usize)
             if ended == 1 { "" } else { "s" },
         ),
     };
+    if let Some(u) = unseen {
+        changed.push_str(&format!("; {}", u.text()));
+    }
     let why = format!(
         "not watching from the last event recorded before the restart ({}) to the first snapshot after it ({}), \
          both this server's clock; the store could not replay what changed (etcd had compacted its history past \

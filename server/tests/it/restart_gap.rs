@@ -21,8 +21,15 @@ use lockscope_store::spec::{AnyLocks, StoreSpec};
 use lockscope_store::testing::{free_port, take, EtcdServer};
 
 const DOCS_REPLAY: &str = "a restarted server replays what changed while no dashboard watched";
+const DOCS_SQL: &str = "on SQL stores, how many acquisitions it did not see, from each lock name's fencing counter";
 const DOCS_GAP: &str =
     "not watching from A (the last event recorded before the restart) to B (the first snapshot after it)";
+
+/// How long a cycle holds its lock on etcd (every change is watched).
+const ETCD_HOLD: Duration = Duration::from_millis(5);
+/// On SQLite: longer than the observer's poll (200 ms), so that a live
+/// server sees each cycle (it sees rows as they are at each poll).
+const SQL_HOLD: Duration = Duration::from_millis(250);
 
 /// One `lockscope` process on `store`, its history in `dir`.
 struct Server {
@@ -85,8 +92,8 @@ impl Drop for Server {
     }
 }
 
-/// A client taking and releasing locks until stopped: every (lock, fence) the
-/// store acknowledged (taken, then released).
+/// A client taking and releasing locks until stopped, each held for `hold`:
+/// every (lock, fence) the store acknowledged (taken, then released).
 struct Cycles {
     stop: Arc<AtomicBool>,
     done: Arc<Mutex<Vec<(String, i64)>>>,
@@ -94,7 +101,7 @@ struct Cycles {
 }
 
 impl Cycles {
-    fn start(locks: Arc<AnyLocks>) -> Cycles {
+    fn start(locks: Arc<AnyLocks>, hold: Duration) -> Cycles {
         let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
         let (s, d) = (stop.clone(), done.clone());
         let task = tokio::spawn(async move {
@@ -102,7 +109,7 @@ impl Cycles {
             while !s.load(Ordering::Relaxed) {
                 let name = format!("cycle/{}", n % 4);
                 let fence = take(&*locks, &name).await;
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(hold).await;
                 assert!(locks.release(&name, fence).await.unwrap(), "{name} {fence} released");
                 d.lock().unwrap().push((name, fence));
                 n += 1;
@@ -163,24 +170,24 @@ async fn run_for(cycles: &Cycles, more: usize) {
     }
 }
 
-/// Kills `server` mid-stream (after 30 cycles), lets `down` happen while it
-/// is down (and 40 cycles), and starts it again (20 more cycles): the new
-/// server, when it was killed and when restarted.
+/// Kills `server` mid-stream (after `n.0` cycles), lets `down` happen while
+/// it is down (and `n.1` cycles), and starts it again (`n.2` more cycles):
+/// the new server, when it was killed and when restarted.
 async fn kill_and_restart<F: std::future::Future<Output = ()>>(
     server: Server,
     dir: &std::path::Path,
     store: &str,
-    cycles: &Cycles,
+    (cycles, n): (&Cycles, (usize, usize, usize)),
     down: impl FnOnce() -> F,
 ) -> (Server, i64, i64) {
-    run_for(cycles, 30).await;
+    run_for(cycles, n.0).await;
     server.kill();
     let killed = lockscope_store::now_ms();
-    run_for(cycles, 40).await;
+    run_for(cycles, n.1).await;
     down().await;
     let restarted = lockscope_store::now_ms();
     let server = Server::start(dir, store).await;
-    run_for(cycles, 20).await;
+    run_for(cycles, n.2).await;
     (server, killed, restarted)
 }
 
@@ -191,8 +198,8 @@ async fn etcd_restart_replays_every_cycle_once() {
     let dir = tempfile::tempdir().unwrap();
     let locks = Arc::new(StoreSpec::parse(&store).unwrap().connect().await.unwrap());
     let first = Server::start(dir.path(), &store).await;
-    let cycles = Cycles::start(locks);
-    let (_server, _, _) = kill_and_restart(first, dir.path(), &store, &cycles, || async {}).await;
+    let cycles = Cycles::start(locks, ETCD_HOLD);
+    let (_server, _, _) = kill_and_restart(first, dir.path(), &store, (&cycles, (30, 40, 20)), || async {}).await;
     let done = cycles.stop().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -291,10 +298,13 @@ async fn etcd_compacted_past_the_history_records_a_gap() {
     let dir = tempfile::tempdir().unwrap();
     let locks = Arc::new(StoreSpec::parse(&store).unwrap().connect().await.unwrap());
     let first = Server::start(dir.path(), &store).await;
-    let cycles = Cycles::start(locks);
+    let cycles = Cycles::start(locks, ETCD_HOLD);
     let endpoint = etcd.endpoint();
     let (server, killed, restarted) =
-        kill_and_restart(first, dir.path(), &store, &cycles, || async move { compact(&endpoint) }).await;
+        kill_and_restart(first, dir.path(), &store, (&cycles, (30, 40, 20)), || async move {
+            compact(&endpoint)
+        })
+        .await;
     cycles.stop().await;
     let gap = gap(dir.path()).await;
     check_gap(&server, &gap, killed, restarted, dir.path()).await;
@@ -308,8 +318,8 @@ async fn sqlite_restart_records_the_gap_and_what_changed_in_it() {
     // Held across the kill, released while the server is down.
     let held = take(&*locks, "held/over-the-kill").await;
     let first = Server::start(dir.path(), &store).await;
-    let cycles = Cycles::start(locks.clone());
-    let (server, killed, restarted) = kill_and_restart(first, dir.path(), &store, &cycles, || async {
+    let cycles = Cycles::start(locks.clone(), SQL_HOLD);
+    let (server, killed, restarted) = kill_and_restart(first, dir.path(), &store, (&cycles, (6, 8, 2)), || async {
         assert!(locks.release("held/over-the-kill", held).await.unwrap());
     })
     .await;
@@ -320,6 +330,46 @@ async fn sqlite_restart_records_the_gap_and_what_changed_in_it() {
         gap.detail.contains("changes happened that were not seen: ")
             && !gap.detail.contains("seen: 0 acquisitions ended"),
         "whether anything changed in it: {}",
+        gap.detail
+    );
+    let unseen: u64 = gap
+        .detail
+        .split(" acquisitions were made that the history did not see")
+        .next()
+        .and_then(|head| head.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{DOCS_SQL}: {}", gap.detail));
+    assert!(
+        unseen >= 8,
+        "{DOCS_SQL}: at least the 8 cycles made while it was down: {}",
+        gap.detail
+    );
+}
+
+/// Nothing acquired while the server was down: the gap says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_restart_with_nothing_acquired_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = format!("sqlite:{}", dir.path().join("locks.db").display());
+    let locks = Arc::new(StoreSpec::parse(&store).unwrap().connect().await.unwrap());
+    let first = Server::start(dir.path(), &store).await;
+    let cycles = Cycles::start(locks, SQL_HOLD);
+    run_for(&cycles, 6).await;
+    let done = cycles.stop().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while recorded(&events(dir.path()).await, &done)
+        .values()
+        .any(|c| *c != (1, 1))
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the cycles were not recorded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    first.kill();
+    let _server = Server::start(dir.path(), &store).await;
+    let gap = gap(dir.path()).await;
+    assert!(
+        gap.detail.contains("no lock the history knew was acquired in between"),
+        "{DOCS_SQL}: {}",
         gap.detail
     );
 }
