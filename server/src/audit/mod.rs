@@ -172,12 +172,23 @@ impl AuditLog {
     }
 
     /// Queues entries the database cannot take in the file `path` (an SQLite
-    /// log has its spool beside it already; this one is kept).
+    /// log has its spool beside it already; this one is kept). A spool
+    /// another process owns is not used: this log then queues nothing
+    /// (logged).
     pub fn set_spool(&self, path: &std::path::Path) -> Result<(), AuditError> {
-        let spool = spool::Spool::open(path).map_err(|source| AuditError::Io {
-            what: format!("reading the audit spool {}", path.display()),
-            source,
-        })?;
+        let spool = match spool::Spool::open(path) {
+            Ok(spool) => spool,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                tracing::warn!(path = %path.display(), "the audit spool is another process's: this one queues no entries");
+                return Ok(());
+            }
+            Err(source) => {
+                return Err(AuditError::Io {
+                    what: format!("reading the audit spool {}", path.display()),
+                    source,
+                })
+            }
+        };
         if spool.pending() > 0 {
             tracing::warn!(path = %path.display(), entries = spool.pending(), "audit entries queued by an earlier run: writing them");
         }

@@ -13,6 +13,11 @@
 //!
 //! The flush writes the queued entries in one transaction and then empties the
 //! file: a crash between the two writes them twice (never zero times).
+//!
+//! A spool is one process's: it holds an exclusive `flock` on `PATH.lock` for
+//! its lifetime, so that two processes never flush the same entries. Another
+//! process opening the same log (a second server in the same directory, a test
+//! reading the log) gets no spool ([`Spool::open`] fails with `WouldBlock`).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -39,6 +44,8 @@ pub enum SpoolError {
 /// The spool file and what it holds.
 pub(crate) struct Spool {
     path: PathBuf,
+    /// `PATH.lock`, `flock`ed while this spool lives (closing it unlocks).
+    _owner: std::fs::File,
     /// Held to change the file (briefly: a push, or a flush taking away what
     /// it wrote), never while a flush waits for the database.
     file: tokio::sync::Mutex<()>,
@@ -49,8 +56,17 @@ pub(crate) struct Spool {
 }
 
 impl Spool {
-    /// The spool at `path`, counting the entries a previous run left there.
+    /// The spool at `path`, counting the entries a previous run left there;
+    /// `WouldBlock` when another process (or log) owns it.
     pub(crate) fn open(path: &Path) -> std::io::Result<Spool> {
+        let mut lock = path.to_path_buf().into_os_string();
+        lock.push(".lock");
+        let owner = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock)?;
+        own(&owner)?;
         let pending = match std::fs::read_to_string(path) {
             Ok(text) => text.lines().filter(|l| !l.trim().is_empty()).count(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
@@ -58,6 +74,7 @@ impl Spool {
         };
         Ok(Spool {
             path: path.to_path_buf(),
+            _owner: owner,
             file: tokio::sync::Mutex::new(()),
             flushing: tokio::sync::Mutex::new(()),
             pending: AtomicUsize::new(pending),
@@ -162,6 +179,22 @@ impl Spool {
     }
 }
 
+/// An exclusive, non-blocking `flock` on `file` (unix; elsewhere every
+/// process owns its spool).
+fn own(file: &std::fs::File) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor, open for as long as the call.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = file;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,8 +233,12 @@ mod tests {
         // A failed write keeps everything, in order.
         assert!(spool.flush(|_| async { Err::<(), ()>(()) }).await.is_err());
         assert_eq!(spool.pending(), 1);
-        // Reopened (a restart), it counts what is there.
-        assert_eq!(Spool::open(spool.path()).unwrap().pending(), 1);
+        // One owner at a time; reopened (a restart), it counts what is there.
+        let taken = Spool::open(spool.path()).err().expect("owned");
+        assert_eq!(taken.kind(), std::io::ErrorKind::WouldBlock, "{taken}");
+        let path = spool.path().to_path_buf();
+        drop(spool);
+        assert_eq!(Spool::open(&path).unwrap().pending(), 1);
     }
 
     #[tokio::test]
