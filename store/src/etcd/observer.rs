@@ -12,6 +12,7 @@
 //!
 //! One task, one connection: this loop is the only reader, so it needs no locking.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, KeyValue, KvClient, WatchOptions};
@@ -23,7 +24,7 @@ use tracing::{debug, info};
 use super::{prefix_end, timed, EtcdConfig, EtcdProbe};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
-use crate::liveness::while_alive;
+use crate::liveness::{while_alive, Heartbeat};
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct EtcdObserver {
@@ -34,6 +35,9 @@ pub struct EtcdObserver {
     /// Where the dashboard's history stopped: before the first snapshot, what
     /// changed since is replayed to it (`super::replay`), once.
     pub(super) history_from: Option<i64>,
+    /// Marked on every response the session receives, so a probe answered late
+    /// behind a large snapshot is not taken for a dead store (`crate::liveness`).
+    pub(super) beat: Arc<Heartbeat>,
 }
 
 impl EtcdObserver {
@@ -42,6 +46,7 @@ impl EtcdObserver {
             cfg,
             resume: None,
             history_from: None,
+            beat: Arc::default(),
         }
     }
 }
@@ -69,7 +74,8 @@ impl Session for EtcdObserver {
             let client = self.cfg.connect().await?;
             // A link that drops packets says nothing: the probe notices it.
             let mut probe = EtcdProbe::new(&client, &self.cfg);
-            while_alive(self.observe(client, link), &mut probe).await
+            let beat = self.beat.clone();
+            while_alive(self.observe(client, link), &mut probe, &beat).await
         })
     }
 }
@@ -101,6 +107,7 @@ impl EtcdObserver {
                 let Some(resp) = stream.message().await? else {
                     return Err(StoreError::unreachable_msg("etcd watch stream ended"));
                 };
+                self.beat.saw();
                 if resp.compact_revision() > 0 {
                     info!(
                         wanted = from + 1,
@@ -278,6 +285,7 @@ impl EtcdObserver {
             let exact = GetOptions::new().with_revision(revision);
             let resp = timed(self.cfg.request_timeout, kv.get(span.clone(), Some(exact))).await?;
             resp.kvs().iter().for_each(&mut *take);
+            self.beat.saw();
             // Children counted concurrently (one connection, multiplexed).
             let children: Vec<Vec<u8>> = (0..=255u8)
                 .map(|b| {
@@ -305,6 +313,7 @@ impl EtcdObserver {
             opts = opts.with_revision(revision);
         }
         let resp = timed(self.cfg.request_timeout, kv.get(span.to_vec(), Some(opts))).await?;
+        self.beat.saw();
         Ok((resp.header().map(|h| h.revision()).unwrap_or_default(), resp.count()))
     }
 
@@ -325,6 +334,8 @@ impl EtcdObserver {
         match whole {
             Ok(Ok(resp)) => {
                 resp.kvs().iter().for_each(take);
+                // After parsing: time spent on it is not the store's silence.
+                self.beat.saw();
                 return Ok(());
             }
             // Over the client's decoding limit (tonic says OutOfRange, as etcd does
@@ -346,6 +357,7 @@ impl EtcdObserver {
             let opts = span_at().with_limit(self.cfg.page_size);
             let resp = timed(self.cfg.request_timeout, kv.get(from.clone(), Some(opts))).await?;
             resp.kvs().iter().for_each(&mut *take);
+            self.beat.saw();
             match resp.kvs().last() {
                 Some(last) if resp.more() => {
                     from = last.key().to_vec();

@@ -108,6 +108,7 @@ impl EtcdObserver {
             let Some(resp) = resp else {
                 return Err(StoreError::unreachable_msg("etcd watch stream ended"));
             };
+            self.beat.saw();
             if resp.compact_revision() > 0 {
                 info!(
                     from,

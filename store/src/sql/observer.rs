@@ -23,6 +23,7 @@
 //! One task, one pool: this loop is the only reader, so its state needs no lock.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -36,7 +37,7 @@ use super::sessions::SessionTracker;
 use super::{Change, Changes, Dialect, SqlLocks};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, HubGone, Link, Session};
-use crate::liveness::while_alive;
+use crate::liveness::{while_alive, Heartbeat};
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct SqlObserver {
@@ -55,6 +56,10 @@ pub struct SqlObserver {
     /// Full reads made, numbering the resets (PostgreSQL's changes carry no
     /// sequence), across reconnects.
     reads: i64,
+    /// Marked whenever the store answers a read or sends a notification, so a
+    /// probe answered late beside a long read is not taken for a dead store
+    /// (`crate::liveness`).
+    beat: Arc<Heartbeat>,
 }
 
 /// What this observer has sent the hub since its last full read.
@@ -76,6 +81,7 @@ impl SqlObserver {
             backoff: Backoff::new(Duration::from_millis(250), Duration::from_secs(10)),
             sessions: SessionTracker::default(),
             reads: 0,
+            beat: Arc::default(),
         }
     }
 
@@ -86,7 +92,9 @@ impl SqlObserver {
         let store = SqlLocks::connect(&self.url).await?;
         let mut probe = SqlProbe::open(&self.url, store.dialect()).await?;
         let mut sessions = std::mem::take(&mut self.sessions);
-        let followed = while_alive(async { Ok(self.follow(store, link, &mut sessions).await) }, &mut probe).await;
+        let beat = self.beat.clone();
+        let session = async { Ok(self.follow(store, link, &mut sessions).await) };
+        let followed = while_alive(session, &mut probe, &beat).await;
         self.sessions = sessions;
         match followed? {
             Err(Halt::Store(e)) => Err(e),
@@ -133,6 +141,7 @@ impl SqlObserver {
             Dialect::Postgres => None,
         };
         let locks = store.held().await?;
+        self.beat.saw();
         // Not a live observation (the values may have been written any time
         // since the last read): no receive time for the skew estimate.
         sessions.update(
@@ -141,6 +150,7 @@ impl SqlObserver {
             Instant::now(),
             None,
         );
+        self.beat.saw();
         let (live, blacklist, waiters) = sessions.snapshot();
         self.reads += 1;
         let revision = changes.map_or(self.reads, |c| c.counter);
@@ -168,6 +178,7 @@ impl SqlObserver {
         sessions: &mut SessionTracker,
     ) -> Result<(), Halt> {
         let now = store.changes().await?;
+        self.beat.saw();
         let before = seen.changes.expect("SQLite reads its counters");
         if now == before {
             return Ok(());
@@ -185,6 +196,7 @@ impl SqlObserver {
         }
         loop {
             let page = store.changed_since(seen.seq, self.page).await?;
+            self.beat.saw();
             let full = page.len() as i64 == self.page;
             if let Some((seq, _)) = page.last() {
                 seen.seq = *seq;
@@ -219,6 +231,7 @@ impl SqlObserver {
             Err(_) => return Ok(()),
             Ok(first) => first,
         };
+        self.beat.saw();
         // Coalesce a burst into one read.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let mut names = HashSet::new();
@@ -248,7 +261,9 @@ impl SqlObserver {
         }
         if !missed && !names.is_empty() {
             let names: Vec<String> = names.into_iter().collect();
-            match store.rows_named(&names).await? {
+            let rows = store.rows_named(&names).await?;
+            self.beat.saw();
+            match rows {
                 Some(events) => link.events(events).await?,
                 // A row deleted by hand: only a full read can tell what is gone.
                 None => missed = true,
@@ -263,6 +278,7 @@ impl SqlObserver {
     /// Re-reads the sessions and the blacklist and sends what changed.
     async fn sessions_changed(&self, store: &SqlLocks, link: &Link, sessions: &mut SessionTracker) -> Result<(), Halt> {
         let (rows, blacklist) = (store.session_rows().await?, store.blacklist_rows().await?);
+        self.beat.saw();
         let events = sessions.update(rows, blacklist, Instant::now(), Some(now_ms()));
         if !events.is_empty() {
             link.events(events).await?;

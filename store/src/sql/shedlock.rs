@@ -47,7 +47,7 @@ use super::probe::SqlProbe;
 use super::Dialect;
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
-use crate::liveness::while_alive;
+use crate::liveness::{while_alive, Heartbeat};
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 /// Watches a ShedLock table (see the module documentation).
@@ -166,7 +166,7 @@ impl ShedLockObserver {
     }
 
     /// Runs until an error (returned) or until the hub is gone (`Ok`).
-    async fn observe(&mut self, link: &mut Link) -> Result<(), StoreError> {
+    async fn observe(&mut self, link: &mut Link, beat: &Heartbeat) -> Result<(), StoreError> {
         let pool = tokio::time::timeout(self.read_timeout, self.connect())
             .await
             .map_err(|_| StoreError::Timeout(self.read_timeout))??;
@@ -178,6 +178,7 @@ impl ShedLockObserver {
                 .await
                 .map_err(|_| StoreError::Timeout(self.read_timeout))?
                 .map_err(|e| StoreError::from(e).of(format!("reading the ShedLock table {}", self.table)))?;
+            beat.saw();
             let now = now_ms();
             let mut held = BTreeMap::new();
             for row in &rows {
@@ -263,7 +264,8 @@ impl Session for ShedLockObserver {
             // Between two polls, and during a read that hangs (its timeout is
             // far longer), the liveness probe notices a database gone away.
             let mut probe = SqlProbe::open(&self.url, self.dialect).await?;
-            while_alive(self.observe(link), &mut probe).await
+            let beat = Heartbeat::default();
+            while_alive(self.observe(link, &beat), &mut probe, &beat).await
         })
     }
 }

@@ -155,13 +155,16 @@ async fn http_get(port: u16, path: &str) -> Option<String> {
 
 /// Forwards loopback TCP to `upstream`. [`cut`](TcpProxy::cut) closes every open
 /// connection and refuses new ones; [`freeze`](TcpProxy::freeze) keeps connections
-/// open but forwards nothing (a store that hangs); [`restore`](TcpProxy::restore)
-/// forwards again.
+/// open but forwards nothing (a store that hangs); [`throttle`](TcpProxy::throttle)
+/// forwards the store's side at a set rate (a slow link); [`restore`](TcpProxy::restore)
+/// forwards again at full speed.
 pub struct TcpProxy {
     addr: SocketAddr,
     open: Arc<AtomicBool>,
     generation: watch::Sender<u64>,
     frozen: watch::Sender<bool>,
+    /// Bytes per second forwarded from the store to the client; 0: unlimited.
+    rate: watch::Sender<u64>,
 }
 
 impl TcpProxy {
@@ -171,7 +174,9 @@ impl TcpProxy {
         let open = Arc::new(AtomicBool::new(true));
         let (generation, _) = watch::channel(0u64);
         let (frozen, _) = watch::channel(false);
+        let (rate, _) = watch::channel(0u64);
         let (gen_tx, frozen_tx, is_open) = (generation.clone(), frozen.clone(), open.clone());
+        let rate_tx = rate.clone();
         tokio::spawn(async move {
             while let Ok((mut down, _)) = listener.accept().await {
                 if !is_open.load(Ordering::SeqCst) {
@@ -179,6 +184,7 @@ impl TcpProxy {
                 }
                 let mut cut = gen_tx.subscribe();
                 let mut frozen = frozen_tx.subscribe();
+                let rate = rate_tx.subscribe();
                 tokio::spawn(async move {
                     // While frozen, hold the client's socket and send nothing.
                     if frozen.wait_for(|f| !*f).await.map(|_| ()).is_err() {
@@ -188,7 +194,7 @@ impl TcpProxy {
                         return;
                     };
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = forward(&mut down, &mut up, rate) => {}
                         _ = cut.changed() => {}
                         _ = async { frozen.wait_for(|f| *f).await.map(|_| ()) } => {
                             // Hang: both sockets stay open, nothing moves, until cut.
@@ -203,6 +209,7 @@ impl TcpProxy {
             open,
             generation,
             frozen,
+            rate,
         }
     }
 
@@ -219,10 +226,44 @@ impl TcpProxy {
         self.frozen.send_replace(true);
     }
 
+    /// Forwards what the store sends at most `bytes_per_sec` (what the client
+    /// sends goes at full speed): a slow link, where the store's answers queue
+    /// behind what it sent before.
+    pub fn throttle(&self, bytes_per_sec: u64) {
+        self.rate.send_replace(bytes_per_sec);
+    }
+
     pub fn restore(&self) {
         self.open.store(true, Ordering::SeqCst);
         self.frozen.send_replace(false);
+        self.rate.send_replace(0);
     }
+}
+
+/// Copies both ways between the client (`down`) and the store (`up`) until
+/// either side closes; the store's side at most `rate` bytes per second.
+async fn forward(down: &mut TcpStream, up: &mut TcpStream, rate: watch::Receiver<u64>) {
+    let (mut down_read, mut down_write) = down.split();
+    let (mut up_read, mut up_write) = up.split();
+    let to_store = tokio::io::copy(&mut down_read, &mut up_write);
+    let to_client = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let n = up_read.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<_, std::io::Error>(());
+            }
+            down_write.write_all(&buf[..n]).await?;
+            let rate = *rate.borrow();
+            if rate > 0 {
+                tokio::time::sleep(Duration::from_secs_f64(n as f64 / rate as f64)).await;
+            }
+        }
+    };
+    let _ = tokio::select! {
+        r = to_store => r.map(|_| ()),
+        r = to_client => r,
+    };
 }
 
 /// A well-formed record for lock tests, timed from `now_ms` on the caller's clock.

@@ -1,6 +1,7 @@
 //! The store crate's integration tests against a real etcd, SQLite and
 //! PostgreSQL, in one test binary (one link instead of one per suite).
 
+mod busy_link;
 mod contract_etcd;
 mod contract_scylla;
 mod contract_sql;
