@@ -13,6 +13,8 @@
 //! - [`client`]: the client library on top of any [`protocol::LockStore`]: sessions,
 //!   `lock` with a deadline, batch try-lock, heartbeats, guards.
 //! - [`etcd`]: the etcd v3 adapter (observer + [`protocol::LockStore`]).
+//! - [`etcd_mutex`]: etcd's native mutexes and elections (`etcdctl lock`),
+//!   observed and guarded-released as a fleet of foreign locks.
 //! - [`sql`]: SQLite and PostgreSQL (observer + [`protocol::LockStore`]), and the
 //!   read-only ShedLock observer.
 //! - [`scylla`]: ScyllaDB / Cassandra LWT tables, the published schema and
@@ -33,6 +35,7 @@
 pub mod backoff;
 pub mod client;
 pub mod etcd;
+pub mod etcd_mutex;
 pub mod fleet;
 mod link;
 pub mod liveness;

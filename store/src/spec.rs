@@ -14,7 +14,10 @@
 //!   a ScyllaDB or Cassandra cluster (keyspace default `lockscope`; the
 //!   password of `user` from `password_file` or `LOCKSCOPE_SCYLLA_PASSWORD`);
 //! - `scylla-memory:NAME[?schema=published]`: an in-memory CQL keyspace of
-//!   this process (tests and demos).
+//!   this process (tests and demos);
+//! - `etcd-mutex:ENDPOINT[,ENDPOINT…]#PREFIX`: etcd's native mutexes and
+//!   elections under PREFIX (taken byte for byte, required), read and
+//!   guarded-released ([`crate::etcd_mutex`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,6 +48,9 @@ pub enum StoreSpec {
     ShedLock { url: String, table: String },
     /// ScyllaDB / Cassandra (or its in-memory emulation).
     Scylla(ScyllaTarget),
+    /// etcd's native mutexes (`etcdctl lock`, `concurrency.Mutex`) and
+    /// elections under `prefix` ([`crate::etcd_mutex`]).
+    EtcdMutex { endpoints: Vec<String>, prefix: String },
 }
 
 impl StoreSpec {
@@ -53,7 +59,10 @@ impl StoreSpec {
     pub fn parse(text: &str) -> Result<StoreSpec, StoreError> {
         let text = text.trim();
         let bad = |why: &str| Err(StoreError::Config(format!("store {:?}: {why}", redact(text))));
-        if let Some(rest) = text.strip_prefix("etcd:") {
+        if let Some(rest) = text.strip_prefix("etcd-mutex:") {
+            crate::etcd_mutex::parse_spec(rest)
+                .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
+        } else if let Some(rest) = text.strip_prefix("etcd:") {
             let (endpoints, prefix) = match rest.split_once('#') {
                 Some((e, p)) => (e, Some(p.to_string())),
                 None => (rest, None),
@@ -112,7 +121,7 @@ impl StoreSpec {
         } else if is_postgres(text) {
             Ok(StoreSpec::Sql { url: text.to_string() })
         } else {
-            bad("expected etcd:…, sqlite:PATH, postgres://…, scylla:… or shedlock+…")
+            bad("expected etcd:…, etcd-mutex:…#PREFIX, sqlite:PATH, postgres://…, scylla:… or shedlock+…")
         }
     }
 
@@ -147,6 +156,7 @@ impl StoreSpec {
             StoreSpec::Sql { url } => redact(url),
             StoreSpec::ShedLock { url, table } => format!("ShedLock table {table} in {}", redact(url)),
             StoreSpec::Scylla(target) => target.source(),
+            StoreSpec::EtcdMutex { endpoints, prefix } => crate::etcd_mutex::source(endpoints, prefix),
         }
     }
 
@@ -155,7 +165,9 @@ impl StoreSpec {
     /// contact points ([`crate::summary`]).
     pub fn address(&self) -> String {
         match self {
-            StoreSpec::Etcd { endpoints, .. } => crate::summary::address_of_endpoints(endpoints),
+            StoreSpec::Etcd { endpoints, .. } | StoreSpec::EtcdMutex { endpoints, .. } => {
+                crate::summary::address_of_endpoints(endpoints)
+            }
             StoreSpec::Sql { url } | StoreSpec::ShedLock { url, .. } => crate::summary::address_of_url(url),
             StoreSpec::Scylla(target) => crate::summary::address_of_scylla(target),
         }
@@ -171,6 +183,9 @@ impl StoreSpec {
     /// that cannot be observed (built by hand rather than parsed) is refused.
     pub fn open(&self) -> Result<Arc<dyn FleetStore>, StoreError> {
         self.try_observer()?;
+        if let StoreSpec::EtcdMutex { endpoints, prefix } = self {
+            return Ok(Arc::new(crate::etcd_mutex::MutexFleet::new(endpoints.clone(), prefix)));
+        }
         Ok(match self.writable() {
             true => Arc::new(WritableFleet::new(self.clone())),
             false => Arc::new(ReadOnlyFleet::new(self.clone())),
@@ -194,6 +209,9 @@ impl StoreSpec {
             StoreSpec::Sql { url } => Box::new(SqlObserver::new(url)),
             StoreSpec::ShedLock { url, table } => Box::new(ShedLockObserver::new(url, Some(table))?),
             StoreSpec::Scylla(target) => Box::new(ScyllaObserver::new(target.clone())),
+            StoreSpec::EtcdMutex { endpoints, prefix } => {
+                Box::new(crate::etcd_mutex::MutexObserver::new(endpoints.clone(), prefix))
+            }
         })
     }
 
@@ -206,6 +224,10 @@ impl StoreSpec {
                 Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
             }
             StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
+            StoreSpec::EtcdMutex { .. } => Err(StoreError::Config(format!(
+                "{} holds etcd's own mutexes, not lockscope's layout: a lockscope client cannot use it",
+                self.source()
+            ))),
             StoreSpec::Scylla(target) => Ok(AnyLocks::Scylla(target.connect(true).await?)),
         }
     }

@@ -40,7 +40,28 @@ pub enum LockBody {
         session: Option<String>,
         /// When the row was written, on the writer's clock (unix ms; `None`: unknown).
         written_at: Option<Millis>,
+        /// The holder's lease, where the layout keeps its lock on one (etcd's
+        /// native mutex and election); `None` elsewhere, or not read yet.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease: Option<LeaseInfo>,
+        /// The holder's value where the layout gives it a meaning: an etcd
+        /// election's proposal (`None`: empty, or no such value).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proposal: Option<String>,
     },
+}
+
+/// What etcd's `LeaseTimeToLive` said of a foreign lock holder's lease.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    /// The lease id in hex, as etcd's tools print it (also the holder's session).
+    pub id: String,
+    /// The TTL it was granted, in seconds.
+    pub granted_s: i64,
+    /// Its TTL left at `read_at`, in seconds (`-1`: it had expired).
+    pub ttl_s: i64,
+    /// When that was read, on this server's clock (unix ms).
+    pub read_at: Millis,
 }
 
 impl LockEntry {
@@ -71,7 +92,12 @@ impl LockEntry {
             name,
             fence,
             revision,
-            body: LockBody::Foreign { session, written_at },
+            body: LockBody::Foreign {
+                session,
+                written_at,
+                lease: None,
+                proposal: None,
+            },
         }
     }
 

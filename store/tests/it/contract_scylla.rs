@@ -304,7 +304,9 @@ async fn the_published_schema_is_observed_and_administered() {
         job1.body,
         LockBody::Foreign {
             session: Some("svc-a".into()),
-            written_at: Some(at)
+            written_at: Some(at),
+            lease: None,
+            proposal: None,
         },
         "only what the row holds"
     );

@@ -5,6 +5,7 @@ mod busy_link;
 mod contract_etcd;
 mod contract_scylla;
 mod contract_sql;
+mod etcd_mutex;
 mod etcd_observer;
 mod force_release_race;
 mod shedlock;

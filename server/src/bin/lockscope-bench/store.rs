@@ -79,6 +79,9 @@ impl Target {
             StoreSpec::Scylla(_) => {
                 bail!("the bench writes etcd or SQL tables in bulk; it has no ScyllaDB writer yet")
             }
+            StoreSpec::EtcdMutex { .. } => {
+                bail!("the bench writes lockscope's own layout; it has no writer of etcd's native mutexes yet")
+            }
         }
     }
 
