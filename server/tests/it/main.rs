@@ -10,6 +10,7 @@ mod admin_exact;
 mod attribution;
 mod cli;
 mod demo;
+mod etcd_mutex;
 mod fuzz;
 mod history;
 mod history_exports;

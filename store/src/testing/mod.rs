@@ -8,6 +8,7 @@
 
 pub mod contract;
 mod contract_rules;
+pub mod etcdctl;
 pub mod observer_contract;
 pub mod scylla;
 

@@ -3,73 +3,14 @@
 //! the observer shows through the hub's reducer, the guarded force-release,
 //! and the fresh read after a compaction past the watch.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use lockscope_model::{FleetState, LockBody};
 use lockscope_store::fleet::Release;
 use lockscope_store::spec::StoreSpec;
+use lockscope_store::testing::etcdctl::{lease_in, Etcdctl};
 use lockscope_store::testing::observer_contract::Watched;
 use lockscope_store::testing::{EtcdServer, TcpProxy};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
-
-const ETCDCTL: &str = "/usr/bin/etcdctl";
-
-/// An `etcdctl` process holding or waiting for a lock (or campaigning).
-struct Etcdctl {
-    child: Child,
-    out: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
-}
-
-impl Etcdctl {
-    fn start(endpoint: &str, args: &[&str]) -> Etcdctl {
-        let mut child = Command::new(ETCDCTL)
-            .arg(format!("--endpoints={endpoint}"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("etcdctl runs (scripts/install.sh installs etcd-client)");
-        let out = BufReader::new(child.stdout.take().unwrap()).lines();
-        Etcdctl { child, out }
-    }
-
-    fn lock(endpoint: &str, name: &str) -> Etcdctl {
-        Etcdctl::start(endpoint, &["lock", name])
-    }
-
-    /// The key it printed once it acquired the lock.
-    async fn acquired(&mut self) -> String {
-        tokio::time::timeout(Duration::from_secs(20), self.out.next_line())
-            .await
-            .expect("etcdctl acquired in time")
-            .unwrap()
-            .expect("etcdctl printed its key")
-    }
-
-    /// Whether it printed its key within `wait` (it acquired).
-    async fn acquires_within(&mut self, wait: Duration) -> bool {
-        tokio::time::timeout(wait, self.out.next_line()).await.is_ok()
-    }
-
-    /// SIGTERM: etcdctl closes its session (revokes its lease), as a process
-    /// stopped by its supervisor does.
-    async fn stop(mut self) {
-        let pid = self.child.id().expect("running").to_string();
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap();
-        let _ = tokio::time::timeout(Duration::from_secs(10), self.child.wait()).await;
-    }
-}
-
-/// The lease id in hex a key `…/<lease>` names.
-fn lease_in(key: &str) -> String {
-    key.rsplit('/').next().unwrap().to_string()
-}
 
 fn holder(s: &FleetState, name: &str) -> Option<(String, i64)> {
     let e = s.get(name)?;

@@ -1,0 +1,170 @@
+//! An `etcd-mutex:` fleet through the whole server: a lock held by a real
+//! `etcdctl lock` answers `GET /api/v1/fleets/{fleet}/locks/{name}` (holder
+//! lease, TTL, fence) within 1 s, the API's release with a stale fence is a
+//! 409 with the current holder, the one with the fence shown releases exactly
+//! that holder (its waiter's etcdctl then acquires), audited and credited in
+//! the history, and the lock leaves the API within 1 s of its release.
+
+use std::time::{Duration, Instant};
+
+use lockscope::audit::AuditLog;
+use lockscope::auth::Auth;
+use lockscope::history::History;
+use lockscope::http::AppState;
+use lockscope::hub::{Fleets, HubHandle};
+use lockscope_model::admin::AuditQuery;
+use lockscope_model::history::{HistoryQuery, Kind};
+use lockscope_store::spec::StoreSpec;
+use lockscope_store::testing::etcdctl::{lease_in, Etcdctl};
+use lockscope_store::testing::EtcdServer;
+use serde_json::Value;
+
+const F: &str = "mx";
+
+async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.to_string())))
+        .unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .unwrap_or_else(|_| panic!("{path}: no answer within 30 s"))
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// Asks for the lock until `done` holds of the answer (5 s at most); returns
+/// it and how long that took.
+async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bool) -> (u16, Value, Duration) {
+    let t0 = Instant::now();
+    loop {
+        let (status, body) = call(addr, "GET", &format!("/api/v1/fleets/{F}/locks/jobs%2Fnightly"), "").await;
+        if done(status, &body) {
+            return (status, body, t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "never: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_etcdctl_lock_through_the_api() {
+    let etcd = EtcdServer::start().await;
+    let ep = etcd.endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
+        .await
+        .unwrap();
+    let history = History::open(&format!("sqlite:{}", dir.path().join("history.db").display()), None)
+        .await
+        .unwrap();
+    let spec = StoreSpec::parse(&format!("etcd-mutex:{ep}#/mx/")).unwrap();
+    let recorder = Some((history.recorder(F), "replica-1".to_string()));
+    let hub = HubHandle::spawn_recording(F, "etcd mutexes under test", spec.open().unwrap(), recorder);
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let state = AppState::new(
+        Fleets::new(vec![hub.clone()]),
+        "target/site".into(),
+        stop_rx.clone(),
+        audit.clone(),
+        Auth::new(None, audit.clone()),
+    )
+    .with_history(history.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
+    let (status, _, _) = lock_until(addr, |s, _| s == 404).await;
+    assert_eq!(status, 404, "not held yet");
+
+    let mut holder = Etcdctl::lock(&ep, "/mx/jobs/nightly");
+    let lease1 = lease_in(&holder.acquired().await);
+    // docs/operations.md: "a lock made by `etcdctl lock` … answers within 1 s".
+    let (_, lock, took) = lock_until(addr, |s, b| {
+        s == 200 && b["entry"]["body"]["session"] == lease1.as_str()
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "shown after {took:?}");
+    let entry = &lock["entry"];
+    assert_eq!(entry["body"]["kind"], "foreign", "{lock}");
+    assert_eq!(entry["body"]["lease"]["id"], lease1.as_str(), "{lock}");
+    assert_eq!(entry["body"]["lease"]["granted_s"], 10, "{lock}");
+    assert!(
+        entry["body"]["lease"]["ttl_s"].as_i64().is_some_and(|t| t > 0),
+        "{lock}"
+    );
+    let fence1 = entry["fence"].as_i64().unwrap();
+    assert!(fence1 > 0);
+
+    let mut waiter = Etcdctl::lock(&ep, "/mx/jobs/nightly");
+    let (_, lock, _) = lock_until(addr, |_, b| b["waiters"].as_array().is_some_and(|w| w.len() == 1)).await;
+    let lease2 = lock["waiters"][0]["session"].as_str().unwrap().to_string();
+
+    // A stale fence: 409 with the current holder, nothing deleted.
+    let release = |fence: i64| format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-1: stuck job"}}"#);
+    let path = format!("/api/v1/fleets/{F}/locks/jobs%2Fnightly/release");
+    let (status, body) = call(addr, "POST", &path, &release(fence1 - 1)).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["outcome"], "changed", "{body}");
+    assert_eq!(body["current"]["fence"], fence1, "{body}");
+    assert!(!waiter.acquires_within(Duration::from_millis(300)).await);
+
+    // The fence shown: released, the waiter's etcdctl acquires, the table follows.
+    let (status, body) = call(addr, "POST", &path, &release(fence1)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["released"], true, "{body}");
+    assert_eq!(lease_in(&waiter.acquired().await), lease2);
+    lock_until(addr, |s, b| {
+        s == 200 && b["entry"]["body"]["session"] == lease2.as_str()
+    })
+    .await;
+
+    // Audited, and credited to the operator in the history.
+    let audited = audit.query(&AuditQuery::default()).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|a| a.fence == Some(fence1) && a.outcome == Some(lockscope_model::admin::Outcome::Done)),
+        "{audited:#?}"
+    );
+    let mut credited = None;
+    for _ in 0..200 {
+        let events = history
+            .query(&HistoryQuery {
+                fleet: F.into(),
+                limit: Some(1000),
+                ..HistoryQuery::default()
+            })
+            .await
+            .unwrap();
+        credited = events
+            .into_iter()
+            .find(|e| e.kind.ends_hold() && e.fence == Some(fence1));
+        if credited.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let end = credited.expect("the release in the history");
+    assert_eq!(
+        (end.kind, end.actor.as_deref()),
+        (Kind::ForceReleased, Some("anonymous")),
+        "{end:#?}"
+    );
+
+    // Its holder stops: the lock leaves the API within 1 s.
+    let t0 = Instant::now();
+    waiter.stop().await;
+    let (_, _, _) = lock_until(addr, |s, _| s == 404).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "dropped after {:?}",
+        t0.elapsed()
+    );
+    drop(holder);
+}
