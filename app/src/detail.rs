@@ -8,6 +8,7 @@
 
 use leptos::prelude::*;
 use lockscope_model::detail::LockDetail;
+use lockscope_model::fleet::LeaseInfo;
 use lockscope_model::time::{absolute_and_relative, human_duration, rfc3339, Millis};
 use lockscope_model::view::RowState;
 use lockscope_model::{Holder, LockBody, Screen};
@@ -28,6 +29,26 @@ pub fn detail_state(d: &LockDetail, now: Millis) -> Option<RowState> {
 pub const FOREIGN_UNKNOWN: &str = "Not kept by this schema, so unknown: the holder's service, host and pid, \
      the purpose, the backtrace, when it was acquired, the expected runtime, and the alert and auto-unlock times. \
      Lockscope never releases such a lock by itself; the schema's own housekeeping does.";
+
+/// What is known of an etcd native mutex holder's lease: its id, the TTL
+/// left when it was last read, and when it runs out unless its client renews it.
+pub fn lease_text(l: &LeaseInfo, now: Millis) -> String {
+    if l.ttl_s < 0 {
+        return format!(
+            "{}: expired or revoked when read {}",
+            l.id,
+            absolute_and_relative(l.read_at, now)
+        );
+    }
+    format!(
+        "{}: {} s left of {} s granted when read {}; runs out {} unless its client renews it",
+        l.id,
+        l.ttl_s,
+        l.granted_s,
+        absolute_and_relative(l.read_at, now),
+        absolute_and_relative(l.read_at.saturating_add(l.ttl_s.saturating_mul(1000)), now)
+    )
+}
 
 /// One line per time of the record: (label, "UTC (relative)", RFC 3339). A
 /// foreign schema's lock has one: when its row was written, if known.
@@ -111,7 +132,19 @@ pub fn LockPage() -> impl IntoView {
                 </section>
             }
             .into_any(),
-            LockBody::Foreign { session, .. } => {
+            LockBody::Foreign {
+                session,
+                lease,
+                proposal,
+                ..
+            } => {
+                let mutex = lease.is_some();
+                let lease = lease.map(|l| {
+                    let text = lease_text(&l, now);
+                    view! { <dt>"lease"</dt><dd data-testid="detail-lease">{text}</dd> }
+                });
+                let proposal =
+                    proposal.map(|p| view! { <dt>"proposal"</dt><dd data-testid="detail-proposal">{p}</dd> });
                 let times = record_times(&d, now)
                     .into_iter()
                     .map(|(label, text, iso)| view! { <dt>{label}</dt><dd><time datetime=iso>{text}</time></dd> })
@@ -120,16 +153,26 @@ pub fn LockPage() -> impl IntoView {
                 view! {
                     <section class="record foreign">
                         <h3>"Foreign schema"</h3>
-                        <p data-testid="detail-foreign">
-                            "Written by a client of a foreign locking schema (ScyllaDB's "<code>"tokens"</code>
-                            " table), which keeps only the holder's session and when the row was written."
-                        </p>
+                        {if mutex {
+                            view! { <p data-testid="detail-foreign">
+                                "Held through etcd's native mutex or election ("<code>"etcdctl lock"</code>", "
+                                <code>"concurrency.Mutex"</code>"): the holder's session is its lease, its fencing token "
+                                "its key's create revision; the layout keeps nothing else."
+                            </p> }.into_any()
+                        } else {
+                            view! { <p data-testid="detail-foreign">
+                                "Written by a client of a foreign locking schema (ScyllaDB's "<code>"tokens"</code>
+                                " table), which keeps only the holder's session and when the row was written."
+                            </p> }.into_any()
+                        }}
                         <dl>
                             <dt>"holder's session"</dt>
                             <dd data-testid="detail-holder">{match session {
                                 Some(s) => view! { <code>{s}</code> }.into_any(),
                                 None => view! { "unknown (the row names none)" }.into_any(),
                             }}</dd>
+                            {lease}
+                            {proposal}
                             {times}
                             {no_time.then(|| view! { <dt>"row written"</dt><dd>"unknown"</dd> })}
                             <dt>"fencing token"</dt><dd data-testid="detail-fence">{entry.fence}</dd>
@@ -267,6 +310,21 @@ pub fn LockPage() -> impl IntoView {
 mod tests {
     use super::*;
     use lockscope_model::{Holder, LockEntry};
+
+    #[test]
+    fn a_lease_is_its_ttl_and_when_it_runs_out() {
+        let l = LeaseInfo {
+            id: "694d".into(),
+            granted_s: 10,
+            ttl_s: 7,
+            read_at: 1_000_000,
+        };
+        let text = lease_text(&l, 1_002_000);
+        assert!(text.starts_with("694d: 7 s left of 10 s granted when read"), "{text}");
+        assert!(text.contains("unless its client renews it"), "{text}");
+        let gone = lease_text(&LeaseInfo { ttl_s: -1, ..l }, 1_002_000);
+        assert!(gone.starts_with("694d: expired or revoked"), "{gone}");
+    }
 
     #[test]
     fn times_are_absolute_and_relative() {

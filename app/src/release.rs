@@ -24,6 +24,14 @@ use crate::actions::{may_on_sessions, AdminForm, BlacklistForm};
 use crate::live::LiveView;
 use crate::sessions::{holder_word, session_text};
 
+/// What a force-release means for an etcd native mutex's holder and waiters
+/// (docs/operations.md, "etcd's native mutexes" says the same).
+pub const MUTEX_RELEASE_NOTE: &str = "The holder's process is not told: etcd's mutex and election clients do not \
+     watch their own key once they hold it, so it carries on as if it still held the lock (an election's next \
+     Proclaim fails). Its first waiter proceeds because every waiter watches the delete of the key just before \
+     its own: that delete is its turn. To stop the holder too, blacklist its session: that revokes its lease, \
+     which deletes every key it holds or waits with.";
+
 /// The snapshot the open dialog shows, and when it was taken (server clock).
 type Snapshot = Option<(LockDetail, Millis)>;
 
@@ -241,6 +249,13 @@ fn Facts(seen: Memo<LockDetail>) -> impl IntoView {
                 .is_some_and(|e| matches!(e.body, LockBody::Foreign { .. }))
         })
     };
+    let lease = move || {
+        let now = live.now.get();
+        seen.with(|d| match d.entry.as_ref().map(|e| &e.body) {
+            Some(LockBody::Foreign { lease: Some(l), .. }) => Some(crate::detail::lease_text(l, now)),
+            _ => None,
+        })
+    };
     let facts = move || {
         let d = seen.get();
         let (word, icon) = holder_word(d.holder);
@@ -303,6 +318,10 @@ fn Facts(seen: Memo<LockDetail>) -> impl IntoView {
                     <dt>"auto-unlock at"</dt>
                     <dd>"unknown: not kept by this schema (its own housekeeping releases such locks)"</dd>
                 })}
+                {move || lease().map(|text| view! {
+                    <dt>"lease"</dt><dd data-testid="release-lease">{text}</dd>
+                    <dt>"what a release does"</dt><dd data-testid="release-mutex-note">{MUTEX_RELEASE_NOTE}</dd>
+                })}
             </dl>
         </section>
     }
@@ -334,6 +353,17 @@ mod tests {
         assert!(moved.contains("releasing would do nothing"));
         let gone = stale_text(&detail(Some(5)), &detail(None)).unwrap();
         assert!(gone.contains("nobody holds it now"), "{gone}");
+    }
+
+    #[test]
+    fn the_mutex_note_is_the_operations_guide() {
+        let words = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let docs = words(include_str!("../../docs/operations.md"));
+        assert!(
+            docs.contains(&words(MUTEX_RELEASE_NOTE)),
+            "docs/operations.md (etcd's native mutexes) says what the dialog says: the holder's process \
+             is not told; its waiters proceed because each watches the delete of the key before its own"
+        );
     }
 
     #[test]

@@ -84,7 +84,9 @@ async fn an_etcdctl_lock_through_the_api() {
 
     let mut holder = Etcdctl::lock(&ep, "/mx/jobs/nightly");
     let lease1 = lease_in(&holder.acquired().await);
-    // docs/operations.md: "a lock made by `etcdctl lock` … answers within 1 s".
+    // docs/operations.md: "A lock made by `etcdctl lock` is shown, and answers
+    // `GET /api/v1/fleets/{fleet}/locks/{name}`, within 1 s of its acquisition, and is gone
+    // within 1 s of its release."
     let (_, lock, took) = lock_until(addr, |s, b| {
         s == 200 && b["entry"]["body"]["session"] == lease1.as_str()
     })
@@ -157,7 +159,7 @@ async fn an_etcdctl_lock_through_the_api() {
         "{end:#?}"
     );
 
-    // Its holder stops: the lock leaves the API within 1 s.
+    // Its holder stops: "… and is gone within 1 s of its release" (docs/operations.md).
     let t0 = Instant::now();
     waiter.stop().await;
     let (_, _, _) = lock_until(addr, |s, _| s == 404).await;
