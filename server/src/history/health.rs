@@ -41,6 +41,12 @@ pub struct HistoryStats {
     pub failed_batches: AtomicU64,
     /// When the first event was lost (unix ms; 0: none yet).
     pub first_loss_at: AtomicI64,
+    /// Changes a store replayed after a restart, recorded as events (etcd:
+    /// what changed while no dashboard watched).
+    pub replayed: AtomicU64,
+    /// Gaps recorded at a restart's first snapshot: the store could not
+    /// replay what changed while no dashboard watched.
+    pub restart_gaps: AtomicU64,
     /// Exports running now.
     pub exports_active: AtomicU64,
     /// Exports refused by the caps (answered `429`).

@@ -147,6 +147,7 @@ impl Recorder {
     pub fn send_held(&self) {
         let held = self.replay.lock().expect("not poisoned").held.take();
         let mut held = held.unwrap_or_default();
+        self.stats.replayed.fetch_add(held.len() as u64, Ordering::Relaxed);
         while !held.is_empty() {
             let rest = held.split_off(held.len().min(MAX_WRITE));
             self.queue_events(std::mem::replace(&mut held, rest));
@@ -252,6 +253,9 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
                 unseen,
             } => {
                 let gap = since.map(|c| (c, unseen));
+                if gap.is_some() {
+                    stats.restart_gaps.fetch_add(1, Ordering::Relaxed);
+                }
                 let ends = resync(&history, &fleet, at, revision, &held, gap).await;
                 stats.queued.fetch_add(ends.len() as u64, Ordering::Relaxed);
                 ends

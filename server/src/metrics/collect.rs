@@ -248,7 +248,7 @@ impl Collector for FleetCollector {
 /// The history writer's numbers (one series each; the history is shared by
 /// every fleet): events written, already there, dropped because the queue was
 /// full or a batch failed, still queued, failed batches and whether writing is
-/// failing now; the exports running, refused and
+/// failing now; events replayed and gaps recorded at a restart; the exports running, refused and
 /// stalled, and the exports' limits.
 #[derive(Debug)]
 pub(super) struct HistoryCollector {
@@ -279,6 +279,16 @@ impl Collector for HistoryCollector {
                 "history_batches_failed",
                 "Lock history batches the database did not take",
                 s.failed_batches.load(Relaxed),
+            ),
+            (
+                "history_replayed_events",
+                "Lock history events derived from what a store replayed after a restart (etcd: what changed while no dashboard watched)",
+                s.replayed.load(Relaxed),
+            ),
+            (
+                "history_restart_gaps",
+                "Gaps recorded at a restart: the store could not replay what changed while no dashboard watched",
+                s.restart_gaps.load(Relaxed),
             ),
             (
                 "history_exports_refused",

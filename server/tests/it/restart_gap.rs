@@ -78,6 +78,12 @@ impl Server {
         }
     }
 
+    async fn metrics(&self) -> crate::scrape::Metrics {
+        let (status, body) = self.get("/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        crate::scrape::Metrics::parse(body)
+    }
+
     /// SIGKILL: nothing flushed, nothing said.
     fn kill(mut self) {
         self.child.kill().unwrap();
@@ -199,7 +205,7 @@ async fn etcd_restart_replays_every_cycle_once() {
     let locks = Arc::new(StoreSpec::parse(&store).unwrap().connect().await.unwrap());
     let first = Server::start(dir.path(), &store).await;
     let cycles = Cycles::start(locks, ETCD_HOLD);
-    let (_server, _, _) = kill_and_restart(first, dir.path(), &store, (&cycles, (30, 40, 20)), || async {}).await;
+    let (server, _, _) = kill_and_restart(first, dir.path(), &store, (&cycles, (30, 40, 20)), || async {}).await;
     let done = cycles.stop().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -211,6 +217,13 @@ async fn etcd_restart_replays_every_cycle_once() {
                 !events.iter().any(|e| e.kind == Kind::Gap),
                 "{DOCS_REPLAY}: no gap where etcd still remembers"
             );
+            let m = server.metrics().await;
+            assert!(
+                m.sample("lockscope_history_replayed_events_total") >= 40.0,
+                "{}",
+                m.text
+            );
+            assert_eq!(m.sample("lockscope_history_restart_gaps_total"), 0.0);
             return;
         }
         assert!(
@@ -279,6 +292,9 @@ async fn check_gap(server: &Server, gap: &HistoryEvent, killed: i64, restarted: 
         window.to
     );
     assert!(gap.detail.contains("not watching from"), "{DOCS_GAP}: {}", gap.detail);
+    let m = server.metrics().await;
+    assert_eq!(m.sample("lockscope_history_restart_gaps_total"), 1.0, "{}", m.text);
+    assert_eq!(m.sample("lockscope_history_replayed_events_total"), 0.0);
     let from = lockscope_model::time::rfc3339(window.from - 1000);
     let (status, page) = server
         .get(&format!("/history?fleet=main&from={from}&limit=10000"))
