@@ -197,3 +197,37 @@ async fn a_compaction_past_the_watch_reads_the_mutexes_afresh() {
     w.until("a released", |s| s.get("a").is_none()).await;
     drop(c);
 }
+
+/// When the holder's lease runs out as last read (unix ms, this host's clock).
+fn lease_expiry(s: &FleetState, name: &str) -> Option<i64> {
+    match &s.get(name)?.body {
+        LockBody::Foreign { lease: Some(l), .. } => Some(l.read_at + l.ttl_s * 1000),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn a_holders_lease_is_read_again_and_its_renewal_shown() {
+    let etcd = EtcdServer::start().await;
+    let ep = etcd.endpoint();
+    let spec = spec(&ep);
+    let mut w = Watched::start(&spec);
+    let mut holder = Etcdctl::lock(&ep, "/mx/renewed");
+    holder.acquired().await;
+    w.until("the holder's lease", |s| lease_expiry(s, "renewed").is_some())
+        .await;
+    let first = lease_expiry(&w.state, "renewed").unwrap();
+    // etcdctl lock's session (TTL 10 s) renews its lease every ~3.3 s; docs/operations.md:
+    // "every 5 s, the observer reads at most 100 holders' leases … so a renewal shows within 5 s".
+    let t0 = Instant::now();
+    w.until("a renewal", |s| {
+        lease_expiry(s, "renewed").is_some_and(|e| e > first + 1500)
+    })
+    .await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(3) + lockscope_store::etcd_mutex::LEASE_POLL * 2,
+        "renewal shown after {:?}",
+        t0.elapsed()
+    );
+    holder.stop().await;
+}
