@@ -166,9 +166,14 @@ impl Table {
         })
     }
 
-    /// The leases holding a lock now.
-    pub(crate) fn holder_leases(&self) -> BTreeSet<i64> {
-        self.groups.keys().filter_map(|n| self.holder(n)).map(|h| h.1).collect()
+    /// The leases holding locks `names` now.
+    pub(crate) fn holder_leases<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> BTreeSet<i64> {
+        names.into_iter().filter_map(|n| self.holder(n)).map(|h| h.1).collect()
+    }
+
+    /// The leases holding any lock now.
+    pub(crate) fn all_holder_leases(&self) -> BTreeSet<i64> {
+        self.holder_leases(self.groups.keys().map(String::as_str))
     }
 
     /// Lock `name` as it stands (its revision 0) and the sessions (leases in

@@ -16,6 +16,7 @@
 //! by more than 1.5 s) sends the table again as a reset, which the hub's
 //! reducer turns into just the rows that changed.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
@@ -168,7 +169,9 @@ impl MutexObserver {
                     }
                 }
                 if !touched.is_empty() {
-                    self.read_new_holders(&mut client).await?;
+                    let names: Vec<&str> = touched.iter().map(|(n, _)| n.as_str()).collect();
+                    let holders = self.table.holder_leases(names);
+                    self.read_new_holders(&mut client, holders).await?;
                     let mut events = Vec::new();
                     for (name, rev) in touched {
                         events.extend(self.table.settle([name], rev));
@@ -205,15 +208,14 @@ impl MutexObserver {
                 self.table.put(kv.key(), rest, kv);
             }
         }
-        self.read_new_holders(client).await?;
+        let holders = self.table.all_holder_leases();
+        self.table.leases.retain(|id, _| holders.contains(id));
+        self.read_new_holders(client, holders).await?;
         Ok(resp.header().map(|h| h.revision()).unwrap_or_default())
     }
 
-    /// Reads the leases of holders not read yet (at most [`LEASE_POLL_MAX`]),
-    /// and forgets those of leases that hold nothing now.
-    async fn read_new_holders(&mut self, client: &mut Client) -> Result<(), StoreError> {
-        let holders = self.table.holder_leases();
-        self.table.leases.retain(|id, _| holders.contains(id));
+    /// Reads the leases of `holders` not read yet (at most [`LEASE_POLL_MAX`]).
+    async fn read_new_holders(&mut self, client: &mut Client, holders: BTreeSet<i64>) -> Result<(), StoreError> {
         let new: Vec<i64> = holders
             .into_iter()
             .filter(|id| !self.table.leases.contains_key(id))
@@ -227,7 +229,11 @@ impl MutexObserver {
 
     /// Reads up to [`LEASE_POLL_MAX`] holders' leases, least recently read
     /// first; `true` if one was renewed or ended (the table must be resent).
+    /// Leases that hold nothing any more are forgotten first (one pass over
+    /// the table per poll, not per change).
     async fn poll_leases(&mut self, client: &mut Client) -> Result<bool, StoreError> {
+        let holders = self.table.all_holder_leases();
+        self.table.leases.retain(|id, _| holders.contains(id));
         let mut due: Vec<(i64, i64)> = self.table.leases.iter().map(|(id, l)| (l.read_at, *id)).collect();
         due.sort_unstable();
         let ids: Vec<i64> = due.into_iter().take(LEASE_POLL_MAX).map(|(_, id)| id).collect();
