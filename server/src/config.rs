@@ -124,7 +124,8 @@ pub struct ServeArgs {
     /// STORE is `etcd:ENDPOINT[,ENDPOINT…][#PREFIX]`, `sqlite:PATH`,
     /// `postgres://…`, `scylla:HOST[,HOST…][/KEYSPACE][?dc=…&serial=local&user=…&password_file=…&tls_ca=…&scan_ms=…]`
     /// (password of `user` also from LOCKSCOPE_SCYLLA_PASSWORD), or a read-only
-    /// ShedLock table: `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`. With no
+    /// ShedLock table: `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`, or
+    /// etcd's native mutexes (`etcdctl lock`) under a prefix: `etcd-mutex:ENDPOINT[,…]#PREFIX`. With no
     /// `--store` and no `--etcd`, lockscope runs on an embedded SQLite file with a
     /// demo fleet.
     #[arg(long = "store", env = "LOCKSCOPE_STORES", value_delimiter = ';', value_parser = parse_fleet)]

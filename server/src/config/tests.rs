@@ -22,7 +22,12 @@ fn fleets_parse_with_clear_errors() {
     let f = parse_fleet("prod=etcd:http://a:1,http://b:2").unwrap();
     assert_eq!(f.name, "prod");
     assert!(matches!(f.store, StoreSpec::Etcd { ref endpoints, .. } if endpoints.len() == 2));
+    // docs/operations.md: "`etcd-mutex:ENDPOINT[,ENDPOINT…]#PREFIX`, in this exact form: the
+    // prefix is required".
+    let f = parse_fleet("jobs=etcd-mutex:http://a:1#/mx/").unwrap();
+    assert!(matches!(f.store, StoreSpec::EtcdMutex { ref prefix, .. } if prefix == "/mx/"));
     for (spec, why) in [
+        ("x=etcd-mutex:http://a:1", "needs '#'"),
         ("no-equals", "NAME=STORE"),
         ("bad name=sqlite:x", "fleet name"),
         ("x=etcd:", "at least one endpoint"),
