@@ -20,8 +20,9 @@
 //! events after it up to T ([`History::table_at`]).
 //!
 //! Layout: here, [`History`] (open, query, time travel); `retention`; `writer`
-//! (the queue, batches, checkpoints, a restart's gap); `cursor` (how far each
-//! fleet's history goes); `sql` (tables, statements, rows);
+//! (the queue, batches, checkpoints); `resync` (a first snapshot's ends, a
+//! restart's gap); `cursor` (how far each fleet's history goes); `sql`
+//! (tables, statements, rows);
 //! `export` (CSV and NDJSON, streamed); `admit` (the exports' limits);
 //! `charts` (what the charts count); `health` (the writer's numbers, whether
 //! it is recording, and the gaps it records when it could not).
@@ -32,6 +33,7 @@ pub mod cli;
 mod cursor;
 mod export;
 pub mod health;
+mod resync;
 mod retention;
 mod sql;
 mod writer;

@@ -7,13 +7,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockscope_model::history::{Draft, Gap, HistoryEvent, Kind};
+use lockscope_model::history::{Draft, HistoryEvent, Kind};
 use lockscope_model::time::Millis;
-use lockscope_model::LockBody;
 use lockscope_store::now_ms;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
+use super::resync::resync;
 use super::{Cursor, History, HistoryStats, Retention, Unseen, CHECKPOINT_EVERY};
 
 /// Batches (one per hub turn) the queue holds before events are dropped.
@@ -31,10 +31,6 @@ const MAX_WRITE: usize = 5_000;
 /// A checkpoint is taken this long behind the newest events, so that events
 /// another replica records a little late are in it.
 const SETTLE_MS: Millis = 60_000;
-
-/// How far before a first snapshot the history's open acquisitions are compared
-/// with it (see `resync`).
-const RESYNC_MARGIN_MS: Millis = 1_000;
 
 /// How often the retention runs.
 const RETENTION_EVERY: Duration = Duration::from_secs(600);
@@ -415,103 +411,6 @@ fn why(e: &super::HistoryError) -> String {
         Some(source) => format!("{e}: {source}"),
         None => e.to_string(),
     }
-}
-
-/// The ends of the acquisitions `fleet`'s history shows open at `at` that a
-/// first snapshot (`held`) no longer has; and the gap from `since` (where the
-/// history stopped before, if the store did not replay since, and what its
-/// fencing counters say was acquired unseen) to it.
-async fn resync(
-    history: &History,
-    fleet: &str,
-    at: Millis,
-    revision: i64,
-    held: &HashSet<(String, i64)>,
-    since: Option<(Cursor, Option<Unseen>)>,
-) -> Vec<HistoryEvent> {
-    // Acquisitions recorded in the last seconds may be younger than the
-    // snapshot (another replica saw them after it was read): never ended here.
-    let table = match history.table_at(fleet, at - RESYNC_MARGIN_MS).await {
-        Ok(t) => t,
-        Err(e) => {
-            warn!(error = %e, %fleet, "history: could not compare the first snapshot with the history");
-            return Vec::new();
-        }
-    };
-    let gap = since.map(|(c, unseen)| {
-        let open: HashSet<(&str, i64)> = table.locks.iter().map(|e| (e.name.as_str(), e.fence)).collect();
-        let ended = open
-            .iter()
-            .filter(|(n, f)| !held.contains(&(n.to_string(), *f)))
-            .count();
-        let began = held.iter().filter(|(n, f)| !open.contains(&(n.as_str(), *f))).count();
-        unwatched(fleet, c, at, ended, began, unseen)
-    });
-    let ends = table
-        .locks
-        .into_iter()
-        .filter(|e| !held.contains(&(e.name.clone(), e.fence)))
-        .map(|e| {
-            let record = match &e.body {
-                LockBody::Held(r) => Some(r),
-                LockBody::Malformed { .. } | LockBody::Foreign { .. } => None,
-            };
-            let draft = Draft {
-                kind: Some(Kind::Released),
-                lock: Some(e.name.clone()),
-                fence: Some(e.fence),
-                revision: Some(revision),
-                session: e.holder_session().map(str::to_string),
-                owner: record.map(|r| r.owner.clone()),
-                service: record.map(|r| r.service.to_string()),
-                host: record.map(|r| r.host.to_string()),
-                detail: "gone by the first snapshot after no dashboard watched (when exactly is unknown)".into(),
-                ..Draft::default()
-            };
-            HistoryEvent::new(fleet, at, draft)
-        });
-    gap.into_iter().chain(ends).collect()
-}
-
-/// The gap between the last event recorded before this start (`since`) and
-/// the first snapshot after it (`at`), both this server's clock: nobody
-/// watched, and the store could not replay it (etcd compacted past the
-/// revision, or a SQL store, which keeps no history of its changes). `ended`
-/// and `began`: acquisitions the history showed open that the snapshot
-/// lacks, and the reverse; `unseen`: what the store's fencing counters say.
-fn unwatched(
-    fleet: &str,
-    since: Cursor,
-    at: Millis,
-    ended: usize,
-    began: usize,
-    unseen: Option<Unseen>,
-) -> HistoryEvent {
-    let mut changed = match (ended, began) {
-        (0, 0) => "the locks held at its end are the ones held at its start; locks taken and released in between, if any, are not recorded".to_string(),
-        _ => format!(
-            "changes happened that were not seen: {ended} acquisition{} ended (recorded at the snapshot, \
-             when exactly is unknown) and {began} began; locks taken and released in between are not recorded",
-            if ended == 1 { "" } else { "s" },
-        ),
-    };
-    if let Some(u) = unseen {
-        changed.push_str(&format!("; {}", u.text()));
-    }
-    let why = format!(
-        "not watching from the last event recorded before the restart ({}) to the first snapshot after it ({}), \
-         both this server's clock; the store could not replay what changed (etcd had compacted its history past \
-         the last revision recorded; a SQL store keeps no history of its changes); {changed}",
-        lockscope_model::time::rfc3339(since.at),
-        lockscope_model::time::rfc3339(at),
-    );
-    Gap {
-        from: since.at,
-        to: at,
-        lost: None,
-        why,
-    }
-    .event(fleet)
 }
 
 /// Applies the retention a minute after start, then every [`RETENTION_EVERY`].
