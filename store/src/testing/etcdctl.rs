@@ -48,6 +48,12 @@ impl Etcdctl {
         tokio::time::timeout(wait, self.out.next_line()).await.is_ok()
     }
 
+    /// SIGKILL: a crash. Its lease is not revoked, so its keys stay until the
+    /// lease runs out (its TTL after the last renewal).
+    pub async fn crash(mut self) {
+        self.child.kill().await.expect("etcdctl killed");
+    }
+
     /// SIGTERM: etcdctl closes its session (revokes its lease), as a process
     /// stopped by its supervisor does.
     pub async fn stop(mut self) {

@@ -231,3 +231,34 @@ async fn a_holders_lease_is_read_again_and_its_renewal_shown() {
     );
     holder.stop().await;
 }
+
+#[tokio::test]
+async fn a_crashed_holder_holds_until_its_lease_runs_out_then_hands_over() {
+    let etcd = EtcdServer::start().await;
+    let ep = etcd.endpoint();
+    let spec = spec(&ep);
+    let mut w = Watched::start(&spec);
+    let mut first = Etcdctl::lock(&ep, "/mx/crashy");
+    let lease1 = lease_in(&first.acquired().await);
+    let mut second = Etcdctl::lock(&ep, "/mx/crashy");
+    w.until("holder and waiter", |s| {
+        holder(s, "crashy").is_some_and(|h| h.0 == lease1) && waiters(s, "crashy").len() == 1
+    })
+    .await;
+    let lease2 = waiters(&w.state, "crashy").remove(0);
+    let expiry = lease_expiry(&w.state, "crashy").unwrap();
+    first.crash().await;
+    // Nobody revokes its lease: the lock stays its until the lease runs out
+    // (etcdctl lock's TTL is 10 s), then etcd deletes the key and the waiter
+    // gets it; the table follows.
+    assert_eq!(lease_in(&second.acquired().await), lease2);
+    assert!(
+        lockscope_store::now_ms() >= expiry - 1000,
+        "handed over only when the lease ran out"
+    );
+    w.until("handed over", |s| {
+        holder(s, "crashy").is_some_and(|h| h.0 == lease2) && waiters(s, "crashy").is_empty()
+    })
+    .await;
+    second.stop().await;
+}
