@@ -19,8 +19,9 @@
 //! counts is a whole response or message: one that takes longer than
 //! `PROBE_TIMEOUT` to arrive, with nothing else arriving, still reads as silence.
 //!
-//! Each store kind says what its probe is ([`Probe`]): etcd a serializable
-//! count of one key on the observer's own connection, PostgreSQL `SELECT 1` on
+//! Each store kind says what its probe is ([`Probe`]): etcd a linearizable
+//! count of one key on the observer's own connection (a member cut off from
+//! its quorum cannot answer it), PostgreSQL `SELECT 1` on
 //! a connection of the probe's own, SQLite that the file at the configured path
 //! is still the one the observer opened.
 

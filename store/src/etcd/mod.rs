@@ -121,10 +121,15 @@ impl EtcdConfig {
 /// the observer's liveness probe ([`EtcdProbe`]) brings that under 3 s.
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(5);
 
-/// The observer's liveness probe ([`crate::liveness`]): a serializable count
+/// The observer's liveness probe ([`crate::liveness`]): a linearizable count
 /// of one key (the unlocker's), on the observer's own connection, so a link
-/// that drops packets is noticed; the member answers it from its own state
-/// (no consensus round), so it costs etcd next to nothing.
+/// that drops packets is noticed. Linearizable, not serializable: a member cut
+/// off from its cluster's quorum still answers a serializable read from its
+/// own state while its watch delivers nothing, so a stale table would read
+/// live; a linearizable read needs the member's leader to confirm it still
+/// leads a quorum (one ReadIndex round, no log entry), and a member without
+/// one leaves it unanswered or refuses it. One such read a second per
+/// dashboard is next to nothing for etcd.
 pub(crate) struct EtcdProbe {
     kv: etcd_client::KvClient,
     key: String,
@@ -139,9 +144,24 @@ impl EtcdProbe {
     }
 }
 
+impl EtcdProbe {
+    /// One probe, answered within `limit`: what an observer asks before it
+    /// reports a new connection live. A member cut off from its quorum accepts
+    /// the connection and opens a watch (neither needs a leader), so without it
+    /// a reconnect would read live until the next probe failed, and flap.
+    pub(crate) async fn answered(&mut self, limit: Duration) -> Result<(), StoreError> {
+        use crate::liveness::Probe;
+        match tokio::time::timeout(limit, self.probe()).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(limit)),
+        }
+    }
+}
+
 impl crate::liveness::Probe for EtcdProbe {
     fn probe(&mut self) -> futures::future::BoxFuture<'_, Result<(), StoreError>> {
-        let opts = etcd_client::GetOptions::new().with_count_only().with_serializable();
+        // Linearizable: etcd's default (no `with_serializable`).
+        let opts = etcd_client::GetOptions::new().with_count_only();
         Box::pin(async move {
             self.kv.get(self.key.as_str(), Some(opts)).await?;
             Ok(())

@@ -74,6 +74,8 @@ impl Session for EtcdObserver {
             let client = self.cfg.connect().await?;
             // A link that drops packets says nothing: the probe notices it.
             let mut probe = EtcdProbe::new(&client, &self.cfg);
+            // Live only once the member shows it has a quorum.
+            probe.answered(self.cfg.request_timeout).await?;
             let beat = self.beat.clone();
             while_alive(self.observe(client, link), &mut probe, &beat).await
         })

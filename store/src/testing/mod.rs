@@ -1,5 +1,8 @@
 //! Test harness: a real `etcd` (Debian's `etcd-server`) on free loopback ports with
-//! a temporary data directory, and a TCP proxy that can cut every connection.
+//! a temporary data directory, a TCP proxy that can cut every connection, a
+//! real PostgreSQL ([`PgServer`], in `pg.rs`), a real etcd cluster
+//! ([`EtcdCluster`]) and a real Redis with redis-py lock holders
+//! ([`RedisServer`], [`PyLock`], in `redis.rs`).
 //!
 //! Panics instead of returning errors: these are for tests only.
 //!
@@ -8,9 +11,16 @@
 
 pub mod contract;
 mod contract_rules;
+pub mod etcd_cluster;
 pub mod etcdctl;
 pub mod observer_contract;
+mod pg;
+mod redis;
 pub mod scylla;
+
+pub use etcd_cluster::EtcdCluster;
+pub use pg::{PgOptions, PgServer};
+pub use redis::{PyLock, RedisServer};
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};
@@ -308,159 +318,4 @@ pub async fn sql_schema_at(url: &str, version: i64) {
         .await
         .unwrap();
     pool.close().await;
-}
-
-/// A throwaway PostgreSQL (Debian's `postgresql`): `initdb` into a temporary
-/// directory, `pg_ctl` on a free loopback port, trust auth for user `lockscope`.
-/// PostgreSQL refuses to run as root, so as root it runs as the `postgres` user.
-/// Stopped and deleted on drop.
-pub struct PgServer {
-    dir: tempfile::TempDir,
-    port: u16,
-    bin: std::path::PathBuf,
-}
-
-fn pg_bin_dir() -> std::path::PathBuf {
-    let mut dirs: Vec<_> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.path().join("bin"))
-                .filter(|p| p.join("initdb").exists())
-                .collect()
-        })
-        .unwrap_or_default();
-    dirs.sort();
-    dirs.pop().unwrap_or_default() // empty: rely on PATH
-}
-
-fn running_as_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.starts_with(b"0\n"))
-        .unwrap_or(false)
-}
-
-impl PgServer {
-    pub async fn start() -> PgServer {
-        let dir = scratch_dir("lockscope-pg-");
-        let s = PgServer {
-            dir,
-            port: free_port(),
-            bin: pg_bin_dir(),
-        };
-        if running_as_root() {
-            let ok = Command::new("chown")
-                .args(["-R", "postgres:"])
-                .arg(s.dir.path())
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "chown to the postgres user (is Debian's postgresql installed?)");
-        }
-        let data = s.dir.path().join("data");
-        s.run(
-            "initdb",
-            &[
-                "-D",
-                &data.to_string_lossy(),
-                "-A",
-                "trust",
-                "-U",
-                "lockscope",
-                "-E",
-                "UTF8",
-                "--no-sync",
-            ],
-        );
-        s.pg_ctl_start();
-        s
-    }
-
-    fn pg_ctl_start(&self) {
-        let data = self.dir.path().join("data");
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
-            self.port,
-            self.dir.path().display()
-        );
-        let log = self.dir.path().join("log");
-        self.run(
-            "pg_ctl",
-            &[
-                "-D",
-                &data.to_string_lossy(),
-                "-l",
-                &log.to_string_lossy(),
-                "-o",
-                &opts,
-                "-w",
-                "start",
-            ],
-        );
-    }
-
-    /// Stops the server (fast shutdown: sessions are ended), data kept.
-    pub fn stop(&self) {
-        let data = self.dir.path().join("data");
-        self.run("pg_ctl", &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"]);
-    }
-
-    /// Kills the server (`pg_ctl stop -m immediate`: every process ends at once,
-    /// nothing is said to clients, crash recovery at the next start), data kept.
-    pub fn stop_immediate(&self) {
-        let data = self.dir.path().join("data");
-        self.run(
-            "pg_ctl",
-            &["-D", &data.to_string_lossy(), "-m", "immediate", "-w", "stop"],
-        );
-    }
-
-    /// Starts it again after [`PgServer::stop`] or [`PgServer::stop_immediate`],
-    /// same port and data.
-    pub fn restart(&self) {
-        self.pg_ctl_start();
-    }
-
-    /// A PostgreSQL tool, run as the `postgres` user when we are root.
-    fn command(&self, tool: &str) -> Command {
-        let exe = if self.bin.as_os_str().is_empty() {
-            tool.into()
-        } else {
-            self.bin.join(tool)
-        };
-        if running_as_root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(exe);
-            c
-        } else {
-            Command::new(exe)
-        }
-    }
-
-    fn run(&self, tool: &str, args: &[&str]) {
-        let mut cmd = self.command(tool);
-        let out = cmd
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("{tool}: {e} (scripts/install.sh installs postgresql)"));
-        assert!(
-            out.status.success(),
-            "{tool} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// `postgres://lockscope@127.0.0.1:<port>/postgres`.
-    pub fn url(&self) -> String {
-        format!("postgres://lockscope@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        let data = self.dir.path().join("data");
-        let mut cmd = self.command("pg_ctl");
-        let _ = cmd.arg("-D").arg(data).args(["-m", "immediate", "-w", "stop"]).output();
-    }
 }
