@@ -9,7 +9,7 @@
 //! revisions are per lock, so only the time is used there: the start of the
 //! gap a restart leaves.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use lockscope_model::history::HistoryEvent;
 use lockscope_model::time::Millis;
@@ -46,22 +46,29 @@ impl History {
         .map_err(|e| self.error(what, e))
     }
 
-    /// Moves the cursors of the fleets in `events` forward, inside `tx` (the
-    /// transaction writing them).
-    pub(super) async fn advance_cursors(
-        &self,
-        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-        events: &[HistoryEvent],
-    ) -> Result<(), HistoryError> {
-        let mut far: HashMap<&str, Cursor> = HashMap::new();
+    /// How far `events` take each of their fleets, in fleet order.
+    pub(super) fn reach(events: &[HistoryEvent]) -> BTreeMap<String, Cursor> {
+        let mut far: BTreeMap<String, Cursor> = BTreeMap::new();
         for e in events {
-            let c = far.entry(e.fleet.as_str()).or_insert(Cursor {
+            let c = far.entry(e.fleet.clone()).or_insert(Cursor {
                 revision: None,
                 at: e.at,
             });
             c.revision = c.revision.max(e.revision);
             c.at = c.at.max(e.at);
         }
+        far
+    }
+
+    /// Moves the cursors `far` forward, inside `tx` (the transaction writing
+    /// their events), after the events and in fleet order: replicas sharing a
+    /// PostgreSQL history take these hot rows' locks in one order and hold
+    /// them only until the commit, so two batches never deadlock on them.
+    pub(super) async fn advance_cursors(
+        &self,
+        tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+        far: BTreeMap<String, Cursor>,
+    ) -> Result<(), HistoryError> {
         let q = self.sql(sql::ADVANCE_CURSOR);
         for (fleet, c) in far {
             sqlx::query(&q)

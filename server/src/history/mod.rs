@@ -329,7 +329,7 @@ impl History {
             let mut tx = sqlx::Connection::begin(&mut *conn)
                 .await
                 .map_err(|e| self.error(what, e))?;
-            self.advance_cursors(&mut tx, &events).await?;
+            let far = History::reach(&events);
             let mut added = 0;
             let mut rows = events.into_iter().peekable();
             while rows.peek().is_some() {
@@ -342,6 +342,7 @@ impl History {
                     .map_err(|e| self.error(what, e))?
                     .rows_affected();
             }
+            self.advance_cursors(&mut tx, far).await?;
             tx.commit().await.map_err(|e| self.error(what, e))?;
             Ok(added)
         }
