@@ -50,6 +50,19 @@ pub fn lease_text(l: &LeaseInfo, now: Millis) -> String {
     )
 }
 
+/// What blacklisting an etcd mutex holder's session ends: every key on its lease.
+pub fn lease_keys_text(l: &LeaseInfo) -> String {
+    let more = l.keys_total.saturating_sub(l.keys.len() as u64);
+    let tail = match more {
+        0 => String::new(),
+        n => format!(" ({n} more not listed)"),
+    };
+    format!(
+        "{} key(s) when read{tail}: blacklisting this session revokes the lease, which deletes them all",
+        l.keys_total
+    )
+}
+
 /// One line per time of the record: (label, "UTC (relative)", RFC 3339). A
 /// foreign schema's lock has one: when its row was written, if known.
 pub fn record_times(d: &LockDetail, now: Millis) -> Vec<(&'static str, String, String)> {
@@ -141,7 +154,16 @@ pub fn LockPage() -> impl IntoView {
                 let mutex = lease.is_some();
                 let lease = lease.map(|l| {
                     let text = lease_text(&l, now);
-                    view! { <dt>"lease"</dt><dd data-testid="detail-lease">{text}</dd> }
+                    let keys = l
+                        .keys
+                        .iter()
+                        .map(|k| view! { <li><code>{k.clone()}</code></li> })
+                        .collect_view();
+                    view! {
+                        <dt>"lease"</dt><dd data-testid="detail-lease">{text}</dd>
+                        <dt>"keys on this lease"</dt>
+                        <dd data-testid="detail-lease-keys">{lease_keys_text(&l)}<ul class="keys">{keys}</ul></dd>
+                    }
                 });
                 let proposal =
                     proposal.map(|p| view! { <dt>"proposal"</dt><dd data-testid="detail-proposal">{p}</dd> });
@@ -318,10 +340,17 @@ mod tests {
             granted_s: 10,
             ttl_s: 7,
             read_at: 1_000_000,
+            keys: vec!["/mx/a/694d".into()],
+            keys_total: 3,
         };
         let text = lease_text(&l, 1_002_000);
         assert!(text.starts_with("694d: 7 s left of 10 s granted when read"), "{text}");
         assert!(text.contains("unless its client renews it"), "{text}");
+        assert!(
+            lease_keys_text(&l).starts_with("3 key(s) when read (2 more not listed): blacklisting"),
+            "{}",
+            lease_keys_text(&l)
+        );
         let gone = lease_text(&LeaseInfo { ttl_s: -1, ..l }, 1_002_000);
         assert!(gone.starts_with("694d: expired or revoked"), "{gone}");
     }

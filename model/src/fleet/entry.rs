@@ -62,7 +62,17 @@ pub struct LeaseInfo {
     pub ttl_s: i64,
     /// When that was read, on this server's clock (unix ms).
     pub read_at: Millis,
+    /// Keys on the lease (the first [`LEASE_KEYS_KEPT`], lossy UTF-8): a
+    /// revoke deletes them all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keys: Vec<String>,
+    /// How many keys are on the lease (`keys` may hold fewer).
+    #[serde(default)]
+    pub keys_total: u64,
 }
+
+/// The most keys of a lease kept in [`LeaseInfo::keys`].
+pub const LEASE_KEYS_KEPT: usize = 100;
 
 impl LockEntry {
     /// Builds an entry from a stored value; a value that does not parse becomes

@@ -96,6 +96,7 @@ async fn an_etcdctl_lock_through_the_api() {
     assert_eq!(entry["body"]["kind"], "foreign", "{lock}");
     assert_eq!(entry["body"]["lease"]["id"], lease1.as_str(), "{lock}");
     assert_eq!(entry["body"]["lease"]["granted_s"], 10, "{lock}");
+    assert_eq!(entry["body"]["lease"]["keys_total"], 1, "{lock}");
     assert!(
         entry["body"]["lease"]["ttl_s"].as_i64().is_some_and(|t| t > 0),
         "{lock}"

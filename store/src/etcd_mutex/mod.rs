@@ -27,9 +27,9 @@ pub use observer::{MutexObserver, LEASE_POLL, LEASE_POLL_MAX};
 
 use std::time::Duration;
 
-use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, LeaseTimeToLiveOptions, Txn, TxnOp};
 use futures::future::BoxFuture;
-use lockscope_model::fleet::LeaseInfo;
+use lockscope_model::fleet::{LeaseInfo, LEASE_KEYS_KEPT};
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::LockEntry;
 use tokio::sync::OnceCell;
@@ -124,16 +124,9 @@ impl MutexFleet {
         let Some((key, lease, _, modified)) = table.holder(name).map(|(k, l, c, m)| (k.to_vec(), l, c, m)) else {
             return Ok(None);
         };
-        let ttl = timed(self.cfg.request_timeout, client.lease_time_to_live(lease, None)).await?;
-        table.leases.insert(
-            lease,
-            LeaseInfo {
-                id: layout::lease_hex(lease),
-                granted_s: ttl.granted_ttl(),
-                ttl_s: ttl.ttl(),
-                read_at: now_ms(),
-            },
-        );
+        table
+            .leases
+            .insert(lease, read_lease(&mut client, lease, self.cfg.request_timeout).await?);
         let Some((mut entry, _)) = table.derive(name) else {
             return Ok(None);
         };
@@ -144,6 +137,26 @@ impl MutexFleet {
     fn refuse<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, StoreError>> {
         Box::pin(async move { Err(StoreError::Config(what.to_string())) })
     }
+}
+
+/// What `LeaseTimeToLive` says of lease `id` now, with (the first
+/// [`LEASE_KEYS_KEPT`] of) the keys on it. A lease that is gone reads as TTL `-1`.
+pub(crate) async fn read_lease(client: &mut Client, id: i64, limit: Duration) -> Result<LeaseInfo, StoreError> {
+    let opts = LeaseTimeToLiveOptions::new().with_keys();
+    let resp = timed(limit, client.lease_time_to_live(id, Some(opts))).await?;
+    Ok(LeaseInfo {
+        id: layout::lease_hex(id),
+        granted_s: resp.granted_ttl(),
+        ttl_s: resp.ttl(),
+        read_at: now_ms(),
+        keys: resp
+            .keys()
+            .iter()
+            .take(LEASE_KEYS_KEPT)
+            .map(|k| String::from_utf8_lossy(k).into_owned())
+            .collect(),
+        keys_total: resp.keys().len() as u64,
+    })
 }
 
 /// What a lease-hex session id names.

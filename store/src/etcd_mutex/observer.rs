@@ -25,12 +25,12 @@ use lockscope_model::fleet::LeaseInfo;
 use tokio::sync::mpsc;
 use tracing::info;
 
-use super::layout::{lease_hex, Table};
+use super::layout::Table;
 use crate::backoff::Backoff;
 use crate::etcd::{timed, EtcdConfig, EtcdProbe};
 use crate::link::{run_observer, Link, Session};
 use crate::liveness::{while_alive, Heartbeat};
-use crate::{now_ms, Observer, ObserverEvent, StoreError};
+use crate::{Observer, ObserverEvent, StoreError};
 
 /// How often holders' leases are read again.
 pub const LEASE_POLL: Duration = Duration::from_secs(5);
@@ -244,6 +244,7 @@ impl MutexObserver {
             let changed = old.is_none_or(|o| {
                 o.granted_s != info.granted_s
                     || (o.ttl_s < 0) != (info.ttl_s < 0)
+                    || (o.keys_total, &o.keys) != (info.keys_total, &info.keys)
                     || (expiry(o) - expiry(&info)).abs() > MOVED_MS
             });
             if changed {
@@ -258,18 +259,7 @@ impl MutexObserver {
     async fn lease_infos(&self, client: &Client, ids: &[i64]) -> Result<Vec<(i64, LeaseInfo)>, StoreError> {
         let reads = ids.iter().map(|&id| {
             let mut client = client.clone();
-            async move {
-                let resp = timed(self.cfg.request_timeout, client.lease_time_to_live(id, None)).await?;
-                Ok::<_, StoreError>((
-                    id,
-                    LeaseInfo {
-                        id: lease_hex(id),
-                        granted_s: resp.granted_ttl(),
-                        ttl_s: resp.ttl(),
-                        read_at: now_ms(),
-                    },
-                ))
-            }
+            async move { Ok::<_, StoreError>((id, super::read_lease(&mut client, id, self.cfg.request_timeout).await?)) }
         });
         let out = futures::future::try_join_all(reads).await?;
         if !out.is_empty() {

@@ -57,6 +57,11 @@ async fn etcdctl_locks_are_shown_handed_over_and_guarded_released() {
             let lease = lease.as_ref().expect("its lease read with LeaseTimeToLive");
             assert_eq!(lease.id, lease1);
             assert_eq!(lease.granted_s, 10, "etcdctl lock's session TTL");
+            assert_eq!(
+                (lease.keys.clone(), lease.keys_total),
+                (vec![key.clone()], 1),
+                "the keys a revoke would end"
+            );
             assert!((1..=10).contains(&lease.ttl_s), "{lease:?}");
             assert_eq!(*written_at, None, "unknown, never invented");
             assert_eq!(*proposal, None, "a mutex key holds no value");
@@ -261,4 +266,49 @@ async fn a_crashed_holder_holds_until_its_lease_runs_out_then_hands_over() {
     })
     .await;
     second.stop().await;
+}
+
+#[tokio::test]
+async fn one_lease_holding_two_locks_lists_both_and_a_blacklist_ends_both() {
+    use etcd_client::{PutOptions, Txn, TxnOp};
+    let etcd = EtcdServer::start().await;
+    let ep = etcd.endpoint();
+    let spec = spec(&ep);
+    let fleet = spec.open().unwrap();
+    let mut w = Watched::start(&spec);
+    // A second, independent client of the layout: one session (lease) taking
+    // two mutexes, as concurrency.NewMutex does for each, in one transaction.
+    let mut client = etcd_client::Client::connect([ep.as_str()], None).await.unwrap();
+    let lease = client.lease_grant(60, None).await.unwrap().id();
+    let hex = format!("{lease:x}");
+    let keys = [format!("/mx/a/{hex}"), format!("/mx/b/{hex}")];
+    let on = || Some(PutOptions::new().with_lease(lease));
+    let txn = Txn::new().and_then([
+        TxnOp::put(keys[0].as_str(), "", on()),
+        TxnOp::put(keys[1].as_str(), "", on()),
+    ]);
+    client.txn(txn).await.unwrap();
+    let both = |s: &FleetState| {
+        ["a", "b"].iter().all(|n| {
+            matches!(&s.get(n).map(|e| &e.body), Some(LockBody::Foreign { lease: Some(l), .. })
+                if l.keys_total == 2 && l.keys == keys)
+        })
+    };
+    w.until("both locks, each listing the lease's two keys", both).await;
+    assert!(fleet.session_registered(&hex).await.unwrap());
+    let entry = lockscope_model::record::BlacklistRecord {
+        v: lockscope_model::record::RECORD_VERSION,
+        session: hex.clone(),
+        by: "test".into(),
+        reason: "test".into(),
+        at: 0,
+    };
+    fleet.blacklist(&entry).await.unwrap();
+    w.until("both ended by the revoke", |s| s.locks().count() == 0).await;
+    assert!(
+        !fleet.lift_blacklist(&hex).await.unwrap(),
+        "a revoke has no entry to lift"
+    );
+    let refused = fleet.blacklist(&entry).await.unwrap_err().to_string();
+    assert!(refused.contains("not in etcd"), "{refused}");
 }

@@ -106,6 +106,8 @@ fn an_elections_value_is_the_proposal_and_a_malformed_key_is_shown() {
             granted_s: 60,
             ttl_s: 59,
             read_at: 1,
+            keys: vec!["/mx/leader/c".into()],
+            keys_total: 1,
         },
     );
     let a = put(&mut t, "leader/c", 0xc, 3, "replica-1");
