@@ -4,6 +4,11 @@
 //!   pool: a pool whose server went away retries the connection until its own
 //!   timeout and then says only that it timed out, where the probe's broken
 //!   connection says at once what happened ("connection closed by the store").
+//!   A server at its `max_connections` refuses the probe's connection with
+//!   "too many clients" (SQLSTATE 53300): it answered, so it is there, busy
+//!   but healthy (its other connections, the observer's among them, work). The
+//!   probe then tries to connect again at each probe, taking that answer as
+//!   alive, until it gets a connection of its own.
 //! - SQLite: the file at the configured path is still the one the observer
 //!   opened. A deleted or replaced file is otherwise never noticed: the open
 //!   connections keep reading the old one, while every client opening the path
@@ -22,6 +27,11 @@ use crate::StoreError;
 
 pub(crate) enum SqlProbe {
     Postgres(sqlx::AnyConnection),
+    /// A PostgreSQL server at its `max_connections` when the probe connected:
+    /// each probe connects again ([`connect_or_full`]).
+    PostgresFull {
+        url: String,
+    },
     /// The database file and its identity (device, inode) when it was opened.
     SqliteFile {
         path: PathBuf,
@@ -35,12 +45,10 @@ impl SqlProbe {
     /// The probe for the store at `url`, which the observer has just opened.
     pub(crate) async fn open(url: &str, dialect: Dialect) -> Result<SqlProbe, StoreError> {
         match dialect {
-            Dialect::Postgres => {
-                let conn = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::AnyConnection::connect(url))
-                    .await
-                    .map_err(|_| StoreError::Timeout(CONNECT_TIMEOUT))??;
-                Ok(SqlProbe::Postgres(conn))
-            }
+            Dialect::Postgres => Ok(match connect_or_full(url).await? {
+                Some(conn) => SqlProbe::Postgres(conn),
+                None => SqlProbe::PostgresFull { url: url.to_string() },
+            }),
             Dialect::Sqlite => {
                 use std::str::FromStr;
                 let opts = sqlx::sqlite::SqliteConnectOptions::from_str(url)?;
@@ -52,6 +60,18 @@ impl SqlProbe {
                 })
             }
         }
+    }
+}
+
+/// A connection to the PostgreSQL server at `url`, or `None` if the server
+/// answered that it has no connection slot left ("too many clients", SQLSTATE
+/// 53300): an answer all the same.
+async fn connect_or_full(url: &str) -> Result<Option<sqlx::AnyConnection>, StoreError> {
+    match tokio::time::timeout(CONNECT_TIMEOUT, sqlx::AnyConnection::connect(url)).await {
+        Err(_) => Err(StoreError::Timeout(CONNECT_TIMEOUT)),
+        Ok(Ok(conn)) => Ok(Some(conn)),
+        Ok(Err(sqlx::Error::Database(db))) if db.code().as_deref() == Some("53300") => Ok(None),
+        Ok(Err(e)) => Err(e.into()),
     }
 }
 
@@ -68,6 +88,11 @@ impl Probe for SqlProbe {
             match self {
                 SqlProbe::Postgres(conn) => {
                     sqlx::query("SELECT 1").execute(&mut *conn).await?;
+                }
+                SqlProbe::PostgresFull { url } => {
+                    if let Some(conn) = connect_or_full(url).await? {
+                        *self = SqlProbe::Postgres(conn);
+                    }
                 }
                 SqlProbe::SqliteFile { path, id } => match identity(path).await {
                     Ok(now) if now == *id => {}
@@ -125,5 +150,49 @@ mod tests {
         let mut memory = SqlProbe::open("sqlite::memory:", Dialect::Sqlite).await.unwrap();
         assert!(matches!(memory, SqlProbe::Nothing));
         memory.probe().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_postgres_at_max_connections_is_alive_and_a_killed_one_is_not() {
+        // docs/operations.md: "A server at its `max_connections` refuses the
+        // probe's own connection with "too many clients"; it answered, so the
+        // probe counts it alive".
+        let pg = crate::testing::PgServer::start_with(crate::testing::PgOptions {
+            max_connections: 5,
+            ..Default::default()
+        })
+        .await;
+        let url = pg.url();
+        sqlx::any::install_default_drivers();
+        // Every slot taken (the test's user is a superuser: the reserved ones too).
+        let mut held = Vec::new();
+        loop {
+            match sqlx::AnyConnection::connect(&url).await {
+                Ok(c) => held.push(c),
+                Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("53300") => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(!held.is_empty() && held.len() <= 5, "{} held", held.len());
+        let mut probe = SqlProbe::open(&url, Dialect::Postgres)
+            .await
+            .expect("a server at max_connections is there");
+        assert!(matches!(probe, SqlProbe::PostgresFull { .. }));
+        probe.probe().await.expect("still full, still there");
+        // A slot free again: the probe takes a connection of its own.
+        held.pop().unwrap().close().await.unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while matches!(probe, SqlProbe::PostgresFull { .. }) {
+            assert!(tokio::time::Instant::now() < deadline, "never a connection of its own");
+            probe.probe().await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        probe.probe().await.unwrap();
+        // Full again, then killed: a server that does not answer is not alive.
+        let mut full = SqlProbe::PostgresFull { url: url.clone() };
+        drop(held);
+        pg.stop_immediate().await;
+        full.probe().await.expect_err("a killed server is gone");
+        probe.probe().await.expect_err("a killed server is gone");
     }
 }
