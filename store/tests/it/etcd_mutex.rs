@@ -304,7 +304,13 @@ async fn one_lease_holding_two_locks_lists_both_and_a_blacklist_ends_both() {
         at: 0,
     };
     fleet.blacklist(&entry).await.unwrap();
+    let fence_a = w.state.get("a").unwrap().fence;
     w.until("both ended by the revoke", |s| s.locks().count() == 0).await;
+    assert_eq!(
+        fleet.release("a", fence_a).await.unwrap(),
+        Release::NotHeld,
+        "a free lock: nothing to release"
+    );
     assert!(
         !fleet.lift_blacklist(&hex).await.unwrap(),
         "a revoke has no entry to lift"
