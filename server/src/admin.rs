@@ -116,17 +116,36 @@ fn changed(why: String, current: Option<LockEntry>) -> Refusal {
 /// Checks, performs and records one attempt. `csrf` is the result of the
 /// request's CSRF check (`Ok` for requests that need none).
 pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: Attempt) -> Answer {
+    // In a task of its own, which the request awaits: hyper drops a request's
+    // future when its client goes away, and that must never fall between the
+    // store's act and the audit entry (docs/operations.md, issue 24).
+    let (state, who) = (state.clone(), who.clone());
+    match tokio::spawn(async move { attempt_here(&state, &who, csrf, a).await }).await {
+        Ok(answer) => answer,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+async fn attempt_here(state: &AppState, who: &Who, csrf: Result<(), String>, a: Attempt) -> Answer {
     let at = now_ms();
-    let audit_full = state.audit.ready().err();
+    let mut permit = None;
+    let mut audit_full = None;
     let result = match who.identity() {
         Err((status, why)) => Err(refuse(status, why)),
         Ok(id) => match csrf {
             Err(why) => Err(refuse(StatusCode::FORBIDDEN, why)),
-            // An action must never happen unaudited: with the audit log's
-            // spool full, it is refused before it acts (docs/operations.md).
-            Ok(()) => match &audit_full {
-                Some(why) => Err(refuse(StatusCode::SERVICE_UNAVAILABLE, why.clone())),
-                None => act(state, id, &a, at).await,
+            // An action must never happen unaudited: without a place for its
+            // entry (the audit log's spool full, or none in this process), it
+            // is refused before it acts (docs/operations.md).
+            Ok(()) => match state.audit.ready() {
+                Err(why) => {
+                    audit_full = Some(why.clone());
+                    Err(refuse(StatusCode::SERVICE_UNAVAILABLE, why))
+                }
+                Ok(p) => {
+                    permit = Some(p);
+                    act(state, id, &a, at).await
+                }
             },
         },
     };
@@ -165,7 +184,7 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
     let stored = match who {
         // The database busy or down, the entry waits in the spool: the answer
         // says so and carries no id yet (docs/api.md).
-        Who::Known(_) => state.audit.record(&entry).await.map(|r| match r {
+        Who::Known(_) => record(state, &entry, permit).await.map(|r| match r {
             Recorded::Written(e) => (Some(e.id), e),
             Recorded::Queued { mut entry, why } => {
                 entry.detail = format!(
@@ -205,6 +224,21 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
                 audit_id: Some(0),
             }
         }
+    }
+}
+
+/// Records a known caller's entry: in the place reserved before acting, or
+/// (refused before that) in one asked for now, if there is one.
+async fn record(
+    state: &AppState,
+    entry: &AuditEntry,
+    permit: Option<crate::audit::Permit>,
+) -> Result<Recorded, crate::audit::AuditError> {
+    match permit.map_or_else(|| state.audit.ready(), Ok) {
+        Ok(permit) => state.audit.record(entry, permit).await,
+        // No place: a refusal (nothing was done) written if the database
+        // takes it, logged otherwise.
+        Err(_) => state.audit.append_within(entry).await.map(Recorded::Written),
     }
 }
 

@@ -267,6 +267,18 @@ impl Unlocker {
 
     /// Releases one due lock; `false`: the role turned out lost.
     async fn release(&mut self, leadership: &dyn Leadership, entry: LockEntry) -> bool {
+        // As an admin action: never unaudited. Without a place for its entry
+        // (the audit log's spool full, or none in this process), not done.
+        let permit = match self.deps.audit.ready() {
+            Ok(p) => p,
+            Err(why) => {
+                tracing::warn!(fleet = %self.fleet, lock = %entry.name, "auto-release not done: {why}");
+                self.deps.metrics.unlocker_failed(&self.fleet, "audit");
+                self.status.problem = Some(format!("releasing {}: {why}", entry.name));
+                self.publish().await;
+                return true;
+            }
+        };
         self.recent.insert((entry.name.clone(), entry.fence), Instant::now());
         let note = ReleaseNote {
             kind: Kind::AutoReleased,
@@ -343,7 +355,9 @@ impl Unlocker {
             detail,
             ..AuditEntry::default()
         };
-        if let Err(e) = self.deps.audit.append(&audit).await {
+        // The same door as admin actions: written, or queued in the spool
+        // when the audit database does not take it within 1 s.
+        if let Err(e) = self.deps.audit.record(&audit, permit).await {
             tracing::error!(error = %e, ?audit, "the audit log could not be written");
         }
         true

@@ -39,6 +39,9 @@ use lockscope_store::spec::{AnyLocks, StoreSpec};
 use lockscope_store::testing::{self, free_port, EtcdServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "unlocker_replicas/links.rs"]
+mod links;
+
 /// `--unlocker-lease-secs`.
 const LEASE_SECS: u64 = 2;
 /// `--unlocker-grace-secs`.
@@ -129,8 +132,9 @@ impl Replica {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        // Opened once the replica made its tables; reading beside it is fine (WAL).
-        let audit = AuditLog::open(&format!("sqlite:{}", audit_path.display()))
+        // Opened once the replica made its tables; reading beside it is fine
+        // (WAL). Read-only: the replica's audit spool stays the replica's.
+        let audit = AuditLog::open_read_only(&format!("sqlite:{}", audit_path.display()))
             .await
             .expect("opening a replica's audit log");
         Replica {
@@ -152,21 +156,20 @@ impl Replica {
         }
     }
 
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.pid.to_string()])
-            .status()
-            .expect("running kill")
-            .success();
-        assert!(ok, "kill {sig} {} ({}) failed", self.pid, self.name);
+    /// Sends `sig` (libc's, not procps' `kill`: a slim machine has none).
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid (reaped only on drop).
+        let ok = unsafe { libc::kill(self.pid as i32, sig) } == 0;
+        let e = std::io::Error::last_os_error();
+        assert!(ok, "kill {sig} {} ({}) failed: {e}", self.pid, self.name);
     }
 
     fn pause(&self) {
-        self.signal("-STOP");
+        self.signal(libc::SIGSTOP);
     }
 
     fn resume(&self) {
-        self.signal("-CONT");
+        self.signal(libc::SIGCONT);
     }
 
     /// The unlocker's releases this replica put on record with `outcome`.

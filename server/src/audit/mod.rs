@@ -18,17 +18,20 @@
 //!
 //! An admin attempt is never lost from the log: an entry the database cannot
 //! take now is queued in a durable spool and written when it can
-//! ([`AuditLog::record`], `spool`); an existing install's entries are carried
+//! ([`AuditLog::ready`], [`AuditLog::record`]: `record`; `spool`); an existing install's entries are carried
 //! over when the log moves to its own file (`import`).
 //!
 //! Layout: here, [`AuditLog`] (opening, appending, reading entries) and its
 //! errors; `sessions` (sign-in sessions: [`NewSession`], [`WebSession`]);
 //! `sql` (URLs, tables, rows); `export` (CSV, NDJSON); `tally` (attempts
-//! without an identity); `spool` (entries waiting for the database);
+//! without an identity); `record` (the door an action's entry takes: a
+//! place reserved before acting, the write or the queue after); `spool`
+//! (entries waiting for the database);
 //! `import` (entries carried over from the lock store's file).
 
 pub(crate) mod export;
 mod import;
+mod record;
 mod sessions;
 pub mod spool;
 pub(crate) mod sql;
@@ -36,6 +39,7 @@ pub mod tally;
 
 pub use export::{to_csv, to_ndjson, FIELDS};
 pub use import::default_file;
+pub use record::{Permit, AUDIT_WRITE_TIMEOUT, SPOOL_FLUSH_TIMEOUT};
 pub use sessions::{NewSession, WebSession};
 
 use std::net::IpAddr;
@@ -79,6 +83,13 @@ pub enum AuditError {
         #[source]
         source: sqlx::Error,
     },
+    /// The database did not answer within `after`.
+    #[error("audit log in {db}: no answer within {after:?} while {what}")]
+    TimedOut {
+        db: String,
+        what: &'static str,
+        after: Duration,
+    },
     /// The database did not take an entry (`why`), and neither did the spool.
     #[error("{why}; and the entry could not be queued")]
     Unqueued {
@@ -99,7 +110,8 @@ pub enum Recorded {
 }
 
 /// How long a write to an SQLite audit log waits for another connection's
-/// write lock before the entry is queued instead.
+/// write lock before the entry is queued instead ([`AuditLog::record`]; any
+/// database's write is bounded by [`AUDIT_WRITE_TIMEOUT`]).
 pub const AUDIT_BUSY_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How often queued entries are tried again.
@@ -121,6 +133,9 @@ struct Inner {
     /// Entries waiting for the database (SQLite: `PATH.spool` beside the log;
     /// PostgreSQL: where [`AuditLog::set_spool`] says).
     spool: std::sync::OnceLock<spool::Spool>,
+    /// Why this log has no spool, when another process owns it: this log
+    /// then allows no action ([`AuditLog::ready`]).
+    no_spool: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for AuditLog {
@@ -131,8 +146,21 @@ impl std::fmt::Debug for AuditLog {
 
 impl AuditLog {
     /// Opens the log in `sqlite:PATH` (the file, and its directory, are created
-    /// if missing) or `postgres://…`, creating its tables if absent.
+    /// if missing) or `postgres://…`, creating its tables if absent. An
+    /// SQLite log queues what it cannot take in `PATH.spool`, which it owns
+    /// for its lifetime ([`AuditLog::set_spool`]).
     pub async fn open(url: &str) -> Result<AuditLog, AuditError> {
+        Self::open_with(url, true).await
+    }
+
+    /// Opens the log to read it (and append directly, as an import does):
+    /// it takes no spool, so a server using the same log keeps its own, and
+    /// it allows no action ([`AuditLog::ready`]).
+    pub async fn open_read_only(url: &str) -> Result<AuditLog, AuditError> {
+        Self::open_with(url, false).await
+    }
+
+    async fn open_with(url: &str, spooled: bool) -> Result<AuditLog, AuditError> {
         let target = sql::target(url).map_err(AuditError::Config)?;
         target
             .create_dir()
@@ -158,28 +186,35 @@ impl AuditLog {
                     crate::settings::Limits::default().audit_sources_per_minute,
                 )),
                 spool: std::sync::OnceLock::new(),
+                no_spool: std::sync::OnceLock::new(),
             }),
         };
         log.create_tables().await?;
-        if let Some(file) = &target.file {
+        if let (Some(file), true) = (&target.file, spooled) {
             let mut path = file.clone().into_os_string();
             path.push(".spool");
             log.set_spool(std::path::Path::new(&path))?;
         }
         tokio::spawn(write_tallies(Arc::downgrade(&log.inner)));
-        tokio::spawn(flush_spool(Arc::downgrade(&log.inner)));
+        tokio::spawn(record::flush_spool(Arc::downgrade(&log.inner)));
         Ok(log)
     }
 
     /// Queues entries the database cannot take in the file `path` (an SQLite
     /// log has its spool beside it already; this one is kept). A spool
-    /// another process owns is not used: this log then queues nothing
-    /// (logged).
+    /// another process owns is not used: this log then refuses every action
+    /// before it acts (`503`, [`AuditLog::ready`]; logged), because it could
+    /// not keep their entries while the database does not take them.
     pub fn set_spool(&self, path: &std::path::Path) -> Result<(), AuditError> {
         let spool = match spool::Spool::open(path) {
             Ok(spool) => spool,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                tracing::warn!(path = %path.display(), "the audit spool is another process's: this one queues no entries");
+                let why = format!(
+                    "its spool {} is another process's: one server per audit spool",
+                    path.display()
+                );
+                tracing::error!("{why}; admin actions and auto-releases are refused");
+                let _ = self.inner.no_spool.set(why);
                 return Ok(());
             }
             Err(source) => {
@@ -202,80 +237,6 @@ impl AuditLog {
             .spool
             .get()
             .map_or((0, 0), |s| (s.pending(), s.queued_total()))
-    }
-
-    /// Whether an attempt's entry can be kept now: `Err` (why not) when the
-    /// spool is full. An admin action is refused before it acts then: it
-    /// must never happen unaudited.
-    pub fn ready(&self) -> Result<(), String> {
-        match self.inner.spool.get() {
-            Some(s) if s.pending() >= spool::SPOOL_MAX => Err(format!(
-                "the audit log cannot take entries now and {} wait in its spool {} (the most it keeps): nothing done",
-                s.pending(),
-                s.path().display()
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// Records `entry` in the log, or, when the database does not take it,
-    /// in the spool (see [`Recorded`]). While entries are queued, new ones
-    /// queue behind them, so that ids follow the order of the attempts.
-    pub async fn record(&self, entry: &AuditEntry) -> Result<Recorded, AuditError> {
-        let Some(spool) = self.inner.spool.get() else {
-            return self.append(entry).await.map(Recorded::Written);
-        };
-        // Queued entries are tried every SPOOL_FLUSH_EVERY, not here: an
-        // answer never waits for a database that is known to be blocked.
-        let why = if spool.pending() == 0 {
-            match self.append(entry).await {
-                Ok(e) => return Ok(Recorded::Written(e)),
-                // The database refuses this entry itself: queued, it would
-                // block every entry behind it for ever.
-                Err(e) if refuses_content(self.inner.dialect, &e) => return Err(e),
-                Err(e) => error_chain(&e),
-            }
-        } else {
-            format!("{} earlier entries wait for the audit log", spool.pending())
-        };
-        match spool.push(entry).await {
-            Ok(()) => {
-                tracing::warn!(why = %why, ?entry, "the audit log did not take an entry: queued");
-                Ok(Recorded::Queued {
-                    entry: entry.clone(),
-                    why,
-                })
-            }
-            Err(source) => Err(AuditError::Unqueued { why, source }),
-        }
-    }
-
-    /// Writes the queued entries if the database takes them: `true` when
-    /// none wait any more.
-    pub async fn flush(&self) -> bool {
-        let Some(spool) = self.inner.spool.get() else {
-            return true;
-        };
-        match spool.flush(|entries| self.append_all(entries)).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(entries = n, "queued audit entries written"),
-            Err(e) => tracing::debug!(error = %e, "queued audit entries still wait"),
-        }
-        spool.pending() == 0
-    }
-
-    /// Appends `entries` in order, all or none.
-    async fn append_all(&self, entries: Vec<AuditEntry>) -> Result<(), AuditError> {
-        let what = "appending queued entries";
-        let mut tx = self.inner.pool.begin().await.map_err(|e| self.error(what, e))?;
-        let q = self.sql(sql::INSERT);
-        for entry in &entries {
-            bind_entry(sqlx::query(&q), entry)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(|e| self.error(what, e))?;
-        }
-        tx.commit().await.map_err(|e| self.error(what, e))
     }
 
     /// At most this many sources get tally rows of their own in a minute
@@ -423,52 +384,6 @@ fn bind_entry<'q>(
         .bind(entry.reason.as_str())
         .bind(entry.outcome.map(|o| o.as_str()))
         .bind(entry.detail.as_str())
-}
-
-/// Whether `e` is the database refusing the entry's content (PostgreSQL's data
-/// exceptions and integrity violations, SQLite's too big, constraint, type
-/// mismatch and range errors), which trying again cannot mend; anything else
-/// (busy, unreachable, a full disk, a missing table or grant) can end.
-fn refuses_content(dialect: Dialect, e: &AuditError) -> bool {
-    let AuditError::Database { source, .. } = e else {
-        return false;
-    };
-    let Some(db) = source.as_database_error() else {
-        return false;
-    };
-    let code = db.code().unwrap_or_default();
-    match dialect {
-        // Extended result codes: the primary code is the low byte.
-        Dialect::Sqlite => code.parse::<i64>().is_ok_and(|c| matches!(c & 0xff, 18 | 19 | 20 | 25)),
-        // SQLSTATE classes.
-        Dialect::Postgres => code.starts_with("22") || code.starts_with("23"),
-    }
-}
-
-/// An error and its sources, one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
-}
-
-/// Writes queued entries as soon as the database takes them, until the log
-/// is dropped.
-async fn flush_spool(log: Weak<Inner>) {
-    let mut every = tokio::time::interval(SPOOL_FLUSH_EVERY);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        every.tick().await;
-        let Some(inner) = log.upgrade() else { return };
-        if inner.spool.get().is_some_and(|s| s.pending() > 0) {
-            AuditLog { inner }.flush().await;
-        }
-    }
 }
 
 /// Writes finished minutes' tallies, until the log is dropped.

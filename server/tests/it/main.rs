@@ -24,3 +24,4 @@ mod scrape;
 mod soak;
 mod store_busy;
 mod unlocker;
+mod unlocker_audit;

@@ -27,6 +27,8 @@ use lockscope_store::client::{Session, SessionConfig};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::{AnyLocks, StoreSpec};
 
+/// A slow or silent PostgreSQL: the audit write's bound, a client that leaves.
+mod slow;
 /// The audit spool's bound, what a restart finds queued, the form's words,
 /// what is never queued, and an existing install's entries moving.
 mod spool;
@@ -139,7 +141,7 @@ impl Running {
     }
 
     async fn audit(&self) -> AuditLog {
-        AuditLog::open(&format!("sqlite:{}", self.audit_file().display()))
+        AuditLog::open_read_only(&format!("sqlite:{}", self.audit_file().display()))
             .await
             .unwrap()
     }
@@ -354,8 +356,23 @@ async fn an_entry_the_audit_log_cannot_take_is_queued_and_written_when_it_frees_
     assert_eq!(entries[0].outcome, Some(Outcome::Done));
     assert!(entries[0].detail.starts_with("released fence"), "{entries:?}");
     assert_eq!(entries[0].target, "busy/audit");
+    // Taken out of the spool just after the log committed it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !r
+        .send("GET", "/metrics", "")
+        .await
+        .1
+        .lines()
+        .any(|l| l == "lockscope_audit_spooled 0")
+    {
+        assert!(Instant::now() < deadline, "the spool still counts the written entry");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // The next attempt is written at once, after it.
     let (status, answer, _) = r.release("busy/audit", fence).await;
     assert_eq!(status, 409, "{answer}");
-    assert!(answer["audit_id"].as_i64().unwrap() > entries[0].id, "{answer}");
+    assert!(
+        answer["audit_id"].as_i64().expect(&answer.to_string()) > entries[0].id,
+        "{answer}"
+    );
 }

@@ -32,10 +32,10 @@ async fn with_the_spool_full_an_action_is_refused_before_it_acts() {
     };
     let max = lockscope::audit::spool::SPOOL_MAX;
     for _ in 0..max {
-        let kept = s.audit.record(&entry).await.unwrap();
+        let kept = s.audit.record(&entry, s.audit.ready().unwrap()).await.unwrap();
         assert!(matches!(kept, lockscope::audit::Recorded::Queued { .. }), "{kept:?}");
     }
-    assert!(s.audit.record(&entry).await.is_err(), "the 1001st is not kept");
+    assert!(s.audit.ready().is_err(), "no place for a 1001st");
     // docs/operations.md: "When the spool holds 1000 entries, admin actions
     // are refused before they act".
     let body = serde_json::json!({"fence": fence, "owner": null, "reason": "INC-24: full spool"});
@@ -216,12 +216,38 @@ async fn an_entry_the_database_refuses_for_its_content_is_not_queued() {
         detail: "d".into(),
         ..AuditEntry::default()
     };
-    assert!(audit.record(&entry).await.is_err(), "refused, not queued");
+    assert!(
+        audit.record(&entry, audit.ready().unwrap()).await.is_err(),
+        "refused, not queued"
+    );
     assert_eq!(audit.spool_counts(), (0, 0));
     let fine = AuditEntry {
         reason: "without".into(),
         ..entry
     };
-    let kept = audit.record(&fine).await.unwrap();
+    let kept = audit.record(&fine, audit.ready().unwrap()).await.unwrap();
     assert!(matches!(kept, lockscope::audit::Recorded::Written(_)), "{kept:?}");
+}
+
+#[tokio::test]
+async fn a_log_without_a_spool_of_its_own_allows_no_action() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("audit.db").display());
+    // A reader opening the log first (a test, a tool) takes no spool…
+    let reader = AuditLog::open_read_only(&url).await.unwrap();
+    let why = reader.ready().unwrap_err();
+    assert!(why.contains("opened only to read"), "{why}");
+    // …so the server opening it next owns it and may act.
+    let server = AuditLog::open(&url).await.unwrap();
+    assert!(server.ready().is_ok());
+    // docs/operations.md: "a second server on the same audit spool refuses
+    // admin actions and auto-releases (503)" — it could not keep their
+    // entries while the database does not take them (it used to act, and
+    // lose them).
+    let second = AuditLog::open(&url).await.unwrap();
+    let why = second.ready().unwrap_err();
+    assert!(
+        why.contains("is another process's") && why.contains("nothing done"),
+        "{why}"
+    );
 }
