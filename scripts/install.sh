@@ -13,7 +13,7 @@ say() { printf '\033[1m[install]\033[0m %s\n' "$*"; }
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # Debian packages: protoc for etcd-client's build, OpenSSL's headers; for the tests also etcd,
-# PostgreSQL, the sqlite3 shell, Chromium and Node.
+# PostgreSQL, the sqlite3 shell, redis-server, Chromium and Node.
 pkgs=()
 command -v protoc >/dev/null || pkgs+=(protobuf-compiler)
 [ -f /usr/include/google/protobuf/timestamp.proto ] || pkgs+=(libprotobuf-dev)
@@ -29,6 +29,8 @@ if [ "$want_tests" = 1 ]; then
   [ -x /usr/bin/chromium ] || pkgs+=(chromium)
   # The sqlite3 shell: a second process holding the store's file (server/tests/it/store_busy.rs).
   command -v sqlite3 >/dev/null || pkgs+=(sqlite3)
+  # Redis for the Redis fleet's tests (each test starts its own on a free port).
+  command -v redis-server >/dev/null || pkgs+=(redis-server)
 fi
 # npm: Playwright for the tests; binaryen's wasm-opt for the release site.
 command -v npm >/dev/null || pkgs+=(nodejs npm)
@@ -36,6 +38,12 @@ if [ "${#pkgs[@]}" -gt 0 ]; then
   say "apt-get install ${pkgs[*]}"
   sudo_if_needed apt-get update -qq
   DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq "${pkgs[@]}" >/dev/null
+fi
+
+# Python's redis-py (PyPI `redis`): the tests hold Redis locks with its `Lock`, as services do.
+if [ "$want_tests" = 1 ] && ! python3 -c 'import redis' 2>/dev/null; then
+  say "python3 -m pip install redis"
+  python3 -m pip install --quiet --disable-pip-version-check redis
 fi
 
 # Rust: the wasm target, and wasm-bindgen-cli at exactly the version Cargo.lock
