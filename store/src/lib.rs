@@ -15,6 +15,8 @@
 //! - [`etcd`]: the etcd v3 adapter (observer + [`protocol::LockStore`]).
 //! - [`etcd_mutex`]: etcd's native mutexes and elections (`etcdctl lock`),
 //!   observed and guarded-released as a fleet of foreign locks.
+//! - [`redis_set`]: Redis `SET key token NX PX ms` locks (redis-py's `Lock`,
+//!   redsync), observed and guarded-released as a fleet of foreign locks.
 //! - [`sql`]: SQLite and PostgreSQL (observer + [`protocol::LockStore`]), and the
 //!   read-only ShedLock observer.
 //! - [`scylla`]: ScyllaDB / Cassandra LWT tables, the published schema and
@@ -40,6 +42,7 @@ pub mod fleet;
 mod link;
 pub mod liveness;
 pub mod protocol;
+pub mod redis_set;
 pub mod scylla;
 pub mod spec;
 pub mod sql;

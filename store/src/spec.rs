@@ -17,7 +17,9 @@
 //!   this process (tests and demos);
 //! - `etcd-mutex:ENDPOINT[,ENDPOINT…]#PREFIX`: etcd's native mutexes and
 //!   elections under PREFIX (taken byte for byte, required), read and
-//!   guarded-released ([`crate::etcd_mutex`]).
+//!   guarded-released ([`crate::etcd_mutex`]);
+//! - `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`: Redis `SET NX PX`
+//!   locks, read and guarded-released ([`crate::redis_set`]; `rediss://` refused).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +30,7 @@ use lockscope_model::{LockEntry, LockRecord};
 use crate::etcd::{EtcdConfig, EtcdLocks, EtcdObserver};
 use crate::fleet::{FleetStore, Leadership, ReadOnlyFleet, Removed, UnlockerInfo, WritableFleet};
 use crate::protocol::{Attempt, Blacklisting, Extend, LockStore, SessionLease, WaitFrom};
-use crate::scylla::{ScyllaConfig, ScyllaLocks, ScyllaObserver, ScyllaTarget, Serial};
+use crate::scylla::{ScyllaLocks, ScyllaObserver, ScyllaTarget};
 use crate::sql::{ShedLockObserver, SqlLocks, SqlObserver};
 use crate::{Observer, StoreError};
 
@@ -51,6 +53,8 @@ pub enum StoreSpec {
     /// etcd's native mutexes (`etcdctl lock`, `concurrency.Mutex`) and
     /// elections under `prefix` ([`crate::etcd_mutex`]).
     EtcdMutex { endpoints: Vec<String>, prefix: String },
+    /// Redis `SET key token NX PX ms` locks ([`crate::redis_set`]).
+    Redis(crate::redis_set::RedisTarget),
 }
 
 impl StoreSpec {
@@ -61,6 +65,9 @@ impl StoreSpec {
         let bad = |why: &str| Err(StoreError::Config(format!("store {:?}: {why}", redact(text))));
         if let Some(rest) = text.strip_prefix("etcd-mutex:") {
             crate::etcd_mutex::parse_spec(rest)
+                .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
+        } else if text.starts_with("redis://") || text.starts_with("rediss://") {
+            crate::redis_set::parse_spec(text)
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if let Some(rest) = text.strip_prefix("etcd:") {
             let (endpoints, prefix) = match rest.split_once('#') {
@@ -108,7 +115,7 @@ impl StoreSpec {
                 published,
             }))
         } else if let Some(rest) = text.strip_prefix("scylla:") {
-            parse_scylla(rest.trim_start_matches("//"))
+            scylla::parse_scylla(rest.trim_start_matches("//"))
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if let Some(path) = text.strip_prefix("sqlite:") {
             let path = path.trim_start_matches("//");
@@ -121,7 +128,7 @@ impl StoreSpec {
         } else if is_postgres(text) {
             Ok(StoreSpec::Sql { url: text.to_string() })
         } else {
-            bad("expected etcd:…, etcd-mutex:…#PREFIX, sqlite:PATH, postgres://…, scylla:… or shedlock+…")
+            bad("expected etcd:…, etcd-mutex:…#PREFIX, sqlite:PATH, postgres://…, redis://…, scylla:… or shedlock+…")
         }
     }
 
@@ -157,6 +164,7 @@ impl StoreSpec {
             StoreSpec::ShedLock { url, table } => format!("ShedLock table {table} in {}", redact(url)),
             StoreSpec::Scylla(target) => target.source(),
             StoreSpec::EtcdMutex { endpoints, prefix } => crate::etcd_mutex::source(endpoints, prefix),
+            StoreSpec::Redis(target) => target.source(),
         }
     }
 
@@ -170,6 +178,7 @@ impl StoreSpec {
             }
             StoreSpec::Sql { url } | StoreSpec::ShedLock { url, .. } => crate::summary::address_of_url(url),
             StoreSpec::Scylla(target) => crate::summary::address_of_scylla(target),
+            StoreSpec::Redis(target) => target.address(),
         }
     }
 
@@ -185,6 +194,9 @@ impl StoreSpec {
         self.try_observer()?;
         if let StoreSpec::EtcdMutex { endpoints, prefix } = self {
             return Ok(Arc::new(crate::etcd_mutex::MutexFleet::new(endpoints.clone(), prefix)));
+        }
+        if let StoreSpec::Redis(target) = self {
+            return Ok(Arc::new(crate::redis_set::RedisFleet::new(target.clone())));
         }
         Ok(match self.writable() {
             true => Arc::new(WritableFleet::new(self.clone())),
@@ -212,6 +224,7 @@ impl StoreSpec {
             StoreSpec::EtcdMutex { endpoints, prefix } => {
                 Box::new(crate::etcd_mutex::MutexObserver::new(endpoints.clone(), prefix))
             }
+            StoreSpec::Redis(target) => Box::new(crate::redis_set::RedisObserver::new(target.clone())),
         })
     }
 
@@ -224,8 +237,8 @@ impl StoreSpec {
                 Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
             }
             StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
-            StoreSpec::EtcdMutex { .. } => Err(StoreError::Config(format!(
-                "{} holds etcd's own mutexes, not lockscope's layout: a lockscope client cannot use it",
+            StoreSpec::EtcdMutex { .. } | StoreSpec::Redis(_) => Err(StoreError::Config(format!(
+                "{} holds another library's locks, not lockscope's layout: a lockscope client cannot use it",
                 self.source()
             ))),
             StoreSpec::Scylla(target) => Ok(AnyLocks::Scylla(target.connect(true).await?)),
@@ -273,74 +286,6 @@ fn create_sqlite_dir(url: &str) -> Result<(), StoreError> {
 
 fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
-}
-
-/// The part of a `scylla:` spec after the scheme (see the module docs).
-fn parse_scylla(rest: &str) -> Result<StoreSpec, String> {
-    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (hosts, keyspace) = match hosts.split_once('/') {
-        Some((h, k)) => (h, k),
-        None => (hosts, crate::scylla::DEFAULT_KEYSPACE),
-    };
-    if hosts.contains('@') {
-        return Err(format!(
-            "credentials are never written in a spec (it is shown and logged): user=NAME, and the \
-             password in password_file=PATH or {}",
-            crate::scylla::PASSWORD_ENV
-        ));
-    }
-    let nodes: Vec<String> = hosts
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(|h| {
-            // `host`, `host:port`, `[v6]`, `[v6]:port`.
-            let has_port = match h.rsplit_once(']') {
-                Some((_, rest)) => rest.starts_with(':'),
-                None => h.contains(':'),
-            };
-            if has_port {
-                h.to_string()
-            } else {
-                format!("{h}:9042")
-            }
-        })
-        .collect();
-    if nodes.is_empty() {
-        return Err("scylla: needs at least one contact point".into());
-    }
-    crate::scylla::validate_keyspace(keyspace).map_err(|e| e.to_string())?;
-    let mut config = ScyllaConfig::new(nodes, keyspace);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("{pair:?} is not KEY=VALUE"))?;
-        match (k, v) {
-            ("dc", dc) if !dc.is_empty() => config.datacenter = Some(dc.to_string()),
-            ("serial", "local") => config.serial = Serial::Local,
-            ("serial", "global") => config.serial = Serial::Serial,
-            ("user", user) if !user.is_empty() => config.user = Some(user.to_string()),
-            ("tls_ca", path) if !path.is_empty() => config.tls_ca = Some(path.to_string()),
-            ("password_file", path) if !path.is_empty() => config.password_file = Some(path.to_string()),
-            ("scan_ms", ms) => match ms.parse::<u64>() {
-                Ok(ms) if (100..=3_600_000).contains(&ms) => config.scan = std::time::Duration::from_millis(ms),
-                _ => return Err("scan_ms is a whole number of milliseconds from 100 to 3600000".into()),
-            },
-            ("password", _) => {
-                return Err(format!(
-                    "a password is never written in a spec (it is shown and logged): set {}",
-                    crate::scylla::PASSWORD_ENV
-                ))
-            }
-            // The value is not repeated: it might be a secret under a mistyped name.
-            _ => {
-                return Err(format!(
-                    "unknown or empty option {k} (dc, serial=local|global, user, password_file, tls_ca, scan_ms)"
-                ))
-            }
-        }
-    }
-    Ok(StoreSpec::Scylla(ScyllaTarget::Cluster(config)))
 }
 
 /// `scheme://user:secret@host/…?opts` → `scheme://user@host/…`: what may be
@@ -489,5 +434,6 @@ impl LockStore for AnyLocks {
     }
 }
 
+mod scylla;
 #[cfg(test)]
 mod tests;

@@ -48,7 +48,23 @@ pub enum LockBody {
         /// election's proposal (`None`: empty, or no such value).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         proposal: Option<String>,
+        /// The holder's token and the key's TTL, where the lock is one key
+        /// holding a token (Redis `SET key token NX PX ms`); `None` elsewhere.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<TokenKey>,
     },
+}
+
+/// A lock that is one key holding its holder's token (Redis `SET NX PX`): the
+/// token, and the key's TTL left when read. Such a layout keeps no waiters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenKey {
+    /// The key's value: the token its holder wrote (lossy UTF-8).
+    pub token: String,
+    /// The key's TTL left at `read_at`, in ms (`None`: the key has no expiry).
+    pub ttl_ms: Option<i64>,
+    /// When that was read, on this server's clock (unix ms).
+    pub read_at: Millis,
 }
 
 /// What etcd's `LeaseTimeToLive` said of a foreign lock holder's lease.
@@ -107,6 +123,7 @@ impl LockEntry {
                 written_at,
                 lease: None,
                 proposal: None,
+                key: None,
             },
         }
     }

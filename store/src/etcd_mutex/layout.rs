@@ -213,6 +213,7 @@ impl Table {
                 written_at: None,
                 lease: self.leases.get(&holder.lease).cloned(),
                 proposal: proposal_of(&holder.value),
+                key: None,
             },
         };
         Some((entry, waiters))

@@ -1,4 +1,5 @@
 use super::*;
+use crate::scylla::Serial;
 
 #[test]
 fn every_form_parses() {

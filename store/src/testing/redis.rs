@@ -19,14 +19,22 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     port: u16,
+    /// More `redis-server` options, kept across restarts.
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     pub async fn start() -> RedisServer {
+        RedisServer::start_with(&[]).await
+    }
+
+    /// A server run with more options (`["--notify-keyspace-events", "Kl"]`).
+    pub async fn start_with(extra: &[&str]) -> RedisServer {
         let mut s = RedisServer {
             child: None,
             dir: scratch_dir("lockscope-redis-"),
             port: free_port(),
+            extra: extra.iter().map(|a| a.to_string()).collect(),
         };
         s.spawn().await;
         s
@@ -39,6 +47,7 @@ impl RedisServer {
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--loglevel", "warning"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -307,6 +307,7 @@ async fn the_published_schema_is_observed_and_administered() {
             written_at: Some(at),
             lease: None,
             proposal: None,
+            key: None,
         },
         "only what the row holds"
     );

@@ -82,6 +82,9 @@ impl Target {
             StoreSpec::EtcdMutex { .. } => {
                 bail!("the bench writes lockscope's own layout; it has no writer of etcd's native mutexes yet")
             }
+            StoreSpec::Redis(_) => {
+                bail!("the bench writes lockscope's own layout; it has no writer of Redis locks yet")
+            }
         }
     }
 

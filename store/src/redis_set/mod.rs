@@ -1,0 +1,324 @@
+//! Redis locks of the single-instance `SET key token NX PX ms` layout
+//! (redis-py's `Lock`, redsync, node-redlock on one instance) as a fleet:
+//! spec `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`.
+//!
+//! Every string key of database DB matching PATTERN (Redis glob, default `*`)
+//! is one lock named by its key ([`observer`]): its holder's token is the
+//! value, its TTL left the key's `PTTL`, and its fencing token a stable value
+//! derived from the token ([`fence_of`]: Redis keeps no revision). The
+//! layout keeps no waiters, sessions, hosts or times: unknown, never
+//! invented. Keys of other types are not this layout and are not shown.
+//!
+//! Admin actions ([`RedisFleet`]): a guarded force-release runs the libraries'
+//! own compare-and-delete script with the token the fence names, so it
+//! deletes that holder's key and nothing written since; the holder's process
+//! is not told. Blacklisting is refused: Redis has no sessions to end. The
+//! unlocker never acts here: these locks end with their TTL.
+
+mod observer;
+
+pub use observer::{RedisObserver, POLL_EVERY, RESCAN_EVERY};
+
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use lockscope_model::fleet::TokenKey;
+use lockscope_model::record::BlacklistRecord;
+use lockscope_model::{LockBody, LockEntry};
+
+use crate::fleet::{FleetStore, Leadership, Release, Removed, UnlockerInfo};
+use crate::protocol::Blacklisting;
+use crate::spec::StoreSpec;
+use crate::{now_ms, Observer, StoreError};
+
+/// How long one request (or a connect) may take before the store is taken
+/// for unreachable.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The compare-and-delete the libraries unlock with (redis-py, redsync,
+/// node-redlock): delete the key only while it holds the token.
+pub const COMPARE_AND_DELETE: &str =
+    r#"if redis.call("get",KEYS[1]) == ARGV[1] then return redis.call("del",KEYS[1]) else return 0 end"#;
+
+/// One Redis database to observe: what `redis://…` named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisTarget {
+    /// `USER:PASSWORD` as written (URL-encoded), if any.
+    userinfo: Option<String>,
+    pub host: String,
+    pub port: u16,
+    pub db: u32,
+    /// The keys observed (a Redis glob).
+    pub pattern: String,
+}
+
+/// Parses `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]` (the whole
+/// spec); `rediss://` is recognized and refused: this build has no TLS for Redis.
+pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
+    if text.starts_with("rediss://") {
+        return Err(
+            "rediss:// (Redis over TLS) is not supported yet: this build's Redis client has no TLS; \
+                    use redis:// on a trusted network or through a TLS tunnel"
+                .into(),
+        );
+    }
+    let rest = text.strip_prefix("redis://").ok_or("expected redis://…")?;
+    let (userinfo, after) = match rest.rsplit_once('@') {
+        Some((u, a)) => (Some(u.to_string()).filter(|u| !u.is_empty()), a),
+        None => (None, rest),
+    };
+    let (addr, query) = after.split_once('?').unwrap_or((after, ""));
+    let (hostport, db) = addr.split_once('/').unwrap_or((addr, ""));
+    let db: u32 = match db {
+        "" => 0,
+        d => d
+            .parse()
+            .map_err(|_| format!("the database after '/' is a number (0 to 2^32-1), not {d:?}"))?,
+    };
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) => (
+            h,
+            p.parse::<u16>()
+                .map_err(|_| format!("the port is a number from 1 to 65535, not {p:?}"))?,
+        ),
+        _ => return Err("redis://HOST:PORT needs the port".into()),
+    };
+    if host.is_empty() || port == 0 {
+        return Err("redis://HOST:PORT needs a host and a port from 1 to 65535".into());
+    }
+    let mut pattern = "*".to_string();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("match", p)) if !p.is_empty() && !p.chars().any(char::is_control) => pattern = p.to_string(),
+            Some(("match", _)) => {
+                return Err("match= needs a key pattern (a Redis glob) without control characters".into())
+            }
+            _ => {
+                return Err(format!(
+                    "unknown option {:?} (only match=PATTERN)",
+                    pair.split('=').next().unwrap_or("")
+                ))
+            }
+        }
+    }
+    Ok(StoreSpec::Redis(RedisTarget {
+        userinfo,
+        host: host.to_string(),
+        port,
+        db,
+        pattern,
+    }))
+}
+
+impl RedisTarget {
+    /// Where the locks live, for people: no password.
+    pub fn source(&self) -> String {
+        let user = match self.userinfo.as_deref().map(|u| u.split(':').next().unwrap_or("")) {
+            Some(u) if !u.is_empty() => format!("{u}@"),
+            _ => String::new(),
+        };
+        format!(
+            "Redis SET NX locks redis://{user}{}:{}/{} match {}",
+            self.host, self.port, self.db, self.pattern
+        )
+    }
+
+    /// `HOST:PORT`.
+    pub fn address(&self) -> String {
+        format!("{}:{}", self.host, self.port)
+    }
+
+    fn client(&self) -> Result<redis::Client, StoreError> {
+        let auth = self.userinfo.as_deref().map(|u| format!("{u}@")).unwrap_or_default();
+        let url = format!("redis://{auth}{}:{}/{}", self.host, self.port, self.db);
+        redis::Client::open(url).map_err(|e| StoreError::Config(format!("{}: {e}", self.source())))
+    }
+
+    /// A new multiplexed connection, within [`REQUEST_TIMEOUT`].
+    pub(crate) async fn connect(&self) -> Result<redis::aio::MultiplexedConnection, StoreError> {
+        let client = self.client()?;
+        timed(client.get_multiplexed_async_connection()).await
+    }
+
+    /// A new connection for subscriptions.
+    pub(crate) async fn pubsub(&self) -> Result<redis::aio::PubSub, StoreError> {
+        let client = self.client()?;
+        timed(client.get_async_pubsub()).await
+    }
+}
+
+/// `fut` within [`REQUEST_TIMEOUT`], its error said as a store error.
+pub(crate) async fn timed<T>(fut: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, StoreError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, fut).await {
+        Ok(r) => r.map_err(store_error),
+        Err(_) => Err(StoreError::Timeout(REQUEST_TIMEOUT)),
+    }
+}
+
+/// A lost or refused connection is the store unreachable; anything else
+/// (a refused command, bad credentials) a backend error. The source is kept.
+pub(crate) fn store_error(e: redis::RedisError) -> StoreError {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() || e.is_timeout() {
+        StoreError::unreachable("redis", e)
+    } else {
+        StoreError::backend("redis", e)
+    }
+}
+
+/// The fencing token of a holder: FNV-1a (64-bit) of the token's bytes with
+/// the top bit cleared, so a positive number that names one token: the same
+/// token always gives the same fence, another token (all but certainly)
+/// another (`docs/protocol.md`, "Redis SET NX").
+pub fn fence_of(token: &[u8]) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in token {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h & (i64::MAX as u64)) as i64
+}
+
+/// Lock `name` as read: its token and `PTTL` (ms; `-1`: no expiry).
+pub(crate) fn entry(name: String, token: &[u8], pttl: i64, revision: i64) -> LockEntry {
+    LockEntry {
+        name,
+        fence: fence_of(token),
+        revision,
+        body: LockBody::Foreign {
+            session: None,
+            written_at: None,
+            lease: None,
+            proposal: None,
+            key: Some(TokenKey {
+                token: String::from_utf8_lossy(token).into_owned(),
+                ttl_ms: (pttl >= 0).then_some(pttl),
+                read_at: now_ms(),
+            }),
+        },
+    }
+}
+
+/// The admin side of a `redis://` fleet (see the module docs).
+pub struct RedisFleet {
+    target: RedisTarget,
+}
+
+impl RedisFleet {
+    pub(crate) fn new(target: RedisTarget) -> RedisFleet {
+        RedisFleet { target }
+    }
+
+    /// Lock `name` now (`None`: no such key, or not a string).
+    async fn read(
+        &self,
+        con: &mut redis::aio::MultiplexedConnection,
+        name: &str,
+    ) -> Result<Option<(LockEntry, Vec<u8>)>, StoreError> {
+        crate::validate_name(name)?;
+        let (kind, pttl): (String, i64) = timed(
+            redis::pipe()
+                .cmd("TYPE")
+                .arg(name)
+                .cmd("PTTL")
+                .arg(name)
+                .query_async(con),
+        )
+        .await?;
+        if kind != "string" {
+            return Ok(None);
+        }
+        let token: Option<Vec<u8>> = timed(redis::cmd("GET").arg(name).query_async(con)).await?;
+        Ok(token.map(|t| (entry(name.to_string(), &t, pttl, 0), t)))
+    }
+
+    fn refuse<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, StoreError>> {
+        Box::pin(async move { Err(StoreError::Config(what.to_string())) })
+    }
+}
+
+/// Why a Redis lock's holder cannot be blacklisted (said to whoever asks).
+pub const NO_BLACKLIST: &str = "Redis has no sessions to end: a SET NX lock is a key and a token, and nothing \
+     in Redis ties the token to a client that could be refused (release the lock instead)";
+
+impl FleetStore for RedisFleet {
+    fn source(&self) -> String {
+        self.target.source()
+    }
+
+    fn address(&self) -> String {
+        self.target.address()
+    }
+
+    fn writable(&self) -> bool {
+        true
+    }
+
+    fn observer(&self) -> Box<dyn Observer> {
+        Box::new(RedisObserver::new(self.target.clone()))
+    }
+
+    fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Release, StoreError>> {
+        Box::pin(async move {
+            let mut con = self.target.connect().await?;
+            let Some((now, token)) = self.read(&mut con, name).await? else {
+                return Ok(Release::NotHeld);
+            };
+            if now.fence != fence {
+                return Ok(Release::Changed(now));
+            }
+            // The libraries' own unlock: deletes the key only while it still
+            // holds the token this fence names.
+            let deleted: i64 = timed(
+                redis::cmd("EVAL")
+                    .arg(COMPARE_AND_DELETE)
+                    .arg(1)
+                    .arg(name)
+                    .arg(&token)
+                    .query_async(&mut con),
+            )
+            .await?;
+            if deleted == 1 {
+                return Ok(Release::Released(Removed { revision: None }));
+            }
+            Ok(match self.read(&mut con, name).await? {
+                Some((now, _)) => Release::Changed(now),
+                None => Release::NotHeld,
+            })
+        })
+    }
+
+    /// A Redis lock shows no owner: `owner` is not compared (the fence names
+    /// the holder's token).
+    fn release_seen<'a>(
+        &'a self,
+        name: &'a str,
+        fence: i64,
+        _owner: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Release, StoreError>> {
+        self.release(name, fence)
+    }
+
+    fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
+        Self::refuse(NO_BLACKLIST)
+    }
+
+    /// Redis keeps no sessions.
+    fn session_registered<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
+        Self::refuse("the unlocker never acts on Redis locks: they end with their TTL")
+    }
+
+    fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+//! The `redis://` fleet against a real `redis-server` (started per test on a
+//! free port), with locks taken by redis-py's `Lock` in `python3` children:
+//! what the observer shows through the hub's reducer (token, TTL, the fence
+//! derived from the token), release and expiry, the guarded force-release,
+//! and a killed and restarted server.
+
+use std::time::{Duration, Instant};
+
+use lockscope_model::fleet::TokenKey;
+use lockscope_model::{FleetState, LockBody, LockEntry, StoreStatus};
+use lockscope_store::fleet::Release;
+use lockscope_store::redis_set::fence_of;
+use lockscope_store::spec::StoreSpec;
+use lockscope_store::testing::{PyLock, RedisServer};
+use lockscope_store::ObserverEvent;
+use tokio::sync::mpsc;
+
+async fn raw_get(server: &RedisServer, key: &str) -> Option<String> {
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    ::redis::cmd("GET").arg(key).query_async(&mut con).await.unwrap()
+}
+
+/// An observer feeding a reducer, as the hub runs it, keeping the last status.
+struct Watch {
+    state: FleetState,
+    status: Option<StoreStatus>,
+    rx: mpsc::Receiver<ObserverEvent>,
+}
+
+impl Watch {
+    fn start(spec: &StoreSpec) -> Watch {
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(spec.open().unwrap().observer().run(tx));
+        Watch {
+            state: FleetState::default(),
+            status: None,
+            rx,
+        }
+    }
+
+    fn live(&self) -> bool {
+        matches!(self.status, Some(StoreStatus::Live { .. }))
+    }
+
+    /// Applies what the observer sends until `done` holds; panics after `max`.
+    async fn until(&mut self, what: &str, max: Duration, done: impl Fn(&Watch) -> bool) -> Duration {
+        let t0 = Instant::now();
+        while !done(self) {
+            let left = max.checked_sub(t0.elapsed()).unwrap_or_default();
+            match tokio::time::timeout(left, self.rx.recv()).await {
+                Ok(Some(ObserverEvent::Events(events))) => {
+                    for e in events {
+                        self.state.apply(e);
+                    }
+                }
+                Ok(Some(ObserverEvent::Status(s))) => self.status = Some(s),
+                Ok(Some(ObserverEvent::Missed { .. })) => panic!("history replay sent unasked"),
+                Ok(None) => panic!("the observer stopped"),
+                Err(_) => panic!("not within {max:?}: {what} (status {:?})", self.status),
+            }
+        }
+        t0.elapsed()
+    }
+
+    fn lock(&self, name: &str) -> Option<LockEntry> {
+        self.state.get(name).cloned()
+    }
+}
+
+fn token_key(e: &LockEntry) -> TokenKey {
+    match &e.body {
+        LockBody::Foreign { key: Some(k), .. } => k.clone(),
+        other => panic!("not a token key: {other:?}"),
+    }
+}
+
+fn spec(server: &RedisServer, query: &str) -> StoreSpec {
+    StoreSpec::parse(&format!("{}{query}", server.url())).unwrap()
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// The harness itself: redis-py's lock is `SET key token NX PX ms`, and its
+/// release deletes the key.
+#[tokio::test]
+async fn the_harness_holds_and_releases_a_redis_py_lock() {
+    let server = RedisServer::start().await;
+    let lock = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    assert_eq!(
+        raw_get(&server, "jobs:nightly").await.as_deref(),
+        Some(lock.token.as_str())
+    );
+    assert!(lock.release(), "redis-py released its own lock");
+    assert_eq!(raw_get(&server, "jobs:nightly").await, None);
+}
+
+/// A redis-py lock appears within 1 s with its token, TTL and the fence
+/// derived from the token; released, it is gone within 1 s; a lock left to
+/// expire is gone once its TTL runs out; keys outside `match=` are not shown.
+#[tokio::test]
+async fn redis_py_locks_appear_release_and_expire() {
+    // Notifications of lists only: lockscope adds the classes it reads.
+    let server = RedisServer::start_with(&["--notify-keyspace-events", "Kl"]).await;
+    let mut w = Watch::start(&spec(&server, "?match=jobs:*"));
+    w.until("live", 10 * SECOND, Watch::live).await;
+    // docs/operations.md: "lockscope adds them with `CONFIG SET`, keeping what was on".
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let (_, flags): (String, String) = ::redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("notify-keyspace-events")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert!("Kg$xel".chars().all(|c| flags.contains(c)), "{flags}");
+
+    let lock = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    let took = w
+        .until("the lock shown", SECOND, |w| w.lock("jobs:nightly").is_some())
+        .await;
+    let e = w.lock("jobs:nightly").unwrap();
+    let k = token_key(&e);
+    assert_eq!(k.token, lock.token, "the holder's token");
+    assert!(
+        k.ttl_ms.is_some_and(|ms| (25_000..=30_000).contains(&ms)),
+        "TTL left (PTTL): {k:?} after {took:?}"
+    );
+    assert_eq!(
+        e.fence,
+        fence_of(lock.token.as_bytes()),
+        "the fence is derived from the token"
+    );
+    assert_eq!(e.holder_session(), None, "Redis keeps no sessions: none is invented");
+    assert_eq!(
+        w.state.waiters_of("jobs:nightly").count(),
+        0,
+        "this layout has no waiters"
+    );
+
+    let other = PyLock::acquire(&server, 0, "other:thing", Duration::from_secs(30));
+    assert!(lock.release());
+    w.until("released: gone", SECOND, |w| w.lock("jobs:nightly").is_none())
+        .await;
+    assert!(w.lock("other:thing").is_none(), "outside match=jobs:*");
+    drop(other);
+
+    // Held, never released: gone within 1 s of its TTL running out.
+    let ttl = Duration::from_millis(1500);
+    let t0 = Instant::now();
+    let short = PyLock::acquire(&server, 0, "jobs:short", ttl);
+    w.until("the short lock shown", SECOND, |w| w.lock("jobs:short").is_some())
+        .await;
+    w.until("expired: gone", 3 * SECOND, |w| w.lock("jobs:short").is_none())
+        .await;
+    assert!(
+        t0.elapsed() < ttl + SECOND,
+        "gone {:?} after its acquisition",
+        t0.elapsed()
+    );
+    drop(short);
+}
+
+/// docs/operations.md: "Where `CONFIG` is refused and the classes are off,
+/// the fleet is polled: a full scan every 1 s".
+#[tokio::test]
+async fn without_config_the_fleet_is_polled() {
+    let server = RedisServer::start_with(&["--rename-command", "CONFIG", ""]).await;
+    let mut w = Watch::start(&spec(&server, ""));
+    w.until("live", 10 * SECOND, Watch::live).await;
+    let lock = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    let t0 = Instant::now();
+    w.until("polled in", 2 * SECOND, |w| w.lock("jobs:nightly").is_some())
+        .await;
+    assert!(lock.release());
+    w.until("polled out", 2 * SECOND, |w| w.lock("jobs:nightly").is_none())
+        .await;
+    assert!(t0.elapsed() < 3 * SECOND);
+}
+
+/// The guarded force-release: the fence seen deletes exactly that token's
+/// key (the holder's redis-py then cannot release it); a stale fence answers
+/// Changed with the current holder and deletes nothing.
+#[tokio::test]
+async fn the_fence_seen_releases_that_token_and_a_stale_one_is_changed() {
+    let server = RedisServer::start().await;
+    let spec = spec(&server, "");
+    let fleet = spec.open().unwrap();
+    let mut w = Watch::start(&spec);
+    let first = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    w.until("first shown", 10 * SECOND, |w| {
+        w.live() && w.lock("jobs:nightly").is_some()
+    })
+    .await;
+    let stale = w.lock("jobs:nightly").unwrap().fence;
+    assert!(first.release());
+    let second = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    let neighbour = PyLock::acquire(&server, 0, "jobs:weekly", Duration::from_secs(30));
+    let fence2 = fence_of(second.token.as_bytes());
+    w.until("second shown", SECOND, |w| {
+        w.lock("jobs:nightly").is_some_and(|e| e.fence == fence2)
+    })
+    .await;
+
+    match fleet.release_seen("jobs:nightly", stale, None).await.unwrap() {
+        Release::Changed(now) => {
+            assert_eq!(now.fence, fence2);
+            assert_eq!(token_key(&now).token, second.token, "the current holder");
+        }
+        other => panic!("a stale fence released: {other:?}"),
+    }
+    assert_eq!(
+        raw_get(&server, "jobs:nightly").await.as_deref(),
+        Some(second.token.as_str())
+    );
+
+    let released = fleet.release_seen("jobs:nightly", fence2, None).await.unwrap();
+    assert!(matches!(released, Release::Released(_)), "{released:?}");
+    assert_eq!(raw_get(&server, "jobs:nightly").await, None);
+    assert_eq!(
+        raw_get(&server, "jobs:weekly").await.as_deref(),
+        Some(neighbour.token.as_str()),
+        "only that token's key"
+    );
+    w.until("gone", SECOND, |w| w.lock("jobs:nightly").is_none()).await;
+    assert!(!second.release(), "its holder no longer owns it");
+    assert!(matches!(
+        fleet.release_seen("jobs:nightly", fence2, None).await.unwrap(),
+        Release::NotHeld
+    ));
+
+    let refused = fleet
+        .blacklist(&lockscope_model::record::BlacklistRecord {
+            v: lockscope_model::record::RECORD_VERSION,
+            session: "anyone".into(),
+            by: "test".into(),
+            reason: "test".into(),
+            at: 0,
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("Redis has no sessions to end"), "{refused}");
+}
+
+/// A killed redis-server reads unreachable within 3 s; restarted, live again,
+/// and what it holds then is scanned afresh.
+#[tokio::test]
+async fn a_killed_server_is_unreachable_and_a_restarted_one_live() {
+    let mut server = RedisServer::start().await;
+    let mut w = Watch::start(&spec(&server, ""));
+    let held = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    w.until("shown", 10 * SECOND, |w| w.live() && w.lock("jobs:nightly").is_some())
+        .await;
+
+    server.stop();
+    let took = w
+        .until("unreachable", 3 * SECOND, |w| {
+            matches!(w.status, Some(StoreStatus::Unreachable { .. }))
+        })
+        .await;
+    assert!(w.lock("jobs:nightly").is_some(), "the last known truth stays shown");
+    drop(held);
+
+    server.restart().await;
+    let again = PyLock::acquire(&server, 0, "jobs:after", Duration::from_secs(30));
+    w.until("live again, scanned afresh", 10 * SECOND, |w| {
+        w.live() && w.lock("jobs:after").is_some() && w.lock("jobs:nightly").is_none()
+    })
+    .await;
+    assert!(took < 3 * SECOND);
+    drop(again);
+}
