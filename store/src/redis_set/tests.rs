@@ -48,3 +48,19 @@ fn the_fence_is_a_stable_value_of_the_token() {
     // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c; top bit cleared.
     assert_eq!(fence_of(b"a"), 0x2f63dc4c8601ec8c);
 }
+
+/// docs/api.md: "A Redis `SET NX PX` lock … is `foreign` with `"session":null` and
+/// `"key":{"token":"…","ttl_ms":MS|null,"read_at":MS}`".
+#[test]
+fn the_wire_form() {
+    let e = entry("jobs:nightly".into(), b"tok", 2500, 7);
+    let v = serde_json::to_value(&e).unwrap();
+    assert_eq!(v["fence"], fence_of(b"tok"));
+    assert_eq!(v["body"]["kind"], "foreign");
+    assert_eq!(v["body"]["session"], serde_json::Value::Null);
+    assert_eq!(v["body"]["key"]["token"], "tok");
+    assert_eq!(v["body"]["key"]["ttl_ms"], 2500);
+    assert!(v["body"]["key"]["read_at"].as_i64().unwrap() > 0);
+    let forever = serde_json::to_value(entry("k".into(), b"t", -1, 1)).unwrap();
+    assert_eq!(forever["body"]["key"]["ttl_ms"], serde_json::Value::Null, "no expiry");
+}
