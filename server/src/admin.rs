@@ -238,7 +238,7 @@ async fn record(
         Ok(permit) => state.audit.record(entry, permit).await,
         // No place: a refusal (nothing was done) written if the database
         // takes it, logged otherwise.
-        Err(_) => state.audit.append_within(entry).await.map(Recorded::Written),
+        Err(_) => state.audit.append_within(entry, None).await.map(Recorded::Written),
     }
 }
 

@@ -290,6 +290,25 @@ impl AuditLog {
                 .await
                 .map_err(|e| self.error(what, e))?;
         }
+        if self.inner.dialect == Dialect::Sqlite {
+            let has: i64 = sqlx::query(sql::KEY_COLUMN_MISSING)
+                .fetch_one(&mut *tx)
+                .await
+                .and_then(|r| r.try_get(0))
+                .map_err(|e| self.error(what, e))?;
+            if has == 0 {
+                sqlx::query(sql::ADD_KEY_COLUMN)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(what, e))?;
+            }
+        }
+        for statement in sql::key_steps(self.inner.dialect) {
+            sqlx::query(statement)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.error(what, e))?;
+        }
         tx.commit().await.map_err(|e| self.error(what, e))
     }
 
@@ -304,8 +323,15 @@ impl AuditLog {
     /// Records `entry` (its `id` is ignored) and returns it as stored, with the
     /// id the log assigned: greater than every id before it.
     pub async fn append(&self, entry: &AuditEntry) -> Result<AuditEntry, AuditError> {
+        self.append_keyed(entry, None).await
+    }
+
+    /// [`AuditLog::append`] under `key`: nothing is written if an entry with
+    /// this key is there already (then `RowNotFound`).
+    pub(crate) async fn append_keyed(&self, entry: &AuditEntry, key: Option<&str>) -> Result<AuditEntry, AuditError> {
         let q = self.sql(sql::INSERT);
         let row = bind_entry(sqlx::query(&q), entry)
+            .bind(key)
             // `fetch_all`, not `fetch_one`: SQLite hands out the RETURNING row
             // before the statement completes and commits, so stopping at the row
             // would drop a failure to commit (a full disk) on the floor.

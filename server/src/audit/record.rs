@@ -19,7 +19,7 @@ use lockscope_store::sql::Dialect;
 
 #[cfg(doc)]
 use super::AUDIT_BUSY_TIMEOUT;
-use super::{AuditError, AuditLog, Inner, Recorded, SPOOL_FLUSH_EVERY};
+use super::{spool, AuditError, AuditLog, Inner, Recorded, SPOOL_FLUSH_EVERY};
 
 /// The longest an entry's write may take, whatever the database, before the
 /// entry is queued: SQLite's busy timeout ([`AUDIT_BUSY_TIMEOUT`], 1 s) and a
@@ -95,6 +95,9 @@ impl AuditLog {
             "a permit of this log"
         );
         let spool = permit.log.inner.spool.get().expect("a permit has a spool");
+        // One key for every try of this entry: a write given up on that the
+        // database completes anyway, and the spool's copy, are one entry.
+        let key = crate::auth::random_hex(16);
         // Queued entries are tried every SPOOL_FLUSH_EVERY, not here: an
         // answer never waits for a database that is known to be blocked.
         let why = if spool.pending() == 0 {
@@ -103,7 +106,7 @@ impl AuditLog {
             // unlocker) until TCP gives up, minutes later, with nothing queued.
             // Past SQLite's busy timeout, so that SQLite's own answer comes
             // first and no statement is left running when the entry queues.
-            match self.append_within(entry).await {
+            match self.append_within(entry, Some(&key)).await {
                 Ok(e) => return Ok(Recorded::Written(e)),
                 // The database refuses this entry itself: queued, it would
                 // block every entry behind it for ever.
@@ -113,7 +116,11 @@ impl AuditLog {
         } else {
             format!("{} earlier entries wait for the audit log", spool.pending())
         };
-        match spool.push(entry).await {
+        let line = spool::Spooled {
+            key: Some(key),
+            entry: entry.clone(),
+        };
+        match spool.push(&line).await {
             Ok(()) => {
                 permit.spent = true;
                 tracing::warn!(why = %why, ?entry, "the audit log did not take an entry: queued");
@@ -128,8 +135,8 @@ impl AuditLog {
 
     /// [`AuditLog::append`], given up after [`AUDIT_WRITE_TIMEOUT`]
     /// ([`AuditError::TimedOut`]; the entry may still be written).
-    pub async fn append_within(&self, entry: &AuditEntry) -> Result<AuditEntry, AuditError> {
-        tokio::time::timeout(AUDIT_WRITE_TIMEOUT, self.append(entry))
+    pub async fn append_within(&self, entry: &AuditEntry, key: Option<&str>) -> Result<AuditEntry, AuditError> {
+        tokio::time::timeout(AUDIT_WRITE_TIMEOUT, self.append_keyed(entry, key))
             .await
             .unwrap_or_else(|_| Err(self.timed_out("appending an entry", AUDIT_WRITE_TIMEOUT)))
     }
@@ -156,8 +163,9 @@ impl AuditLog {
         spool.pending() == 0
     }
 
-    /// Appends `entries` in order, all or none, within [`SPOOL_FLUSH_TIMEOUT`].
-    async fn append_all(&self, entries: Vec<AuditEntry>) -> Result<(), AuditError> {
+    /// Appends `entries` in order, all or none, within [`SPOOL_FLUSH_TIMEOUT`];
+    /// one whose key the log has already is skipped.
+    async fn append_all(&self, entries: Vec<spool::Spooled>) -> Result<(), AuditError> {
         let what = "appending queued entries";
         let mut conn = self.inner.pool.acquire().await.map_err(|e| self.error(what, e))?;
         let written = tokio::time::timeout(SPOOL_FLUSH_TIMEOUT, async {
@@ -165,8 +173,9 @@ impl AuditLog {
                 .await
                 .map_err(|e| self.error(what, e))?;
             let q = self.sql(super::sql::INSERT);
-            for entry in &entries {
-                super::bind_entry(sqlx::query(&q), entry)
+            for line in &entries {
+                super::bind_entry(sqlx::query(&q), &line.entry)
+                    .bind(line.key.as_deref())
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(|e| self.error(what, e))?;

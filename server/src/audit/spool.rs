@@ -14,7 +14,10 @@
 //! entry is pushed, so two actions at 999 queued cannot both act.
 //!
 //! The flush writes the queued entries in one transaction and then empties the
-//! file: a crash between the two writes them twice (never zero times).
+//! file: a crash between the two, or a file that cannot be rewritten (a full
+//! disk), makes the next flush write them again, and the log keeps one of
+//! each: every line carries its entry's key ([`Spooled`]), and an entry whose
+//! key the log has already is skipped (`ON CONFLICT DO NOTHING`).
 //!
 //! A spool is one process's: it holds an exclusive `flock` on `PATH.lock` for
 //! its lifetime, so that two processes never flush the same entries. Another
@@ -26,6 +29,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use lockscope_model::admin::AuditEntry;
 use tokio::io::AsyncWriteExt;
+
+/// One line of the spool: an entry and its key (random, given when the entry
+/// was first tried; lines of an earlier version have none).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Spooled {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(flatten)]
+    pub entry: AuditEntry,
+}
 
 /// The most entries the spool holds (docs/security.md, "Limits").
 pub const SPOOL_MAX: usize = 1000;
@@ -119,7 +132,7 @@ impl Spool {
     /// Appends `entry` in a place reserved for it ([`Spool::reserve`]), on disk
     /// before this returns. `Ok`: the place is the entry's now; `Err`: it is
     /// still reserved (the caller gives it back).
-    pub(crate) async fn push(&self, entry: &AuditEntry) -> Result<(), SpoolError> {
+    pub(crate) async fn push(&self, entry: &Spooled) -> Result<(), SpoolError> {
         let _file = self.file.lock().await;
         let io = |source| SpoolError::Io {
             path: self.path.display().to_string(),
@@ -150,7 +163,7 @@ impl Spool {
     /// entries written; `Err`: the log still does not take them (they stay).
     pub(crate) async fn flush<F, Fut, E>(&self, write: F) -> Result<usize, E>
     where
-        F: FnOnce(Vec<AuditEntry>) -> Fut,
+        F: FnOnce(Vec<Spooled>) -> Fut,
         Fut: std::future::Future<Output = Result<(), E>>,
     {
         let _one = self.flushing.lock().await;
@@ -171,7 +184,7 @@ impl Spool {
         let mut lines = 0;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             lines += 1;
-            match serde_json::from_str::<AuditEntry>(line) {
+            match serde_json::from_str::<Spooled>(line) {
                 Ok(e) => entries.push(e),
                 // Only a crash in the middle of a push leaves half a line.
                 Err(e) => tracing::error!(error = %e, line, "an unreadable line in the audit spool is skipped"),
@@ -242,11 +255,14 @@ fn own(file: &std::fs::File) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn entry(target: &str) -> AuditEntry {
-        AuditEntry {
-            actor: "t".into(),
-            target: target.into(),
-            ..AuditEntry::default()
+    fn entry(target: &str) -> Spooled {
+        Spooled {
+            key: Some(format!("k-{target}")),
+            entry: AuditEntry {
+                actor: "t".into(),
+                target: target.into(),
+                ..AuditEntry::default()
+            },
         }
     }
 
@@ -265,7 +281,10 @@ mod tests {
             .flush(|entries| async {
                 assert!(spool.reserve());
                 spool.push(&entry("c")).await.unwrap();
-                written.lock().unwrap().extend(entries.into_iter().map(|e| e.target));
+                written
+                    .lock()
+                    .unwrap()
+                    .extend(entries.into_iter().map(|e| e.entry.target));
                 Ok::<(), ()>(())
             })
             .await

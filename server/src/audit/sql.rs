@@ -172,9 +172,33 @@ pub(super) fn schema(dialect: Dialect) -> &'static [&'static str] {
 /// index), so the schema is created in a transaction holding this advisory lock.
 pub(super) const PG_SCHEMA_LOCK: &str = "SELECT pg_advisory_xact_lock(7163923384650297761)";
 
+/// `$12`: the entry's key ([`super::Recorded`]: random, given when it is first tried), or NULL: an entry written again
+/// under the same key (a replayed spool, a write given up on that the
+/// database still completed) is not written twice.
 pub(super) const INSERT: &str = "INSERT INTO lockscope_audit \
-     (at, actor, role, via, action, fleet, target, fence, reason, outcome, detail) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id";
+     (at, actor, role, via, action, fleet, target, fence, reason, outcome, detail, entry_key) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+     ON CONFLICT (entry_key) DO NOTHING RETURNING id";
+
+/// The column `entry_key` and its unique index, for a table made before it
+/// (idempotent; SQLite's `ADD COLUMN` has no `IF NOT EXISTS`: the caller adds
+/// it when [`KEY_COLUMN_MISSING`] counts 0).
+pub(super) fn key_steps(dialect: Dialect) -> &'static [&'static str] {
+    match dialect {
+        Dialect::Sqlite => &["CREATE UNIQUE INDEX IF NOT EXISTS lockscope_audit_key ON lockscope_audit (entry_key)"],
+        Dialect::Postgres => &[
+            "ALTER TABLE lockscope_audit ADD COLUMN IF NOT EXISTS entry_key TEXT",
+            "CREATE UNIQUE INDEX IF NOT EXISTS lockscope_audit_key ON lockscope_audit (entry_key)",
+        ],
+    }
+}
+
+/// SQLite: how many columns named `entry_key` the log's table has (0 or 1).
+pub(super) const KEY_COLUMN_MISSING: &str =
+    "SELECT count(*) FROM pragma_table_info('lockscope_audit') WHERE name = 'entry_key'";
+
+/// SQLite: adds the key column (when [`KEY_COLUMN_MISSING`] says 0).
+pub(super) const ADD_KEY_COLUMN: &str = "ALTER TABLE lockscope_audit ADD COLUMN entry_key TEXT";
 
 const COLUMNS: &str = "id, at, actor, role, via, action, fleet, target, fence, reason, outcome, detail";
 

@@ -305,3 +305,44 @@ async fn errors_never_show_the_password() {
         assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 }
+
+/// A log made before entries had keys takes keyed entries (the column and its
+/// unique index are added at open), and an entry written twice under one key
+/// is one row.
+#[tokio::test]
+async fn a_log_made_before_keys_gets_them_and_a_key_is_written_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let url = format!("sqlite:{}", path.display());
+    {
+        let mut conn =
+            <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+                .await
+                .unwrap();
+        sqlx::query(
+            "CREATE TABLE lockscope_audit (id INTEGER PRIMARY KEY AUTOINCREMENT, at BIGINT NOT NULL, \
+             actor TEXT NOT NULL, role TEXT, via TEXT NOT NULL, action TEXT, fleet TEXT NOT NULL, \
+             target TEXT NOT NULL, fence BIGINT, reason TEXT NOT NULL, outcome TEXT, detail TEXT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let log = AuditLog::open(&url).await.unwrap();
+    let e = entry(1, "alice", Action::Release, "prod", Outcome::Done);
+    assert!(log.append_keyed(&e, Some("k1")).await.is_ok());
+    assert!(
+        log.append_keyed(&e, Some("k1")).await.is_err(),
+        "the key is there: nothing written"
+    );
+    log.append(&e).await.unwrap();
+    log.append(&e).await.unwrap();
+    assert_eq!(
+        count(&log, "lockscope_audit").await,
+        3,
+        "unkeyed entries are each written"
+    );
+    // Opening again changes nothing.
+    drop(log);
+    assert_eq!(count(&AuditLog::open(&url).await.unwrap(), "lockscope_audit").await, 3);
+}

@@ -251,3 +251,49 @@ async fn a_log_without_a_spool_of_its_own_allows_no_action() {
         "{why}"
     );
 }
+
+#[tokio::test]
+async fn a_spool_written_again_leaves_one_entry_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("audit.db");
+    let audit = AuditLog::open(&format!("sqlite:{}", file.display())).await.unwrap();
+    let holder = Holder::hold(&file);
+    let entry = AuditEntry {
+        at: 9,
+        actor: "carol".into(),
+        via: "api".into(),
+        action: Some(Action::Release),
+        fleet: "f".into(),
+        target: "twice".into(),
+        reason: "INC-6".into(),
+        outcome: Some(Outcome::Done),
+        detail: "released".into(),
+        ..AuditEntry::default()
+    };
+    let kept = audit.record(&entry, audit.ready().unwrap()).await.unwrap();
+    assert!(matches!(kept, lockscope::audit::Recorded::Queued { .. }), "{kept:?}");
+    // The spool cannot be rewritten once its entries are in the log (a
+    // directory has the name of its new file; in production, a full disk):
+    // every flush writes them again.
+    let tmp = format!("{}.spool.tmp", file.display());
+    std::fs::create_dir(&tmp).unwrap();
+    holder.commit();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while audit.query(&AuditQuery::default()).await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "never written");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Flushed every second: a few more times.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    assert_eq!(audit.spool_counts().0, 1, "still in the file, still counted");
+    std::fs::remove_dir(&tmp).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while audit.spool_counts().0 > 0 {
+        assert!(Instant::now() < deadline, "the spool was not emptied");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // docs/operations.md: "every entry has a key of its own, and the log
+    // skips one it has already: a spool written again never duplicates".
+    let all = audit.query(&AuditQuery::default()).await.unwrap();
+    assert_eq!(all.len(), 1, "one entry, however often the spool was written: {all:?}");
+}
