@@ -400,7 +400,7 @@ impl Cql for MemoryCql {
 
     fn page<'a>(&'a self, stmt: Stmt, size: i32, state: Option<Vec<u8>>) -> BoxFuture<'a, Result<Page, StoreError>> {
         let cql = stmt.cql(&self.inner.keyspace);
-        let result = (|| {
+        let read = move || {
             self.inner.sent.fetch_add(1, Ordering::Relaxed);
             let parsed = parse(&cql).map_err(|e| StoreError::backend_msg(format!("CQL {cql:?}: {e}")))?;
             let after = state.map(|s| String::from_utf8_lossy(&s).into_owned());
@@ -413,8 +413,14 @@ impl Cql for MemoryCql {
                 rows,
                 next: next.map(String::into_bytes),
             })
-        })();
+        };
         Box::pin(async move {
+            // Like every statement (`set_latency`): a cluster that stops
+            // answering answers no page either.
+            if let Some(d) = self.latency() {
+                tokio::time::sleep(d).await;
+            }
+            let result = read();
             tokio::task::yield_now().await;
             result
         })

@@ -14,6 +14,10 @@
 //! as a session whose record cannot be read, with what the row holds (its
 //! heartbeat time and tokens).
 //!
+//! A liveness probe runs beside the scans ([`ScyllaProbe`], `crate::liveness`):
+//! a cluster that stops answering is reported within 3 s, not at the scan's
+//! request timeout.
+//!
 //! One task: this loop is the only reader, so its state needs no lock.
 
 use std::collections::BTreeMap;
@@ -24,10 +28,11 @@ use lockscope_model::{FleetEvent, LockEntry, Snapshot};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::cql::{col, Row, Schema, Value};
+use super::cql::{col, Row, Schema, Stmt, Value};
 use super::{ScyllaLocks, ScyllaTarget};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
+use crate::liveness::{while_alive, Heartbeat, Probe};
 use crate::sql::sessions::SessionTracker;
 use crate::sql::SessionRow;
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
@@ -59,7 +64,9 @@ impl ScyllaObserver {
     async fn observe(&mut self, link: &mut Link) -> Result<(), StoreError> {
         let store = self.target.connect(false).await?.with_page(self.page);
         let mut sessions = std::mem::take(&mut self.sessions);
-        let result = self.follow(&store, link, &mut sessions).await;
+        let mut probe = ScyllaProbe(store.clone());
+        let beat = Heartbeat::default();
+        let result = while_alive(self.follow(&store, link, &mut sessions, &beat), &mut probe, &beat).await;
         self.sessions = sessions;
         result
     }
@@ -70,12 +77,15 @@ impl ScyllaObserver {
         store: &ScyllaLocks,
         link: &mut Link,
         sessions: &mut SessionTracker,
+        beat: &Heartbeat,
     ) -> Result<(), StoreError> {
         let mut shown: Option<BTreeMap<String, LockEntry>> = None;
         let mut scanned_at = now_ms();
         loop {
             let started = now_ms();
+            // Each read's answer is a sign of life (a probe may wait behind it).
             let locks = store.held().await?;
+            beat.saw();
             let schema = store.schema();
             let rows = store
                 .session_rows()
@@ -83,7 +93,9 @@ impl ScyllaObserver {
                 .iter()
                 .filter_map(|r| session_row(r, schema))
                 .collect();
+            beat.saw();
             let blacklist = store.blacklist_rows().await?;
+            beat.saw();
             self.scans += 1;
             let now: BTreeMap<String, LockEntry> = locks.into_iter().map(|e| (e.name.clone(), e)).collect();
             let sent = match &shown {
@@ -191,6 +203,22 @@ fn session_row(row: &Row, schema: Schema) -> Option<SessionRow> {
                 expires_at: 0,
             })
         }
+    }
+}
+
+/// The observer's liveness probe: the `tokens` table's columns from
+/// `system_schema` (the statement the schema check at connect runs), at
+/// consistency ONE, so the coordinator answers it from its own schema tables:
+/// next to nothing for the cluster, once a second per dashboard.
+struct ScyllaProbe(ScyllaLocks);
+
+impl Probe for ScyllaProbe {
+    fn probe(&mut self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let values = vec![Value::text(self.0.keyspace.clone()), Value::text("tokens")];
+            self.0.run(Stmt::Columns, values).await?;
+            Ok(())
+        })
     }
 }
 

@@ -335,3 +335,34 @@ async fn etcd_member_cut_off_from_its_quorum_reads_unreachable_within_3_s_and_co
     .await;
     assert_eq!(w.lock("held-through").map(|l| l.0), Some(fence));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scylla_that_stops_answering_reads_unreachable_within_3_s_and_comes_back() {
+    // In memory (no CQL server can be installed here): every statement made
+    // to wait an hour is a cluster that stops answering. Without the probe the
+    // scan waits as long (on a cluster, its 5 s request timeout).
+    use lockscope_store::scylla::{memory::MemoryCql, ScyllaObserver, ScyllaTarget};
+    let name = format!("gone-{}", std::process::id());
+    let memory = MemoryCql::named(&name, false);
+    let target = ScyllaTarget::Memory { name, published: false };
+    let store = target.connect(true).await.unwrap();
+    let fence = take(&store, "held-through").await;
+    let mut observer = ScyllaObserver::new(target);
+    observer.backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
+    let mut w = Watcher::start(Box::new(observer));
+    w.until("live with the lock", Duration::from_secs(20), |w| {
+        w.live() && w.lock("held-through").is_some()
+    })
+    .await;
+    memory.set_latency(Duration::from_secs(3600));
+    let silent = Instant::now();
+    w.unreachable_within_3_s("with the cluster silent", silent).await;
+    assert!(
+        w.error().ends_with("within 1500 ms"),
+        "the probe's timeout: {}",
+        w.error()
+    );
+    memory.set_latency(Duration::ZERO);
+    w.until("live again", Duration::from_secs(20), Watcher::live).await;
+    assert_eq!(w.lock("held-through").map(|l| l.0), Some(fence));
+}
