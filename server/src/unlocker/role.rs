@@ -100,18 +100,31 @@ pub(super) async fn renew(
     loop {
         tick.tick().await;
         let sent = Instant::now();
-        match leadership.keep_alive().await {
-            Ok(true) => last_ok = sent,
-            Ok(false) => break,
-            Err(e) => {
+        // A renewal that hangs (a stalled link: no answer, no reset) counts as
+        // failed once the lease has passed: waiting for the client's own
+        // timeout kept a replica calling itself active for seconds after
+        // another had taken the role.
+        let left = lease.saturating_sub(last_ok.elapsed());
+        match tokio::time::timeout(left, leadership.keep_alive()).await {
+            Ok(Ok(true)) => last_ok = sent,
+            Ok(Ok(false)) => break,
+            Ok(Err(e)) => {
                 tracing::warn!(%fleet, error = %e.describe(), "renewing the unlocker role");
                 metrics.unlocker_failed(&fleet, "renew");
                 if last_ok.elapsed() >= lease {
                     break;
                 }
             }
+            Err(_) => {
+                tracing::warn!(%fleet, "renewing the unlocker role: no answer before the lease ran out");
+                metrics.unlocker_failed(&fleet, "renew");
+                break;
+            }
         }
     }
+    // At once: the unlocker's loop notices `lost` only between releases, and a
+    // release in flight on a stalled link waits for its store call's timeout.
+    metrics.set_unlocker_active(&fleet, false);
     let _ = lost.send(true);
 }
 
