@@ -210,8 +210,10 @@ fn refuses_content(dialect: Dialect, e: &AuditError) -> bool {
     };
     let code = db.code().unwrap_or_default();
     match dialect {
-        // Extended result codes: the primary code is the low byte.
-        Dialect::Sqlite => code.parse::<i64>().is_ok_and(|c| matches!(c & 0xff, 18 | 19 | 20 | 25)),
+        Dialect::Sqlite => matches!(
+            lockscope_store::sql::sqlite_primary_code(source),
+            Some(18 | 19 | 20 | 25)
+        ),
         // SQLSTATE classes.
         Dialect::Postgres => code.starts_with("22") || code.starts_with("23"),
     }

@@ -79,24 +79,15 @@ pub(crate) fn sqlite_wal(opts: sqlx::any::AnyPoolOptions) -> sqlx::any::AnyPoolO
     sqlite_wal_busy(opts, None)
 }
 
-/// [`sqlite_wal`], a writer waiting at most `busy` for another's lock (the
-/// audit log's [`super::AUDIT_BUSY_TIMEOUT`]: then the entry is queued,
+/// [`sqlite_wal`] (the lock store's own `prepare_sqlite`), a writer waiting
+/// at most `busy` for another's lock (the audit log's
+/// [`super::AUDIT_BUSY_TIMEOUT`]: then the entry is queued,
 /// [`super::AuditLog::record`]).
 pub(crate) fn sqlite_wal_busy(
     opts: sqlx::any::AnyPoolOptions,
     busy: Option<std::time::Duration>,
 ) -> sqlx::any::AnyPoolOptions {
-    opts.after_connect(move |conn, _| {
-        Box::pin(async move {
-            if let Some(busy) = busy {
-                let q = format!("PRAGMA busy_timeout = {}", busy.as_millis());
-                sqlx::query(&q).execute(&mut *conn).await?;
-            }
-            sqlx::query("PRAGMA journal_mode = WAL").execute(&mut *conn).await?;
-            sqlx::query("PRAGMA synchronous = NORMAL").execute(&mut *conn).await?;
-            Ok(())
-        })
-    })
+    opts.after_connect(move |conn, _| Box::pin(lockscope_store::sql::prepare_sqlite(conn, busy)))
 }
 
 /// The statement in `dialect`: SQL here is written with `$1`-style parameters,

@@ -38,11 +38,14 @@ const PROBE: &str = "DELETE FROM lockscope_locks WHERE 0 = 1";
 /// Whether `e` is SQLite's "database is locked" (`SQLITE_BUSY` and its
 /// extended codes) or "database table is locked" (`SQLITE_LOCKED`).
 pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
-    let Some(db) = e.as_database_error() else {
-        return false;
-    };
-    let code = db.code().and_then(|c| c.parse::<i64>().ok());
-    matches!(code.map(|c| c & 0xff), Some(5 | 6))
+    matches!(sqlite_primary_code(e), Some(5 | 6))
+}
+
+/// SQLite's primary result code of `e` (the low byte of its extended code),
+/// if `e` is an SQLite database error.
+pub fn sqlite_primary_code(e: &sqlx::Error) -> Option<i64> {
+    let code = e.as_database_error()?.code()?.parse::<i64>().ok()?;
+    Some(code & 0xff)
 }
 
 /// A SQLite store's observer, with its writes watched (see the module docs).

@@ -28,7 +28,7 @@ pub(crate) mod sessions;
 mod shedlock;
 mod unlocker;
 
-pub use busy::{WriteWatch, ADMIN_BUSY_TIMEOUT, WRITE_PROBE_EVERY};
+pub use busy::{sqlite_primary_code, WriteWatch, ADMIN_BUSY_TIMEOUT, WRITE_PROBE_EVERY};
 pub use observer::SqlObserver;
 pub(crate) use shedlock::validate_table;
 pub use shedlock::ShedLockObserver;
@@ -105,8 +105,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// SQLite, on every new connection: WAL lets the dashboard read while workers
 /// write; writers queue on the database lock (sqlx's default busy timeout is
-/// 5 s, or `busy`: the admin side's [`ADMIN_BUSY_TIMEOUT`]).
-async fn prepare_sqlite(conn: &mut sqlx::AnyConnection, busy: Option<Duration>) -> Result<(), sqlx::Error> {
+/// 5 s, or `busy`: the admin side's [`ADMIN_BUSY_TIMEOUT`]). The server's own
+/// SQLite files (the audit log, the history) are opened the same way.
+pub async fn prepare_sqlite(conn: &mut sqlx::AnyConnection, busy: Option<Duration>) -> Result<(), sqlx::Error> {
     if let Some(busy) = busy {
         // First: the statements below may themselves wait for the lock.
         let q = format!("PRAGMA busy_timeout = {}", busy.as_millis());
