@@ -27,7 +27,7 @@ pub(super) async fn resync(
     at: Millis,
     revision: i64,
     held: &HashSet<(String, i64)>,
-    since: Option<(Cursor, Option<Unseen>)>,
+    since: Option<(Cursor, Option<Unseen>, Unwatched)>,
 ) -> Vec<HistoryEvent> {
     // Acquisitions recorded in the last seconds may be younger than the
     // snapshot (another replica saw them after it was read): never ended here.
@@ -38,14 +38,14 @@ pub(super) async fn resync(
             return Vec::new();
         }
     };
-    let gap = since.map(|(c, unseen)| {
+    let gap = since.map(|(c, unseen, cause)| {
         let open: HashSet<(&str, i64)> = table.locks.iter().map(|e| (e.name.as_str(), e.fence)).collect();
         let ended = open
             .iter()
             .filter(|(n, f)| !held.contains(&(n.to_string(), *f)))
             .count();
         let began = held.iter().filter(|(n, f)| !open.contains(&(n.as_str(), *f))).count();
-        unwatched(fleet, c, at, ended, began, unseen)
+        unwatched(fleet, cause, c.at, at, ended, began, unseen)
     });
     let ends = table
         .locks
@@ -73,15 +73,31 @@ pub(super) async fn resync(
     gap.into_iter().chain(ends).collect()
 }
 
-/// The gap between the last event recorded before this start (`since`) and
-/// the first snapshot after it (`at`), both this server's clock: nobody
-/// watched, and the store could not replay it (etcd compacted past the
-/// revision, or a SQL store, which keeps no history of its changes). `ended`
-/// and `began`: acquisitions the history showed open that the snapshot
-/// lacks, and the reverse; `unseen`: what the store's fencing counters say.
-fn unwatched(
+/// Why a span went unwatched: a restart, or a running server's outage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unwatched {
+    /// From the last event recorded before this start to its first snapshot.
+    Restart,
+    /// A restart whose history's end could not be read (the database
+    /// answered with an error): from an unknown time to its first snapshot.
+    UnknownStart,
+    /// From the store's outage (reported unreachable) to the first snapshot
+    /// after the observer reconnected, where that reconnect read a fresh
+    /// snapshot (etcd: compacted past the last revision seen; other stores:
+    /// every reconnect) rather than resuming where it stopped.
+    Outage,
+}
+
+/// The gap between `since` and the snapshot at `at` (both this server's
+/// clock): nobody watched, and the store could not replay it (etcd compacted
+/// past the revision, or a SQL store, which keeps no history of its changes).
+/// `ended` and `began`: acquisitions the history showed open that the
+/// snapshot lacks, and the reverse; `unseen`: what the store's fencing
+/// counters say.
+pub fn unwatched(
     fleet: &str,
-    since: Cursor,
+    cause: Unwatched,
+    since: Millis,
     at: Millis,
     ended: usize,
     began: usize,
@@ -98,15 +114,35 @@ fn unwatched(
     if let Some(u) = unseen {
         changed.push_str(&format!("; {}", u.text()));
     }
+    let (start, end, replays) = match cause {
+        Unwatched::Restart => (
+            "the last event recorded before the restart",
+            "the first snapshot after it",
+            "the last revision recorded",
+        ),
+        Unwatched::UnknownStart => (
+            "an unknown time (where the history stopped before the restart could not be read)",
+            "the first snapshot after the restart",
+            "the last revision recorded",
+        ),
+        Unwatched::Outage => (
+            "the store's outage",
+            "the first snapshot after the reconnect",
+            "the last revision seen",
+        ),
+    };
+    let start = match cause {
+        Unwatched::UnknownStart => start.to_string(),
+        _ => format!("{start} ({})", lockscope_model::time::rfc3339(since)),
+    };
     let why = format!(
-        "not watching from the last event recorded before the restart ({}) to the first snapshot after it ({}), \
-         both this server's clock; the store could not replay what changed (etcd replays it unless it has compacted \
-         past the last revision recorded; other stores keep no history of their changes); {changed}",
-        lockscope_model::time::rfc3339(since.at),
+        "not watching from {start} to {end} ({}), both this server's clock; the store could not replay what \
+         changed (etcd replays it unless it has compacted past {replays}; other stores keep no history of their \
+         changes); {changed}",
         lockscope_model::time::rfc3339(at),
     );
     Gap {
-        from: since.at,
+        from: since,
         to: at,
         lost: None,
         why,

@@ -1,6 +1,10 @@
 //! The history's writer: hubs queue events without waiting ([`Recorder`]); one
 //! task inserts them in batches and takes checkpoints; another applies the
-//! retention.
+//! retention. It also records the gaps: those losses left (once writing works
+//! again, retried every [`GAP_RETRY_EVERY`] while it fails and nothing comes),
+//! a restart's first snapshot (`super::resync`, after the store's replay
+//! where it has one) and a running server's reconnect that read a fresh
+//! snapshot ([`Recorder::outage_gap`]).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -13,7 +17,7 @@ use lockscope_store::now_ms;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::resync::resync;
+use super::resync::{resync, unwatched, Unwatched};
 use super::{Cursor, History, HistoryStats, Retention, Unseen, CHECKPOINT_EVERY};
 
 /// Batches (one per hub turn) the queue holds before events are dropped.
@@ -23,7 +27,7 @@ pub(super) const QUEUE_BATCHES: usize = 4096;
 const WRITE_RETRIES: u64 = 3;
 
 /// How often, while writing fails and nothing is queued, the gaps are tried.
-const PROBE_EVERY: Duration = Duration::from_secs(2);
+const GAP_RETRY_EVERY: Duration = Duration::from_secs(2);
 
 /// Events written per transaction at most.
 const MAX_WRITE: usize = 5_000;
@@ -52,6 +56,8 @@ pub(super) enum Item {
         since: Option<Cursor>,
         /// What the store's fencing counters say was acquired unseen.
         unseen: Option<Unseen>,
+        /// Why the gap (a restart, or one whose start could not be read).
+        cause: Unwatched,
     },
     /// Answered once everything queued before it is written (or dropped).
     Flush(oneshot::Sender<()>),
@@ -80,6 +86,9 @@ struct Replaying {
     held: Option<Vec<HistoryEvent>>,
     /// What was acquired unseen since `before` ([`Recorder::count_unseen`]).
     unseen: Option<Unseen>,
+    /// Where the last run stopped could not be read: the first snapshot
+    /// records a gap whose start is unknown.
+    unknown: bool,
 }
 
 impl Recorder {
@@ -97,14 +106,15 @@ impl Recorder {
     /// recorded, or it could not be read: logged), kept for the first
     /// snapshot: read it before the observer starts.
     pub async fn cursor(&self) -> Option<Cursor> {
-        let before = match self.history.cursor(&self.fleet).await {
-            Ok(c) => c,
+        let (before, unknown) = match self.history.cursor(&self.fleet).await {
+            Ok(c) => (c, false),
             Err(e) => {
-                warn!(error = %e, fleet = %self.fleet, "history: cannot tell where the last run stopped");
-                None
+                warn!(error = %e, fleet = %self.fleet, "history: cannot tell where the last run stopped: the first snapshot records a gap from an unknown time");
+                (None, true)
             }
         };
-        self.replay.lock().expect("not poisoned").before = before;
+        let mut r = self.replay.lock().expect("not poisoned");
+        (r.before, r.unknown) = (before, unknown);
         before
     }
 
@@ -201,6 +211,16 @@ impl Recorder {
         self.record(at, vec![draft]);
     }
 
+    /// A reconnect after an outage read a fresh snapshot at `at` (the store
+    /// could not resume where it stopped): the gap from `since` (the outage)
+    /// to it, `ended`/`began` acquisitions differing between the table before
+    /// and the snapshot.
+    pub fn outage_gap(&self, since: Millis, at: Millis, ended: usize, began: usize) {
+        let gap = unwatched(&self.fleet, Unwatched::Outage, since, at, ended, began, None);
+        self.stats.outage_gaps.fetch_add(1, Ordering::Relaxed);
+        self.queue_events(vec![gap]);
+    }
+
     pub fn fleet(&self) -> &str {
         &self.fleet
     }
@@ -210,12 +230,16 @@ impl Recorder {
     /// is full it is lost (counted as one dropped event) and acquisitions that
     /// ended while no dashboard watched stay open in the history.
     pub fn resync(&self, at: Millis, revision: i64, held: HashSet<(String, i64)>) {
-        let (before, unseen) = {
+        let (before, unseen, unknown) = {
             let r = self.replay.lock().expect("not poisoned");
-            (r.before, r.unseen.clone())
+            (r.before, r.unseen.clone(), r.unknown)
         };
         let continuous = self.resumed().is_some_and(|c| c.revision == Some(revision));
-        let since = before.filter(|_| !continuous);
+        let (since, cause) = match before.filter(|_| !continuous) {
+            // Conservative: a gap, zero long at the snapshot, saying its start is unknown.
+            None if unknown => (Some(Cursor { revision: None, at }), Unwatched::UnknownStart),
+            since => (since, Unwatched::Restart),
+        };
         let item = Item::Resync {
             fleet: self.fleet.clone(),
             at,
@@ -223,6 +247,7 @@ impl Recorder {
             held,
             since,
             unseen,
+            cause,
         };
         if self.queue.try_send(item).is_err() {
             self.stats.lost(&self.fleet, at, 1);
@@ -247,8 +272,9 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
                 held,
                 since,
                 unseen,
+                cause,
             } => {
-                let gap = since.map(|c| (c, unseen));
+                let gap = since.map(|c| (c, unseen, cause));
                 if gap.is_some() {
                     stats.restart_gaps.fetch_add(1, Ordering::Relaxed);
                 }
@@ -318,9 +344,13 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
 /// dropped; writing is failing from the first failure to the next success,
 /// which records the gaps the losses left. Never failing because of readers:
 /// `write` uses the writer's own connection, a new one after a failure.
-async fn write_batch(history: &History, batch: Vec<HistoryEvent>) {
+async fn write_batch(history: &History, mut batch: Vec<HistoryEvent>) {
     let stats = &history.inner.stats;
     let n = batch.len() as u64;
+    // A full queue's losses so far, in this batch's transaction: the cursor
+    // it moves never passes a loss no gap records.
+    let lost = stats.health.take_lost();
+    batch.extend(super::health::events(&lost));
     let mut tries = 0;
     loop {
         match history.write(batch.clone()).await {
@@ -340,6 +370,8 @@ async fn write_batch(history: &History, batch: Vec<HistoryEvent>) {
                 }
                 warn!(error = %why(&e), events = n, "history: a batch was not written; dropped");
                 stats.failed_batches.fetch_add(1, Ordering::Relaxed);
+                stats.health.unrecorded(lost);
+                batch.truncate(n as usize);
                 for e in &batch {
                     stats.lost(&e.fleet, e.at, 1);
                 }
@@ -350,7 +382,7 @@ async fn write_batch(history: &History, batch: Vec<HistoryEvent>) {
 }
 
 /// The next item queued. While writing fails and nothing comes, the gaps are
-/// tried every [`PROBE_EVERY`]: the first that is written ends the failure
+/// tried every [`GAP_RETRY_EVERY`]: the first that is written ends the failure
 /// (the pages stop saying the history is not recording, and the gap is in
 /// it), with nothing else to write.
 async fn next_item(history: &History, rx: &mut mpsc::Receiver<Item>) -> Option<Item> {
@@ -358,7 +390,7 @@ async fn next_item(history: &History, rx: &mut mpsc::Receiver<Item>) -> Option<I
         if !history.inner.stats.health.failing() {
             return rx.recv().await;
         }
-        match tokio::time::timeout(PROBE_EVERY, rx.recv()).await {
+        match tokio::time::timeout(GAP_RETRY_EVERY, rx.recv()).await {
             Ok(item) => return item,
             Err(_) => {
                 let now = now_ms();

@@ -10,11 +10,15 @@
 //!
 //! A delete that arrives while an announcement awaits the store's answer is
 //! held back until the answer comes, for at most [`CLAIM_TTL`]: then it is
-//! recorded uncredited. An answer that arrives before the delete is kept (as
-//! long) and matched when the delete comes. Nothing is held forever, and no
-//! held delete is lost: the hub calls [`Credits::expire`] every turn.
+//! recorded uncredited. An answer that the acquisition was removed, arriving
+//! before the delete, is kept until the delete comes however late (an
+//! observer reconnecting to a flapping store reports it only in its next
+//! snapshot), or until a snapshot without the acquisition is applied (its end
+//! was never seen: nothing left to credit); at most [`MAX_CONFIRMED`] are kept
+//! per fleet, the oldest forgotten first. Nothing is held forever, and no held
+//! delete is lost: the hub calls [`Credits::expire`] every turn.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use lockscope_model::history::{Draft, ReleaseNote};
@@ -25,6 +29,12 @@ use tokio::time::Instant;
 /// How long an announcement waits for the store's answer, a held delete for
 /// that answer, and an answer for its delete.
 pub(super) const CLAIM_TTL: Duration = Duration::from_secs(30);
+
+/// Confirmed removals (the store said this announcer's delete removed the
+/// acquisition) kept per fleet while their delete has not been seen; past it
+/// the oldest are forgotten (their delete, if it still comes, is recorded
+/// uncredited).
+pub(super) const MAX_CONFIRMED: usize = 10_000;
 
 /// One announced release.
 struct Claim {
@@ -121,11 +131,51 @@ impl Credits {
                 // Waited long enough for its answers: whoever has not answered
                 // is not credited.
                 Some(h) if old(h.at) => p.claims.retain(|c| c.answer.is_some()),
-                _ => p.claims.retain(|c| !old(c.at)),
+                // A confirmed removal waits for its delete, however late.
+                _ => p.claims.retain(|c| confirmed(c) || !old(c.at)),
             }
             keys.push(key.clone());
         }
+        self.bound_confirmed();
         keys.into_iter().filter_map(|k| self.resolve(k)).collect()
+    }
+
+    /// A snapshot holding exactly `held` (lock, fence) was applied (after its
+    /// ends went through [`Credits::on_end`]): a confirmed removal of an
+    /// acquisition it lacks will see no delete any more.
+    pub(super) fn after_snapshot(&mut self, held: &HashSet<(&str, i64)>) {
+        self.pending.retain(|(lock, fence), p| {
+            p.claims
+                .retain(|c| !confirmed(c) || held.contains(&(lock.as_str(), *fence)));
+            p.held.is_some() || !p.claims.is_empty()
+        });
+    }
+
+    /// Keeps at most [`MAX_CONFIRMED`] confirmed removals, forgetting the oldest.
+    fn bound_confirmed(&mut self) {
+        let mut all: Vec<(Instant, (String, i64), u64)> = Vec::new();
+        for (key, p) in &self.pending {
+            if p.held.is_none() {
+                all.extend(
+                    p.claims
+                        .iter()
+                        .filter(|c| confirmed(c))
+                        .map(|c| (c.at, key.clone(), c.id)),
+                );
+            }
+        }
+        if all.len() <= MAX_CONFIRMED {
+            return;
+        }
+        all.sort_by_key(|(at, _, _)| *at);
+        for (_, key, id) in all.drain(..all.len() - MAX_CONFIRMED) {
+            if let Some(p) = self.pending.get_mut(&key) {
+                p.claims.retain(|c| c.id != id);
+                if p.claims.is_empty() {
+                    self.pending.remove(&key);
+                }
+            }
+        }
     }
 
     /// Decides (`key`)'s held delete once it can be decided, and drops what
@@ -157,6 +207,11 @@ impl Credits {
         }
         Some((held.seen_at, draft))
     }
+}
+
+/// The store said this announcer's delete removed the acquisition.
+fn confirmed(c: &Claim) -> bool {
+    matches!(c.answer, Some(Some(_)))
 }
 
 /// Whether the store's answer and the observed delete are one delete: the

@@ -24,6 +24,10 @@ pub(super) struct HubHistory {
     down: bool,
     /// The first snapshot was compared with the history ([`Recorder::resync`]).
     synced: bool,
+    /// When the store was reported unreachable, until the observer's first
+    /// change after it: a fresh snapshot then (the store could not resume
+    /// where it stopped) leaves a gap from here ([`Recorder::outage_gap`]).
+    outage: Option<i64>,
 }
 
 impl HubHistory {
@@ -34,6 +38,7 @@ impl HubHistory {
             replica,
             down: false,
             synced: false,
+            outage: None,
         }
     }
 
@@ -64,6 +69,16 @@ impl HubHistory {
 
     /// Records what `event` means, given the table before it is applied.
     pub(super) fn before_apply(&mut self, state: &FleetState, event: &FleetEvent, now: i64) {
+        if let Some(since) = self.outage.take() {
+            if let FleetEvent::Reset(snap) = event {
+                // Acquisitions that came and went meanwhile are not in it.
+                let held: HashSet<(&str, i64)> = snap.locks.iter().map(|l| (l.name.as_str(), l.fence)).collect();
+                let open: HashSet<(&str, i64)> = state.locks().map(|l| (l.name.as_str(), l.fence)).collect();
+                let ended = open.difference(&held).count();
+                let began = held.difference(&open).count();
+                self.recorder.outage_gap(since, now, ended, began);
+            }
+        }
         let drafts = self.drafts(state, event);
         // The revision of a delete, where the event carries the delete's own.
         let removed_at = match event {
@@ -90,6 +105,10 @@ impl HubHistory {
             }
         }
         self.recorder.record(now, drafts);
+        if let FleetEvent::Reset(snap) = event {
+            let held: HashSet<(&str, i64)> = snap.locks.iter().map(|l| (l.name.as_str(), l.fence)).collect();
+            self.credits.after_snapshot(&held);
+        }
         if let (FleetEvent::Reset(snap), false) = (event, self.synced) {
             self.synced = true;
             let held = snap.locks.iter().map(|l| (l.name.clone(), l.fence)).collect();
@@ -165,6 +184,9 @@ impl HubHistory {
         match status {
             StoreStatus::Unreachable { error, .. } if !self.down => {
                 self.down = true;
+                if self.synced {
+                    self.outage.get_or_insert(now);
+                }
                 self.recorder.status(now, &self.replica, Some(error));
             }
             StoreStatus::Live { .. } if self.down => {

@@ -291,6 +291,11 @@ impl Collector for HistoryCollector {
                 s.restart_gaps.load(Relaxed),
             ),
             (
+                "history_outage_gaps",
+                "Gaps recorded at a reconnect that read a fresh snapshot: the store could not replay what changed during its outage",
+                s.outage_gaps.load(Relaxed),
+            ),
+            (
                 "history_exports_refused",
                 "History exports refused (429): the identity's or the server's cap of running exports",
                 s.exports_refused.load(Relaxed),

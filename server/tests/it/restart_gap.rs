@@ -20,6 +20,8 @@ use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::{AnyLocks, StoreSpec};
 use lockscope_store::testing::{free_port, take, EtcdServer};
 
+mod outage;
+
 const DOCS_REPLAY: &str = "a restarted server replays what changed while no dashboard watched";
 const DOCS_SQL: &str = "on SQL stores, how many acquisitions it did not see, from each lock name's fencing counter";
 const DOCS_GAP: &str =
