@@ -81,6 +81,8 @@ impl Session for MutexObserver {
         Box::pin(async move {
             let client = self.cfg.connect().await?;
             let mut probe = EtcdProbe::new(&client, &self.cfg);
+            // Live only once the member shows it has a quorum (see `EtcdProbe::answered`).
+            probe.answered(self.cfg.request_timeout).await?;
             let beat = self.beat.clone();
             while_alive(self.observe(client, link), &mut probe, &beat).await
         })

@@ -337,6 +337,37 @@ async fn etcd_member_cut_off_from_its_quorum_reads_unreachable_within_3_s_and_co
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_mutex_fleet_on_a_member_cut_off_from_its_quorum_reads_unreachable_and_stays_so() {
+    // The etcd-mutex observer shares the probe: the same rule as above, and a
+    // reconnect to the member must not read live while it has no quorum.
+    let mut cluster = EtcdCluster::start(3).await;
+    let observer = lockscope_store::etcd_mutex::MutexObserver::new(vec![cluster.endpoint(0)], "/mutex/");
+    let mut w = Watcher::start(Box::new(observer));
+    w.until("live", Duration::from_secs(20), Watcher::live).await;
+    cluster.kill(1);
+    cluster.kill(2);
+    let cut = Instant::now();
+    w.unreachable_within_3_s("with the member cut off from its quorum", cut)
+        .await;
+    let quiet = Instant::now() + Duration::from_secs(3);
+    while let Ok(ev) = tokio::time::timeout_at(quiet, w.rx.recv()).await {
+        if let Some(ObserverEvent::Status(s)) = ev {
+            assert!(
+                matches!(s, StoreStatus::Unreachable { .. }),
+                "live again without a quorum: {s:?}"
+            );
+        }
+    }
+    cluster.restart(&[1, 2]).await;
+    w.until(
+        "live again with its quorum back",
+        Duration::from_secs(30),
+        Watcher::live,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scylla_that_stops_answering_reads_unreachable_within_3_s_and_comes_back() {
     // In memory (no CQL server can be installed here): every statement made
     // to wait an hour is a cluster that stops answering. Without the probe the
