@@ -434,7 +434,7 @@ fn seen(revision: Option<i64>) -> String {
 /// The refusal of `action` when the store failed: nothing was done.
 fn store_failed(action: Action) -> impl Fn(StoreError) -> Refusal {
     move |e| match e {
-        StoreError::ReadOnly { .. } => refuse(StatusCode::CONFLICT, e.to_string()),
+        StoreError::ReadOnly { .. } | StoreError::Unsupported(_) => refuse(StatusCode::CONFLICT, e.to_string()),
         StoreError::InvalidName { .. } => refuse(StatusCode::BAD_REQUEST, e.to_string()),
         // docs/operations.md ("A busy store"): another writer held the store's
         // write lock past the busy timeout; the statement wrote nothing.

@@ -89,6 +89,10 @@ pub enum StoreError {
     },
     #[error("{store} is read-only: lockscope only observes it")]
     ReadOnly { store: String },
+    /// The store's layout has no such thing to act on (Redis has no sessions
+    /// to blacklist): nothing was done, and the text says why.
+    #[error("{0}")]
+    Unsupported(&'static str),
     #[error("invalid lock name {name:?}: {reason}")]
     InvalidName { name: String, reason: &'static str },
     #[error("session {session} is blacklisted")]

@@ -19,6 +19,7 @@ mod limits;
 mod live;
 mod metrics;
 mod outage;
+mod redis;
 mod restart_gap;
 mod scrape;
 mod soak;

@@ -299,12 +299,12 @@ impl FleetStore for RedisFleet {
     }
 
     fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
-        Self::refuse(NO_BLACKLIST)
+        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
     }
 
-    /// Redis keeps no sessions.
+    /// Redis keeps no sessions: asking is already the refusal's reason.
     fn session_registered<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Ok(false) })
+        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
     }
 
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {

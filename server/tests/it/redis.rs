@@ -1,0 +1,185 @@
+//! A `redis://` fleet through the whole server: a lock held by redis-py's
+//! `Lock` answers `GET /api/v1/fleets/{fleet}/locks/{name}` (token, TTL,
+//! fence derived from the token) within 1 s, the API's release with a stale
+//! fence is a 409 with the current holder, the one with the fence shown
+//! deletes exactly that token's key, audited and credited in the history, a
+//! blacklist is refused with the reason, and the lock leaves the API within
+//! 1 s of its release.
+
+use std::time::{Duration, Instant};
+
+use lockscope::audit::AuditLog;
+use lockscope::auth::Auth;
+use lockscope::history::History;
+use lockscope::http::AppState;
+use lockscope::hub::{Fleets, HubHandle};
+use lockscope_model::admin::AuditQuery;
+use lockscope_model::history::{HistoryQuery, Kind};
+use lockscope_store::spec::StoreSpec;
+use lockscope_store::testing::{PyLock, RedisServer};
+use serde_json::Value;
+
+const F: &str = "cache";
+const LOCK: &str = "/api/v1/fleets/cache/locks/jobs%3Anightly";
+
+async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.to_string())))
+        .unwrap();
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
+    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .unwrap_or_else(|_| panic!("{path}: no answer within 30 s"))
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// Asks for the lock until `done` holds of the answer (5 s at most); returns
+/// it and how long that took.
+async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bool) -> (u16, Value, Duration) {
+    let t0 = Instant::now();
+    loop {
+        let (status, body) = call(addr, "GET", LOCK, "").await;
+        if done(status, &body) {
+            return (status, body, t0.elapsed());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "never: {status} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_redis_py_lock_through_the_api() {
+    let server = RedisServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
+        .await
+        .unwrap();
+    let history = History::open(&format!("sqlite:{}", dir.path().join("history.db").display()), None)
+        .await
+        .unwrap();
+    let spec = StoreSpec::parse(&format!("{}?match=jobs:*", server.url())).unwrap();
+    let recorder = Some((history.recorder(F), "replica-1".to_string()));
+    let hub = HubHandle::spawn_recording(F, "redis locks under test", spec.open().unwrap(), recorder);
+    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let state = AppState::new(
+        Fleets::new(vec![hub.clone()]),
+        "target/site".into(),
+        stop_rx.clone(),
+        audit.clone(),
+        Auth::new(None, audit.clone()),
+    )
+    .with_history(history.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
+    let (status, _, _) = lock_until(addr, |s, _| s == 404).await;
+    assert_eq!(status, 404, "not held yet");
+
+    // docs/operations.md: "A redis-py lock is shown within 1 s of its acquisition and is gone
+    // within 1 s of its release".
+    let first = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    let (_, lock, took) = lock_until(addr, |s, b| {
+        s == 200 && b["entry"]["body"]["key"]["token"] == first.token.as_str()
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "shown after {took:?}");
+    let entry = &lock["entry"];
+    assert_eq!(entry["body"]["kind"], "foreign", "{lock}");
+    assert!(
+        entry["body"]["key"]["ttl_ms"].as_i64().is_some_and(|t| t > 20_000),
+        "{lock}"
+    );
+    assert_eq!(lock["waiters"], serde_json::json!([]), "this layout has no waiters");
+    let stale = entry["fence"].as_i64().unwrap();
+    assert_eq!(stale, lockscope_store::redis_set::fence_of(first.token.as_bytes()));
+
+    assert!(first.release());
+    let second = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
+    let (_, lock, _) = lock_until(addr, |s, b| {
+        s == 200 && b["entry"]["body"]["key"]["token"] == second.token.as_str()
+    })
+    .await;
+    let fence2 = lock["entry"]["fence"].as_i64().unwrap();
+
+    // A stale fence: 409 with the current holder, nothing deleted.
+    let release = |fence: i64| format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-2: stuck job"}}"#);
+    let path = format!("{LOCK}/release");
+    let (status, body) = call(addr, "POST", &path, &release(stale)).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["outcome"], "changed", "{body}");
+    assert_eq!(body["current"]["fence"], fence2, "{body}");
+
+    // The fence shown: that token's key deleted, gone from the API within 1 s.
+    let t0 = Instant::now();
+    let (status, body) = call(addr, "POST", &path, &release(fence2)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["released"], true, "{body}");
+    lock_until(addr, |s, _| s == 404).await;
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "dropped after {:?}",
+        t0.elapsed()
+    );
+    assert!(!second.release(), "its holder no longer owns it");
+
+    // Audited, and credited to the operator in the history.
+    let audited = audit.query(&AuditQuery::default()).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|a| a.fence == Some(fence2) && a.outcome == Some(lockscope_model::admin::Outcome::Done)),
+        "{audited:#?}"
+    );
+    let mut credited = None;
+    for _ in 0..200 {
+        let events = history
+            .query(&HistoryQuery {
+                fleet: F.into(),
+                limit: Some(1000),
+                ..HistoryQuery::default()
+            })
+            .await
+            .unwrap();
+        credited = events
+            .into_iter()
+            .find(|e| e.kind.ends_hold() && e.fence == Some(fence2));
+        if credited.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let end = credited.expect("the release in the history");
+
+    // docs/operations.md: "**Blacklisting** is refused with the reason: Redis has no sessions
+    // to end" — a 4xx that says so, audited as refused.
+    let (status, body) = call(
+        addr,
+        "POST",
+        &format!("/api/v1/fleets/{F}/sessions/anyone/blacklist"),
+        r#"{"reason": "INC-2"}"#,
+    )
+    .await;
+    assert!((400..500).contains(&status), "{status} {body}");
+    assert!(body.to_string().contains("Redis has no sessions to end"), "{body}");
+    let audited = audit.query(&AuditQuery::default()).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|a| a.action == Some(lockscope_model::admin::Action::Blacklist)
+                && a.outcome == Some(lockscope_model::admin::Outcome::Refused)
+                && a.detail.contains("Redis has no sessions to end")),
+        "{audited:#?}"
+    );
+    assert_eq!(
+        (end.kind, end.actor.as_deref()),
+        (Kind::ForceReleased, Some("anonymous")),
+        "{end:#?}"
+    );
+}
