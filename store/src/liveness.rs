@@ -21,9 +21,10 @@
 //!
 //! Each store kind says what its probe is ([`Probe`]): etcd a linearizable
 //! count of one key on the observer's own connection (a member cut off from
-//! its quorum cannot answer it), PostgreSQL `SELECT 1` on
-//! a connection of the probe's own, SQLite that the file at the configured path
-//! is still the one the observer opened.
+//! its quorum cannot answer it), PostgreSQL `SELECT 1` on a connection of the
+//! probe's own (a server at `max_connections` refusing it is alive), SQLite
+//! that the file at the configured path is still the one the observer opened,
+//! ScyllaDB a read of `system_schema` at consistency ONE.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -5,7 +5,8 @@
 //! packets (no reset: [`TcpProxy::freeze`]), a SQLite file deleted under the observer, a
 //! ShedLock table's PostgreSQL killed, an etcd member cut off from its
 //! cluster's quorum (its two peers killed: it still answers, but nothing it
-//! says is current).
+//! says is current), for the etcd and etcd-mutex observers, and a ScyllaDB
+//! keyspace that stops answering (in memory).
 //! The bound is a ceiling the product promises; nothing here asserts a floor.
 //! It is measured from the moment the store is gone (`pg_ctl` has returned,
 //! the proxy is frozen), never across a blocking call on the test's runtime,
