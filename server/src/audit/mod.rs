@@ -21,14 +21,15 @@
 //! ([`AuditLog::ready`], [`AuditLog::record`]: `record`; `spool`); an existing install's entries are carried
 //! over when the log moves to its own file (`import`).
 //!
-//! Layout: here, [`AuditLog`] (opening, appending, reading entries) and its
-//! errors; `sessions` (sign-in sessions: [`NewSession`], [`WebSession`]);
+//! Layout: here, [`AuditLog`] (opening, appending, reading entries); `error`
+//! ([`AuditError`]); `sessions` (sign-in sessions: [`NewSession`], [`WebSession`]);
 //! `sql` (URLs, tables, rows); `export` (CSV, NDJSON); `tally` (attempts
 //! without an identity); `record` (the door an action's entry takes: a
 //! place reserved before acting, the write or the queue after); `spool`
 //! (entries waiting for the database);
 //! `import` (entries carried over from the lock store's file).
 
+mod error;
 pub(crate) mod export;
 mod import;
 mod record;
@@ -37,6 +38,8 @@ pub mod spool;
 pub(crate) mod sql;
 pub mod tally;
 
+use error::db_error;
+pub use error::AuditError;
 pub use export::{to_csv, to_ndjson, FIELDS};
 pub use import::default_file;
 pub use record::{Permit, AUDIT_WRITE_TIMEOUT, SPOOL_FLUSH_TIMEOUT};
@@ -52,52 +55,6 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::{AnyPool, Row};
 
 use sql::{sql, Bind};
-
-/// What went wrong with the audit log or the sign-in sessions. Database errors
-/// keep sqlx's error as the source; no message shows the database password.
-#[derive(Debug, thiserror::Error)]
-pub enum AuditError {
-    /// Not a database the log can open.
-    #[error("audit log: {0}")]
-    Config(String),
-    /// The file system or the operating system refused.
-    #[error("audit log: {what}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// No connection to the database.
-    #[error("audit log in {db}: database unreachable while {what}")]
-    Unreachable {
-        db: String,
-        what: &'static str,
-        #[source]
-        source: sqlx::Error,
-    },
-    /// The database refused or failed a statement.
-    #[error("audit log in {db}: {what} failed")]
-    Database {
-        db: String,
-        what: &'static str,
-        #[source]
-        source: sqlx::Error,
-    },
-    /// The database did not answer within `after`.
-    #[error("audit log in {db}: no answer within {after:?} while {what}")]
-    TimedOut {
-        db: String,
-        what: &'static str,
-        after: Duration,
-    },
-    /// The database did not take an entry (`why`), and neither did the spool.
-    #[error("{why}; and the entry could not be queued")]
-    Unqueued {
-        why: String,
-        #[source]
-        source: spool::SpoolError,
-    },
-}
 
 /// Where [`AuditLog::record`] put an entry.
 #[derive(Clone, Debug)]
@@ -420,17 +377,6 @@ async fn write_tallies(log: Weak<Inner>) {
         every.tick().await;
         let Some(inner) = log.upgrade() else { return };
         AuditLog { inner }.flush_tally(false).await;
-    }
-}
-
-/// `source`, from `what` on database `db` (shown without credentials).
-fn db_error(db: &str, what: &'static str, source: sqlx::Error) -> AuditError {
-    let db = db.to_string();
-    match source {
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
-            AuditError::Unreachable { db, what, source }
-        }
-        source => AuditError::Database { db, what, source },
     }
 }
 
