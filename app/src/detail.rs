@@ -8,7 +8,7 @@
 
 use leptos::prelude::*;
 use lockscope_model::detail::LockDetail;
-use lockscope_model::fleet::LeaseInfo;
+use lockscope_model::fleet::{LeaseInfo, TokenKey};
 use lockscope_model::time::{absolute_and_relative, human_duration, rfc3339, Millis};
 use lockscope_model::view::RowState;
 use lockscope_model::{Holder, LockBody, Screen};
@@ -48,6 +48,26 @@ pub fn lease_text(l: &LeaseInfo, now: Millis) -> String {
         absolute_and_relative(l.read_at, now),
         absolute_and_relative(l.read_at.saturating_add(l.ttl_s.saturating_mul(1000)), now)
     )
+}
+
+/// A Redis SET NX lock keeps no waiters: contenders retry on their own.
+pub const NO_WAITERS: &str = "none: this layout has none (a contender retries SET NX on its own)";
+
+/// What is known of a Redis SET NX key's expiry: its TTL left when read, and
+/// when it runs out unless its holder extends it (or that it has none).
+pub fn key_ttl_text(k: &TokenKey, now: Millis) -> String {
+    match k.ttl_ms {
+        None => format!(
+            "no expiry (held until released) when read {}",
+            absolute_and_relative(k.read_at, now)
+        ),
+        Some(ms) => format!(
+            "{:.1} s left when read {}; runs out {} unless its holder extends it",
+            ms as f64 / 1000.0,
+            absolute_and_relative(k.read_at, now),
+            absolute_and_relative(k.read_at.saturating_add(ms), now)
+        ),
+    }
 }
 
 /// What blacklisting an etcd mutex holder's session ends: every key on its lease.
@@ -149,9 +169,19 @@ pub fn LockPage() -> impl IntoView {
                 session,
                 lease,
                 proposal,
+                key,
                 ..
             } => {
                 let mutex = lease.is_some();
+                let redis = key.is_some();
+                let key = key.map(|k| {
+                    let ttl = key_ttl_text(&k, now);
+                    view! {
+                        <dt>"holder's token"</dt><dd data-testid="detail-token"><code>{k.token}</code></dd>
+                        <dt>"TTL"</dt><dd data-testid="detail-ttl">{ttl}</dd>
+                        <dt>"waiters"</dt><dd data-testid="detail-no-waiters">{NO_WAITERS}</dd>
+                    }
+                });
                 let lease = lease.map(|l| {
                     let text = lease_text(&l, now);
                     let keys = l
@@ -181,6 +211,12 @@ pub fn LockPage() -> impl IntoView {
                                 <code>"concurrency.Mutex"</code>"): the holder's session is its lease, its fencing token "
                                 "its key's create revision; the layout keeps nothing else."
                             </p> }.into_any()
+                        } else if redis {
+                            view! { <p data-testid="detail-foreign">
+                                "Held through a Redis key ("<code>"SET key token NX PX ms"</code>", as redis-py's "
+                                <code>"Lock"</code>" and redsync take it): its holder is the token, its fencing token a "
+                                "value derived from the token; Redis keeps no session, waiter or time of it."
+                            </p> }.into_any()
                         } else {
                             view! { <p data-testid="detail-foreign">
                                 "Written by a client of a foreign locking schema (ScyllaDB's "<code>"tokens"</code>
@@ -191,8 +227,10 @@ pub fn LockPage() -> impl IntoView {
                             <dt>"holder's session"</dt>
                             <dd data-testid="detail-holder">{match session {
                                 Some(s) => view! { <code>{s}</code> }.into_any(),
+                                None if redis => view! { "none (Redis has no sessions)" }.into_any(),
                                 None => view! { "unknown (the row names none)" }.into_any(),
                             }}</dd>
+                            {key}
                             {lease}
                             {proposal}
                             {times}
@@ -332,6 +370,22 @@ pub fn LockPage() -> impl IntoView {
 mod tests {
     use super::*;
     use lockscope_model::{Holder, LockEntry};
+
+    #[test]
+    fn a_redis_key_is_its_ttl_and_when_it_runs_out() {
+        let k = TokenKey {
+            token: "tok".into(),
+            ttl_ms: Some(7_500),
+            read_at: 1_000_000,
+        };
+        let text = key_ttl_text(&k, 1_002_000);
+        assert!(text.starts_with("7.5 s left when read"), "{text}");
+        assert!(text.contains("unless its holder extends it"), "{text}");
+        let forever = key_ttl_text(&TokenKey { ttl_ms: None, ..k }, 1_002_000);
+        assert!(forever.starts_with("no expiry (held until released)"), "{forever}");
+        // docs/operations.md: "**No waiters: this layout has none**".
+        assert!(NO_WAITERS.contains("this layout has none"));
+    }
 
     #[test]
     fn a_lease_is_its_ttl_and_when_it_runs_out() {

@@ -40,6 +40,18 @@ async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) 
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
 }
 
+/// The page at `path`, as HTML.
+async fn page(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
 /// Asks for the lock until `done` holds of the answer (5 s at most); returns
 /// it and how long that took.
 async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bool) -> (u16, Value, Duration) {
@@ -107,6 +119,18 @@ async fn a_redis_py_lock_through_the_api() {
     })
     .await;
     let fence2 = lock["entry"]["fence"].as_i64().unwrap();
+
+    // The page shows it as it shows lockscope's own: the token, the TTL, and
+    // that this layout keeps no waiters and no sessions.
+    let html = page(addr, "/lock?fleet=cache&name=jobs%3Anightly").await;
+    for said in [
+        second.token.as_str(),
+        "detail-ttl",
+        "this layout has none",
+        "none (Redis has no sessions)",
+    ] {
+        assert!(html.contains(said), "{said:?} not on the page");
+    }
 
     // A stale fence: 409 with the current holder, nothing deleted.
     let release = |fence: i64| format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-2: stuck job"}}"#);
