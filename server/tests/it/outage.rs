@@ -344,7 +344,17 @@ async fn postgres_killed_and_restarted_reads_unreachable_within_3_s_and_keeps_it
     let (addr, _stop) = serve(vec![hub.clone()]).await;
     until(&hub, "live with the lock", |s| s.status.is_live() && s.counts.held == 1).await;
     says_live(&page(addr, "/?fleet=p").await, "p");
-    let before = history_of(&history, "p").await;
+    // The history writes in batches: wait until it has the acquisition, or
+    // the comparison below would count it as begun during the outages.
+    let mut before = history_of(&history, "p").await;
+    for _ in 0..100 {
+        if count(&before, Kind::Acquired, Some("held-through")) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        before = history_of(&history, "p").await;
+    }
+    assert_eq!(count(&before, Kind::Acquired, Some("held-through")), 1, "{before:#?}");
 
     // Killed: no process says goodbye, notifications just stop.
     pg.stop_immediate().await;
