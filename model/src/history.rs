@@ -255,40 +255,33 @@ impl ReleaseNote {
 
 /// The events of one lock changing from `before` to `after` (either absent;
 /// `removed_at` the store revision of a delete), `holder` being what is known of
-/// `before`'s session, `note` a release the hub was told of. Pure: the hub calls
+/// `before`'s session. Every end is uncredited: the hub credits an operator's
+/// or the unlocker's release with [`ReleaseNote::credit`]. Pure: the hub calls
 /// it before applying the store's change.
 pub fn lock_events(
     before: Option<&LockEntry>,
     after: Option<&LockEntry>,
     removed_at: Option<i64>,
     holder: Holder,
-    note: Option<&ReleaseNote>,
 ) -> Vec<Draft> {
     let mut out = Vec::new();
     let same_acquisition = matches!((before, after), (Some(b), Some(a)) if a.fence == b.fence);
     if let (Some(b), false) = (before, same_acquisition) {
-        let (kind, actor, detail) = match note {
-            // Credited below.
-            Some(_) => (Kind::Released, None, String::new()),
-            None if matches!(holder, Holder::Gone | Holder::Blacklisted) => (
+        let (kind, detail) = match holder {
+            Holder::Gone | Holder::Blacklisted => (
                 Kind::Expired,
-                None,
                 format!("the holder's session was {holder:?}").to_lowercase(),
             ),
-            None => (Kind::Released, None, String::new()),
+            _ => (Kind::Released, String::new()),
         };
-        let mut end = Draft {
+        out.push(Draft {
             kind: Some(kind),
-            actor,
+            actor: None,
             detail,
             revision: after.map(|a| a.revision).or(removed_at),
             record: None,
             ..about(b)
-        };
-        if let Some(n) = note {
-            n.credit(&mut end);
-        }
-        out.push(end);
+        });
     }
     let Some(a) = after else { return out };
     let kind = match (&a.body, before.filter(|_| same_acquisition)) {

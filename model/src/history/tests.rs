@@ -140,7 +140,13 @@ fn lock_changes_become_the_events_they_are() {
         ("nothing", None, None, Unknown, None, vec![]),
     ];
     for (case, before, after, holder, note, want) in cases {
-        let got = lock_events(before, after, Some(9), holder, note);
+        let mut got = lock_events(before, after, Some(9), holder);
+        // The hub credits an announced release (what `note` stood for).
+        if let Some(n) = note {
+            got.iter_mut()
+                .filter(|d| d.kind.is_some_and(Kind::ends_hold))
+                .for_each(|d| n.credit(d));
+        }
         assert_eq!(kinds(&got), want, "{case}");
     }
 }
@@ -212,16 +218,22 @@ fn a_foreign_lock_is_acquired_and_released_with_its_session_only() {
         ),
     ];
     for (case, before, after, holder, note, want) in cases {
-        let got = lock_events(before, after, Some(9), holder, note);
+        let mut got = lock_events(before, after, Some(9), holder);
+        // The hub credits an announced release (what `note` stood for).
+        if let Some(n) = note {
+            got.iter_mut()
+                .filter(|d| d.kind.is_some_and(Kind::ends_hold))
+                .for_each(|d| n.credit(d));
+        }
         assert_eq!(kinds(&got), want, "{case}");
     }
     // The session is known; what the schema does not keep stays empty.
-    let taken = lock_events(None, Some(&f1), None, Alive, None);
+    let taken = lock_events(None, Some(&f1), None, Alive);
     let d = &taken[0];
     assert_eq!(d.session.as_deref(), Some("s-1"));
     assert_eq!((&d.owner, &d.service, &d.host), (&None, &None, &None));
     assert_eq!(d.detail, "");
-    let ended = lock_events(Some(&f1), None, Some(9), Alive, None);
+    let ended = lock_events(Some(&f1), None, Some(9), Alive);
     assert_eq!(ended[0].session.as_deref(), Some("s-1"));
     assert_eq!(ended[0].service, None);
     // Time travel rebuilds the row as it was, foreign body and all.
@@ -230,7 +242,7 @@ fn a_foreign_lock_is_acquired_and_released_with_its_session_only() {
         r.apply(&HistoryEvent::new("f", 10, d));
     }
     assert_eq!(r.locks["a"], f1);
-    for d in lock_events(Some(&f1), None, Some(9), Alive, None) {
+    for d in lock_events(Some(&f1), None, Some(9), Alive) {
         r.apply(&HistoryEvent::new("f", 20, d));
     }
     assert!(r.locks.is_empty());
@@ -244,7 +256,8 @@ fn an_end_names_the_acquisition_and_carries_the_note() {
         actor: "unlocker@r1".into(),
         reason: "past auto_unlock_at".into(),
     };
-    let d = lock_events(Some(&a1), None, Some(7), Holder::Alive, Some(&note)).remove(0);
+    let mut d = lock_events(Some(&a1), None, Some(7), Holder::Alive).remove(0);
+    note.credit(&mut d);
     assert_eq!((d.lock.as_deref(), d.fence, d.revision), (Some("a"), Some(1), Some(7)));
     assert_eq!(
         (d.actor.as_deref(), d.detail.as_str()),
@@ -260,14 +273,14 @@ fn an_end_names_the_acquisition_and_carries_the_note() {
 #[test]
 fn ids_depend_on_what_the_store_said_not_on_who_saw_it_when() {
     let a1 = held("a", 1, 1, 1_000);
-    let acquired = || lock_events(None, Some(&a1), None, Holder::Alive, None).remove(0);
+    let acquired = || lock_events(None, Some(&a1), None, Holder::Alive).remove(0);
     let x = HistoryEvent::new("prod", 100, acquired());
     let y = HistoryEvent::new("prod", 999, acquired());
     assert_eq!(x.id, y.id, "the same acquisition seen at two times");
     assert_eq!(x.id.len(), 32);
     assert_ne!(x.id, HistoryEvent::new("staging", 100, acquired()).id, "another fleet");
     // A restart's snapshot shows the same acquisition at a later revision.
-    let later = lock_events(None, Some(&held("a", 1, 9, 200_000)), None, Holder::Alive, None).remove(0);
+    let later = lock_events(None, Some(&held("a", 1, 9, 200_000)), None, Holder::Alive).remove(0);
     assert_eq!(
         HistoryEvent::new("prod", 5, later).id,
         x.id,
@@ -275,26 +288,20 @@ fn ids_depend_on_what_the_store_said_not_on_who_saw_it_when() {
     );
     // An end is keyed by the acquisition: a replica that saw the delete and one
     // that found it gone in a snapshot (another revision) record one event.
-    let end = |rev| {
-        HistoryEvent::new(
-            "prod",
-            5,
-            lock_events(Some(&a1), None, rev, Holder::Alive, None).remove(0),
-        )
-    };
+    let end = |rev| HistoryEvent::new("prod", 5, lock_events(Some(&a1), None, rev, Holder::Alive).remove(0));
     assert_eq!(end(Some(7)).id, end(Some(12)).id);
     assert_eq!(end(Some(7)).id, end(None).id);
     assert_ne!(end(Some(7)).id, x.id);
     // Two heartbeats of one acquisition are two events.
-    let e1 = lock_events(Some(&a1), Some(&held("a", 1, 2, 61_000)), None, Holder::Alive, None).remove(0);
-    let e2 = lock_events(Some(&a1), Some(&held("a", 1, 3, 121_000)), None, Holder::Alive, None).remove(0);
+    let e1 = lock_events(Some(&a1), Some(&held("a", 1, 2, 61_000)), None, Holder::Alive).remove(0);
+    let e2 = lock_events(Some(&a1), Some(&held("a", 1, 3, 121_000)), None, Holder::Alive).remove(0);
     assert_ne!(HistoryEvent::new("prod", 1, e1).id, HistoryEvent::new("prod", 1, e2).id);
 }
 
 #[test]
 fn replay_rebuilds_the_table_whatever_order_replicas_recorded_ends_in() {
     let ev = |at, before: Option<&LockEntry>, after: Option<&LockEntry>| {
-        lock_events(before, after, None, Holder::Alive, None)
+        lock_events(before, after, None, Holder::Alive)
             .into_iter()
             .map(move |d| HistoryEvent::new("f", at, d))
             .collect::<Vec<_>>()
@@ -342,7 +349,7 @@ fn replay_rebuilds_the_table_whatever_order_replicas_recorded_ends_in() {
 fn a_checkpoint_round_trips_and_replay_continues_from_it() {
     let mut r = Replay::default();
     let a1 = held("a", 1, 1, 1_000);
-    for d in lock_events(None, Some(&a1), None, Holder::Alive, None) {
+    for d in lock_events(None, Some(&a1), None, Holder::Alive) {
         r.apply(&HistoryEvent::new("f", 1, d));
     }
     let w = Waiter {
@@ -355,7 +362,7 @@ fn a_checkpoint_round_trips_and_replay_continues_from_it() {
     assert_eq!((t.locks.len(), t.waiters.len()), (1, 1));
     let mut again = Replay::from_table(t);
     again.apply(&HistoryEvent::new("f", 3, wait_event(&w, false, Some(1))));
-    for d in lock_events(Some(&a1), None, None, Holder::Alive, None) {
+    for d in lock_events(Some(&a1), None, None, Holder::Alive) {
         again.apply(&HistoryEvent::new("f", 4, d));
     }
     assert!(again.locks.is_empty() && again.waiters.is_empty());

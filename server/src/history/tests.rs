@@ -38,7 +38,7 @@ pub(super) fn held(name: &str, fence: i64, session: &str) -> LockEntry {
 }
 
 pub(super) fn events(at: Millis, before: Option<&LockEntry>, after: Option<&LockEntry>) -> Vec<HistoryEvent> {
-    lock_events(before, after, None, Holder::Alive, None)
+    lock_events(before, after, None, Holder::Alive)
         .into_iter()
         .map(|d| HistoryEvent::new("f", at, d))
         .collect()
@@ -183,7 +183,7 @@ async fn replicas_sharing_postgres_never_deadlock_on_cursors() {
             .iter()
             .map(|f| {
                 let entry = held(&format!("{replica}/lock"), round, "s");
-                let d = lock_events(None, Some(&entry), None, Holder::Alive, None).remove(0);
+                let d = lock_events(None, Some(&entry), None, Holder::Alive).remove(0);
                 HistoryEvent::new(f, 1_000 + round, d)
             })
             .collect()

@@ -124,10 +124,10 @@ impl HubHistory {
             FleetEvent::Upsert(after) => {
                 let before = state.get(&after.name);
                 let holder = before.map(|b| state.holder(b)).unwrap_or_default();
-                lock_events(before, Some(after), None, holder, None)
+                lock_events(before, Some(after), None, holder)
             }
             FleetEvent::Remove { name, revision } => match state.get(name) {
-                Some(before) => lock_events(Some(before), None, Some(*revision), state.holder(before), None),
+                Some(before) => lock_events(Some(before), None, Some(*revision), state.holder(before)),
                 None => vec![],
             },
             FleetEvent::Reset(snap) => {
@@ -136,11 +136,11 @@ impl HubHistory {
                 for after in &snap.locks {
                     let before = state.get(&after.name);
                     let holder = before.map(|b| state.holder(b)).unwrap_or_default();
-                    out.extend(lock_events(before, Some(after), None, holder, None));
+                    out.extend(lock_events(before, Some(after), None, holder));
                 }
                 for before in state.locks().filter(|l| !names.contains(l.name.as_str())) {
                     let holder = state.holder(before);
-                    out.extend(lock_events(Some(before), None, Some(snap.revision), holder, None));
+                    out.extend(lock_events(Some(before), None, Some(snap.revision), holder));
                 }
                 let waiters: HashSet<_> = snap.waiters.iter().collect();
                 let fences: HashMap<&str, i64> = snap.locks.iter().map(|l| (l.name.as_str(), l.fence)).collect();

@@ -134,7 +134,7 @@ async fn fill(history: &History, args: &Args, start: i64) -> anyhow::Result<(usi
                 _ => None,
             },
         };
-        for d in lock_events(before.as_ref(), after.as_ref(), Some(fence), Holder::Alive, None) {
+        for d in lock_events(before.as_ref(), after.as_ref(), Some(fence), Holder::Alive) {
             batch.push(HistoryEvent::new(FLEET, at, d));
             n += 1;
             since_checkpoint += 1;
