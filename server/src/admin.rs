@@ -122,7 +122,12 @@ pub async fn attempt(state: &AppState, who: &Who, csrf: Result<(), String>, a: A
     let (state, who) = (state.clone(), who.clone());
     match tokio::spawn(async move { attempt_here(&state, &who, csrf, a).await }).await {
         Ok(answer) => answer,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Cancelled: only when the runtime shuts down, which drops this
+            // request too.
+            Err(_) => std::future::pending().await,
+        },
     }
 }
 
