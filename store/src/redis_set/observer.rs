@@ -47,6 +47,8 @@ pub struct RedisObserver {
     target: RedisTarget,
     /// Orders this observer's events and resets: bumped by every one.
     revision: i64,
+    /// How often a full scan reconciles while notifications flow.
+    rescan: Duration,
     beat: std::sync::Arc<Heartbeat>,
 }
 
@@ -55,8 +57,16 @@ impl RedisObserver {
         RedisObserver {
             target,
             revision: 0,
+            rescan: RESCAN_EVERY,
             beat: Default::default(),
         }
+    }
+
+    /// The same observer reconciling every `every` instead of [`RESCAN_EVERY`]
+    /// (tests: a lost notification without waiting 30 s).
+    pub fn rescan_every(mut self, every: Duration) -> RedisObserver {
+        self.rescan = every;
+        self
     }
 
     fn next_revision(&mut self) -> i64 {
@@ -111,7 +121,7 @@ impl RedisObserver {
         } else {
             info!(address = %self.target.address(), every = ?POLL_EVERY, "keyspace notifications are off and CONFIG is refused: the fleet is polled");
         }
-        let every = if notified { RESCAN_EVERY } else { POLL_EVERY };
+        let every = if notified { self.rescan } else { POLL_EVERY };
         let prefix = format!("__keyspace@{}__:", self.target.db);
         let mut messages = pubsub.on_message();
         let mut rescan = tokio::time::interval(every);

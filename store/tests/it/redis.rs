@@ -271,3 +271,38 @@ async fn a_killed_server_is_unreachable_and_a_restarted_one_live() {
     assert!(took < 3 * SECOND);
     drop(again);
 }
+
+/// docs/operations.md: "Notifications are lossy, so a full scan reconciles every 30 s all the
+/// same" (here every 500 ms): a lock whose notification never came is shown by the next scan.
+#[tokio::test]
+async fn a_rescan_shows_what_a_lost_notification_did_not() {
+    let server = RedisServer::start().await;
+    let StoreSpec::Redis(target) = spec(&server, "") else {
+        unreachable!()
+    };
+    let observer = lockscope_store::redis_set::RedisObserver::new(target).rescan_every(Duration::from_millis(500));
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(lockscope_store::Observer::run(Box::new(observer), tx));
+    let mut w = Watch {
+        state: FleetState::default(),
+        status: None,
+        rx,
+    };
+    w.until("live", 10 * SECOND, Watch::live).await;
+    // The notifications stop (as when the subscriber's messages are lost).
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut con = client.get_multiplexed_async_connection().await.unwrap();
+    let () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let lock = PyLock::acquire(&server, 0, "jobs:unnotified", Duration::from_secs(30));
+    w.until("reconciled in", 2 * SECOND, |w| w.lock("jobs:unnotified").is_some())
+        .await;
+    assert!(lock.release());
+    w.until("reconciled out", 2 * SECOND, |w| w.lock("jobs:unnotified").is_none())
+        .await;
+}
