@@ -212,7 +212,7 @@ impl History {
         };
         tokio::spawn(writer::run(history.clone(), rx));
         if let Some(retention) = retention {
-            tokio::spawn(writer::keep(history.clone(), retention));
+            tokio::spawn(retention::keep(history.clone(), retention));
         }
         Ok(history)
     }

@@ -94,3 +94,20 @@ impl History {
         Ok(removed)
     }
 }
+
+/// How often the retention runs.
+const RETENTION_EVERY: Duration = Duration::from_secs(600);
+
+/// Applies the retention a minute after start, then every [`RETENTION_EVERY`].
+pub(super) async fn keep(history: History, retention: Retention) {
+    let first = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut tick = tokio::time::interval_at(first, RETENTION_EVERY);
+    loop {
+        tick.tick().await;
+        match history.retain(&retention, lockscope_store::now_ms()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "history: retention applied"),
+            Err(e) => tracing::warn!(error = %e, "history: retention failed"),
+        }
+    }
+}

@@ -1,7 +1,8 @@
 //! The history's writer: hubs queue events without waiting ([`Recorder`]); one
-//! task inserts them in batches and takes checkpoints; another applies the
-//! retention. It also records the gaps: those losses left (once writing works
-//! again, retried every [`GAP_RETRY_EVERY`] while it fails and nothing comes),
+//! task inserts them in batches and takes checkpoints (the retention runs in
+//! `super::retention::keep`). It also records the gaps: those losses left
+//! (with the next batch; after a failure once writing works again, retried
+//! every [`GAP_RETRY_EVERY`] while it fails and nothing comes),
 //! a restart's first snapshot (`super::resync`, after the store's replay
 //! where it has one) and a running server's reconnect that read a fresh
 //! snapshot ([`Recorder::outage_gap`]).
@@ -18,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::resync::{resync, unwatched, Unwatched};
-use super::{Cursor, History, HistoryStats, Retention, Unseen, CHECKPOINT_EVERY};
+use super::{Cursor, History, HistoryStats, Unseen, CHECKPOINT_EVERY};
 
 /// Batches (one per hub turn) the queue holds before events are dropped.
 pub(super) const QUEUE_BATCHES: usize = 4096;
@@ -35,9 +36,6 @@ const MAX_WRITE: usize = 5_000;
 /// A checkpoint is taken this long behind the newest events, so that events
 /// another replica records a little late are in it.
 const SETTLE_MS: Millis = 60_000;
-
-/// How often the retention runs.
-const RETENTION_EVERY: Duration = Duration::from_secs(600);
 
 /// What the hubs queue for the writer.
 pub(super) enum Item {
@@ -442,19 +440,5 @@ fn why(e: &super::HistoryError) -> String {
     match std::error::Error::source(e) {
         Some(source) => format!("{e}: {source}"),
         None => e.to_string(),
-    }
-}
-
-/// Applies the retention a minute after start, then every [`RETENTION_EVERY`].
-pub(super) async fn keep(history: History, retention: Retention) {
-    let first = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut tick = tokio::time::interval_at(first, RETENTION_EVERY);
-    loop {
-        tick.tick().await;
-        match history.retain(&retention, now_ms()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(removed = n, "history: retention applied"),
-            Err(e) => warn!(error = %e, "history: retention failed"),
-        }
     }
 }
