@@ -198,3 +198,38 @@ async fn replicas_sharing_postgres_never_deadlock_on_cursors() {
         assert_eq!((c.revision, c.at), (Some(40), 1_040), "{f}");
     }
 }
+
+/// Review item 10; docs/operations.md: "Where the history's end cannot be
+/// read at start (its database answers the read with an error), the first
+/// snapshot records a gap \"not watching from an unknown time …\" instead of
+/// none" (none was recorded at all before).
+#[tokio::test]
+async fn an_unreadable_cursor_at_start_records_a_gap_from_an_unknown_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("history.db").display());
+    let h = History::open(&url, None).await.unwrap();
+    let rename = |from: &'static str, to: &'static str| {
+        let pool = h.inner.pool.clone();
+        async move {
+            sqlx::query(&format!("ALTER TABLE {from} RENAME TO {to}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+        }
+    };
+    rename("history_cursor", "cursor_away").await;
+    let r = h.recorder("f");
+    assert_eq!(r.cursor().await, None, "the read fails");
+    rename("cursor_away", "history_cursor").await;
+    r.resync(5_000, 7, std::collections::HashSet::new());
+    assert!(h.flush(std::time::Duration::from_secs(10)).await);
+    let gaps: Vec<HistoryEvent> = (h.query(&query(&[])).await.unwrap().into_iter())
+        .filter(|e| e.kind == Kind::Gap)
+        .collect();
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert!(
+        gaps[0].detail.contains("not watching from an unknown time"),
+        "{}",
+        gaps[0].detail
+    );
+}
