@@ -42,8 +42,10 @@ pub enum LockBody {
         written_at: Option<Millis>,
         /// The holder's lease, where the layout keeps its lock on one (etcd's
         /// native mutex and election); `None` elsewhere, or not read yet.
+        // Boxed, as `key` is: most locks have neither, and the hub keeps a
+        // million `LockBody`s (server/tests/memory.rs bounds bytes per lock).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        lease: Option<LeaseInfo>,
+        lease: Option<Box<LeaseInfo>>,
         /// The holder's value where the layout gives it a meaning: an etcd
         /// election's proposal (`None`: empty, or no such value).
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -51,7 +53,7 @@ pub enum LockBody {
         /// The holder's token and the key's TTL, where the lock is one key
         /// holding a token (Redis `SET key token NX PX ms`); `None` elsewhere.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        key: Option<TokenKey>,
+        key: Option<Box<TokenKey>>,
     },
 }
 

@@ -211,7 +211,7 @@ impl Table {
             body: LockBody::Foreign {
                 session: Some(lease_hex(holder.lease)),
                 written_at: None,
-                lease: self.leases.get(&holder.lease).cloned(),
+                lease: self.leases.get(&holder.lease).cloned().map(Box::new),
                 proposal: proposal_of(&holder.value),
                 key: None,
             },

@@ -189,11 +189,11 @@ pub(crate) fn entry(name: String, token: &[u8], pttl: i64, revision: i64) -> Loc
             written_at: None,
             lease: None,
             proposal: None,
-            key: Some(TokenKey {
+            key: Some(Box::new(TokenKey {
                 token: String::from_utf8_lossy(token).into_owned(),
                 ttl_ms: (pttl >= 0).then_some(pttl),
                 read_at: now_ms(),
-            }),
+            })),
         },
     }
 }

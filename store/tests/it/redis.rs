@@ -70,7 +70,7 @@ impl Watch {
 
 fn token_key(e: &LockEntry) -> TokenKey {
     match &e.body {
-        LockBody::Foreign { key: Some(k), .. } => k.clone(),
+        LockBody::Foreign { key: Some(k), .. } => (**k).clone(),
         other => panic!("not a token key: {other:?}"),
     }
 }
