@@ -169,6 +169,28 @@ impl crate::liveness::Probe for EtcdProbe {
     }
 }
 
+/// Whether a watch response can be applied (`Ok(true)`), or etcd compacted
+/// its history past `wanted`, the revision the watch started from
+/// (`Ok(false)`: the caller reads the keys afresh, `afresh` says how, for the
+/// log); a canceled watch is an error. The observers of both etcd layouts ask it.
+pub(crate) fn watch_usable(resp: &etcd_client::WatchResponse, wanted: i64, afresh: &str) -> Result<bool, StoreError> {
+    if resp.compact_revision() > 0 {
+        tracing::info!(
+            wanted,
+            compacted = resp.compact_revision(),
+            "history compacted, {afresh}"
+        );
+        return Ok(false);
+    }
+    if resp.canceled() {
+        return Err(StoreError::backend_msg(format!(
+            "etcd watch canceled: {}",
+            resp.cancel_reason()
+        )));
+    }
+    Ok(true)
+}
+
 /// Runs one etcd request under `limit`.
 pub(crate) async fn timed<T>(
     limit: Duration,

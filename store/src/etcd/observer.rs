@@ -19,9 +19,9 @@ use etcd_client::{Client, EventType, GetOptions, KeyValue, KvClient, WatchOption
 use futures::future::BoxFuture;
 use lockscope_model::{BlacklistEntry, FleetEvent, LockEntry, SessionEntry, Snapshot, Waiter};
 use tokio::sync::mpsc;
-use tracing::{debug, info};
+use tracing::{debug, warn};
 
-use super::{prefix_end, timed, EtcdConfig, EtcdProbe};
+use super::{prefix_end, timed, watch_usable, EtcdConfig, EtcdProbe};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
 use crate::liveness::{while_alive, Heartbeat};
@@ -110,20 +110,9 @@ impl EtcdObserver {
                     return Err(StoreError::unreachable_msg("etcd watch stream ended"));
                 };
                 self.beat.saw();
-                if resp.compact_revision() > 0 {
-                    info!(
-                        wanted = from + 1,
-                        compacted = resp.compact_revision(),
-                        "history compacted, taking a fresh snapshot"
-                    );
+                if !watch_usable(&resp, from + 1, "taking a fresh snapshot")? {
                     self.resume = None;
                     break;
-                }
-                if resp.canceled() {
-                    return Err(StoreError::backend_msg(format!(
-                        "etcd watch canceled: {}",
-                        resp.cancel_reason()
-                    )));
                 }
                 // The watch is established from where we left off: we are live.
                 if link.live().await.is_err() {
@@ -190,11 +179,18 @@ impl EtcdObserver {
     /// or `None` if the hub is gone.
     async fn snapshot(&mut self, client: &mut Client, link: &Link) -> Result<Option<i64>, StoreError> {
         let snap = self.read_snapshot(client, 0).await?;
-        if let Some(from) = self.history_from {
-            if self.send_missed(client, link, from, snap.revision).await?.is_none() {
-                return Ok(None);
+        if let Some(from) = self.history_from.take() {
+            // A replay that fails (a watch response past the client's message
+            // limit, a link that drops) never holds the live table back: the
+            // snapshot goes on unreplayed, and the history records a gap.
+            match self.send_missed(client, link, from, snap.revision).await {
+                Ok(Some(())) => {}
+                Ok(None) => return Ok(None),
+                Err(e) => warn!(
+                    error = %e, from,
+                    "could not replay what changed while no dashboard watched: the history records a gap"
+                ),
             }
-            self.history_from = None;
         }
         let revision = snap.revision;
         if link.reset(snap).await.is_err() {

@@ -36,8 +36,8 @@ const REPLAY_TIMEOUT: Duration = Duration::from_secs(30);
 impl EtcdObserver {
     /// Sends what changed after revision `from` up to `to` (the first
     /// snapshot's) as [`crate::ObserverEvent::Missed`], or nothing where etcd
-    /// no longer has it. `Ok(None)`: the hub is gone; an error: try again on
-    /// the next connection.
+    /// no longer has it. `Ok(None)`: the hub is gone; an error: the caller
+    /// goes on without the replay (the history then records a gap).
     pub(super) async fn send_missed(
         &self,
         client: &mut Client,

@@ -23,11 +23,10 @@ use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use futures::future::BoxFuture;
 use lockscope_model::fleet::LeaseInfo;
 use tokio::sync::mpsc;
-use tracing::info;
 
 use super::layout::Table;
 use crate::backoff::Backoff;
-use crate::etcd::{timed, EtcdConfig, EtcdProbe};
+use crate::etcd::{timed, watch_usable, EtcdConfig, EtcdProbe};
 use crate::link::{run_observer, Link, Session};
 use crate::liveness::{while_alive, Heartbeat};
 use crate::{Observer, ObserverEvent, StoreError};
@@ -132,20 +131,9 @@ impl MutexObserver {
                     return Err(StoreError::unreachable_msg("etcd watch stream ended"));
                 };
                 self.beat.saw();
-                if resp.compact_revision() > 0 {
-                    info!(
-                        wanted = from + 1,
-                        compacted = resp.compact_revision(),
-                        "history compacted, reading the mutexes afresh"
-                    );
+                if !watch_usable(&resp, from + 1, "reading the mutexes afresh")? {
                     self.resume = None;
                     break;
-                }
-                if resp.canceled() {
-                    return Err(StoreError::backend_msg(format!(
-                        "etcd watch canceled: {}",
-                        resp.cancel_reason()
-                    )));
                 }
                 if link.live().await.is_err() {
                     return Ok(());
