@@ -31,24 +31,30 @@ pub(super) async fn resync(
 ) -> Vec<HistoryEvent> {
     // Acquisitions recorded in the last seconds may be younger than the
     // snapshot (another replica saw them after it was read): never ended here.
+    // A table that cannot be read (past the time travel's caps, a database
+    // error) costs the ends and the counts, never the gap itself.
     let table = match history.table_at(fleet, at - RESYNC_MARGIN_MS).await {
-        Ok(t) => t,
+        Ok(t) => Some(t),
         Err(e) => {
             warn!(error = %e, %fleet, "history: could not compare the first snapshot with the history");
-            return Vec::new();
+            None
         }
     };
     let gap = since.map(|(c, unseen, cause)| {
-        let open: HashSet<(&str, i64)> = table.locks.iter().map(|e| (e.name.as_str(), e.fence)).collect();
-        let ended = open
-            .iter()
-            .filter(|(n, f)| !held.contains(&(n.to_string(), *f)))
-            .count();
-        let began = held.iter().filter(|(n, f)| !open.contains(&(n.as_str(), *f))).count();
-        unwatched(fleet, cause, c.at, at, ended, began, unseen)
+        let changes = table.as_ref().map(|table| {
+            let open: HashSet<(&str, i64)> = table.locks.iter().map(|e| (e.name.as_str(), e.fence)).collect();
+            let ended = open
+                .iter()
+                .filter(|(n, f)| !held.contains(&(n.to_string(), *f)))
+                .count();
+            let began = held.iter().filter(|(n, f)| !open.contains(&(n.as_str(), *f))).count();
+            (ended, began)
+        });
+        unwatched(fleet, cause, c.at, at, changes, unseen)
     });
     let ends = table
-        .locks
+        .map(|t| t.locks)
+        .unwrap_or_default()
         .into_iter()
         .filter(|e| !held.contains(&(e.name.clone(), e.fence)))
         .map(|e| {
@@ -91,21 +97,23 @@ pub enum Unwatched {
 /// The gap between `since` and the snapshot at `at` (both this server's
 /// clock): nobody watched, and the store could not replay it (etcd compacted
 /// past the revision, or a SQL store, which keeps no history of its changes).
-/// `ended` and `began`: acquisitions the history showed open that the
-/// snapshot lacks, and the reverse; `unseen`: what the store's fencing
-/// counters say.
+/// `changes`: acquisitions the history showed open that the snapshot lacks,
+/// and the reverse (`None`: unknown, the history's table could not be read);
+/// `unseen`: what the store's fencing counters say.
 pub fn unwatched(
     fleet: &str,
     cause: Unwatched,
     since: Millis,
     at: Millis,
-    ended: usize,
-    began: usize,
+    changes: Option<(usize, usize)>,
     unseen: Option<Unseen>,
 ) -> HistoryEvent {
-    let mut changed = match (ended, began) {
+    let mut changed = match changes.unwrap_or((0, 0)) {
+        _ if changes.is_none() => "what changed in between is unknown (the history's table at its start could not be \
+             read); locks taken and released in between are not recorded"
+            .to_string(),
         (0, 0) => "the locks held at its end are the ones held at its start; locks taken and released in between, if any, are not recorded".to_string(),
-        _ => format!(
+        (ended, began) => format!(
             "changes happened that were not seen: {ended} acquisition{} ended (recorded at the snapshot, \
              when exactly is unknown) and {began} began; locks taken and released in between are not recorded",
             if ended == 1 { "" } else { "s" },

@@ -214,7 +214,7 @@ impl Recorder {
     /// to it, `ended`/`began` acquisitions differing between the table before
     /// and the snapshot.
     pub fn outage_gap(&self, since: Millis, at: Millis, ended: usize, began: usize) {
-        let gap = unwatched(&self.fleet, Unwatched::Outage, since, at, ended, began, None);
+        let gap = unwatched(&self.fleet, Unwatched::Outage, since, at, Some((ended, began)), None);
         self.stats.outage_gaps.fetch_add(1, Ordering::Relaxed);
         self.queue_events(vec![gap]);
     }
