@@ -169,6 +169,24 @@ impl crate::liveness::Probe for EtcdProbe {
     }
 }
 
+/// One observer connection, for both etcd layouts: connects, reads live only
+/// once the member answers a linearizable probe (it has a quorum), then runs
+/// `observe` on the client while the probe keeps answering (a link that drops
+/// packets says nothing: the probe notices it).
+pub(crate) async fn while_connected<Fut>(
+    cfg: &EtcdConfig,
+    beat: &crate::liveness::Heartbeat,
+    observe: impl FnOnce(Client) -> Fut,
+) -> Result<(), StoreError>
+where
+    Fut: Future<Output = Result<(), StoreError>>,
+{
+    let client = cfg.connect().await?;
+    let mut probe = EtcdProbe::new(&client, cfg);
+    probe.answered(cfg.request_timeout).await?;
+    crate::liveness::while_alive(observe(client), &mut probe, beat).await
+}
+
 /// Whether a watch response can be applied (`Ok(true)`), or etcd compacted
 /// its history past `wanted`, the revision the watch started from
 /// (`Ok(false)`: the caller reads the keys afresh, `afresh` says how, for the

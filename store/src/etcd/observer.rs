@@ -21,10 +21,10 @@ use lockscope_model::{BlacklistEntry, FleetEvent, LockEntry, SessionEntry, Snaps
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::{prefix_end, timed, watch_usable, EtcdConfig, EtcdProbe};
+use super::{prefix_end, timed, watch_usable, while_connected, EtcdConfig};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
-use crate::liveness::{while_alive, Heartbeat};
+use crate::liveness::Heartbeat;
 use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct EtcdObserver {
@@ -71,13 +71,8 @@ impl Observer for EtcdObserver {
 impl Session for EtcdObserver {
     fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let client = self.cfg.connect().await?;
-            // A link that drops packets says nothing: the probe notices it.
-            let mut probe = EtcdProbe::new(&client, &self.cfg);
-            // Live only once the member shows it has a quorum.
-            probe.answered(self.cfg.request_timeout).await?;
-            let beat = self.beat.clone();
-            while_alive(self.observe(client, link), &mut probe, &beat).await
+            let (cfg, beat) = (self.cfg.clone(), self.beat.clone());
+            while_connected(&cfg, &beat, |client| self.observe(client, link)).await
         })
     }
 }

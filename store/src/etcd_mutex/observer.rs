@@ -26,9 +26,9 @@ use tokio::sync::mpsc;
 
 use super::layout::Table;
 use crate::backoff::Backoff;
-use crate::etcd::{timed, watch_usable, EtcdConfig, EtcdProbe};
+use crate::etcd::{timed, watch_usable, while_connected, EtcdConfig};
 use crate::link::{run_observer, Link, Session};
-use crate::liveness::{while_alive, Heartbeat};
+use crate::liveness::Heartbeat;
 use crate::{Observer, ObserverEvent, StoreError};
 
 /// How often holders' leases are read again.
@@ -78,12 +78,8 @@ impl Observer for MutexObserver {
 impl Session for MutexObserver {
     fn session<'a>(&'a mut self, link: &'a mut Link) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let client = self.cfg.connect().await?;
-            let mut probe = EtcdProbe::new(&client, &self.cfg);
-            // Live only once the member shows it has a quorum (see `EtcdProbe::answered`).
-            probe.answered(self.cfg.request_timeout).await?;
-            let beat = self.beat.clone();
-            while_alive(self.observe(client, link), &mut probe, &beat).await
+            let (cfg, beat) = (self.cfg.clone(), self.beat.clone());
+            while_connected(&cfg, &beat, |client| self.observe(client, link)).await
         })
     }
 }
