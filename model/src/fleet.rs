@@ -423,7 +423,7 @@ impl FleetState {
 mod counts;
 mod entry;
 pub use counts::{Counts, StoreStatus};
-pub use entry::{LeaseInfo, LockBody, LockEntry, TokenKey, LEASE_KEYS_KEPT};
+pub use entry::{FamilyDetail, LeaseInfo, LockBody, LockEntry, TokenKey, LEASE_KEYS_KEPT};
 
 #[cfg(test)]
 mod tests;

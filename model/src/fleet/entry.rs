@@ -54,8 +54,22 @@ pub enum LockBody {
         /// holding a token (Redis `SET key token NX PX ms`); `None` elsewhere.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         key: Option<Box<TokenKey>>,
+        /// What one family knows beyond the fields above (ZooKeeper's znodes,
+        /// PostgreSQL's backends, Redlock's masters…); `None` elsewhere. A
+        /// new family adds a variant to [`FamilyDetail`], never a field here.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<Box<FamilyDetail>>,
     },
 }
+
+/// A foreign family's own knowledge of one lock: one variant per family that
+/// has more to say than [`LockBody::Foreign`]'s common fields. Readers use
+/// `if let`/`matches!` on the variant they render, so a new variant never
+/// breaks another family's code.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FamilyDetail {}
 
 /// A lock that is one key holding its holder's token (Redis `SET NX PX`): the
 /// token, and the key's TTL left when read. Such a layout keeps no waiters.
@@ -126,6 +140,7 @@ impl LockEntry {
                 lease: None,
                 proposal: None,
                 key: None,
+                detail: None,
             },
         }
     }

@@ -214,6 +214,7 @@ impl Table {
                 lease: self.leases.get(&holder.lease).cloned().map(Box::new),
                 proposal: proposal_of(&holder.value),
                 key: None,
+                detail: None,
             },
         };
         Some((entry, waiters))

@@ -194,6 +194,7 @@ pub(crate) fn entry(name: String, token: &[u8], pttl: i64, revision: i64) -> Loc
                 ttl_ms: (pttl >= 0).then_some(pttl),
                 read_at: now_ms(),
             })),
+            detail: None,
         },
     }
 }

@@ -308,6 +308,7 @@ async fn the_published_schema_is_observed_and_administered() {
             lease: None,
             proposal: None,
             key: None,
+            detail: None,
         },
         "only what the row holds"
     );

@@ -53,6 +53,7 @@ async fn etcdctl_locks_are_shown_handed_over_and_guarded_released() {
             written_at,
             proposal,
             key: _,
+            detail: _,
         } => {
             assert_eq!(session.as_deref(), Some(lease1.as_str()));
             let lease = lease.as_ref().expect("its lease read with LeaseTimeToLive");

@@ -121,6 +121,7 @@ fn an_elections_value_is_the_proposal_and_a_malformed_key_is_shown() {
             lease,
             written_at,
             key: _,
+            detail: _,
         } => {
             assert_eq!(session.as_deref(), Some("c"));
             assert_eq!(proposal.as_deref(), Some("replica-1"));
