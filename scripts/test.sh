@@ -11,6 +11,7 @@ echo "== formatting"
 cargo fmt --all --check
 echo "== unit and integration tests (real etcd)"
 cargo test --workspace --locked
+scripts/check-deploy.sh   # deploy/: promtool check + test rules, systemd-analyze verify, the unit's ExecStart run
 echo "== build the site (hydrating wasm; the server is the one cargo test built)"
 # `cargo test --workspace` has just built target/debug/lockscope (the integration
 # tests run it). A plain `cargo build -p lockscope` would build it again from

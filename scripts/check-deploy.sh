@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Checks what deploy/ ships, with the tools that will read it:
+# - the Prometheus rules: `promtool check rules` and their unit tests
+#   (`promtool test rules`, deploy/prometheus/lockscope.rules.test.yml);
+# - the systemd unit: `systemd-analyze verify` (any warning fails), its
+#   hardening (`systemd-analyze security`, exposure at most 2.0), and its
+#   ExecStart command line run for real: the server starts from a
+#   lockscope.toml passed as the unit passes it, listens on that file's
+#   `listen`, keeps its files in the working (state) directory, serves
+#   /metrics, and exits 0 on SIGTERM within the unit's TimeoutStopSec.
+# The metric names the rules and the dashboard use are checked against a real
+# server's /metrics by `cargo test` (server/tests/it/deploy.rs).
+# Needs promtool (Debian's prometheus, scripts/install.sh) and a built
+# target/debug/lockscope (scripts/test.sh runs this after `cargo test`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+say() { printf '\033[1m[check-deploy]\033[0m %s\n' "$*"; }
+bin=$PWD/target/debug/lockscope
+unit=deploy/systemd/lockscope.service
+work=$(mktemp -d)
+server=
+cleanup() {
+  [ -n "$server" ] && kill "$server" 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+say "promtool check rules"
+promtool check rules deploy/prometheus/lockscope.rules.yml
+say "promtool test rules"
+(cd deploy/prometheus && promtool test rules lockscope.rules.test.yml)
+
+# `verify` also checks that ExecStart's program exists: the unit names the
+# installed path (/usr/local/bin/lockscope), so the copy verified names the
+# binary cargo built instead; nothing else is changed.
+say "systemd-analyze verify $unit"
+sed "s|^ExecStart=/usr/local/bin/lockscope |ExecStart=$bin |" "$unit" >"$work/lockscope.service"
+grep -q "^ExecStart=$bin " "$work/lockscope.service" || { echo "ExecStart is not /usr/local/bin/lockscope …" >&2; exit 1; }
+# verify exits 0 on an unknown key or a bad value (it only warns): any output fails.
+out=$(systemd-analyze verify "$work/lockscope.service" 2>&1) || { echo "$out" >&2; exit 1; }
+[ -z "$out" ] || { echo "$out" >&2; exit 1; }
+say "systemd-analyze security (exposure at most 2.0)"
+systemd-analyze security --offline=yes --threshold=20 "$unit" | tail -1
+
+# ExecStart as systemd runs it: %d is the credentials directory (where
+# LoadCredential= puts lockscope.toml), the working directory is the state directory.
+say "the unit's ExecStart, run"
+exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$work/credentials" "$work/state"
+cat >"$work/credentials/lockscope.toml" <<TOML
+listen = "127.0.0.1:$port"
+[[fleets]]
+name = "main"
+store = "sqlite:fleet.db"
+TOML
+cmd=${exec_start//%d/$work/credentials}
+cmd=${cmd/#\/usr\/local\/bin\/lockscope /$bin }
+stop_secs=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$unit")
+(cd "$work/state" && LOCKSCOPE_LOG=warn exec $cmd) >"$work/log" 2>&1 &
+server=$!
+for _ in $(seq 200); do
+  curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+  kill -0 "$server" 2>/dev/null || { cat "$work/log" >&2; echo "lockscope exited at start" >&2; exit 1; }
+  sleep 0.1
+done
+curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
+grep -q '^lockscope_store_up{fleet="main"}' "$work/metrics" \
+  || { cat "$work/log" "$work/metrics" >&2; echo "no lockscope_store_up for the configured fleet" >&2; exit 1; }
+[ -f "$work/state/fleet.db" ] || { echo "fleet.db is not in the working directory" >&2; exit 1; }
+kill -TERM "$server"
+for _ in $(seq $((stop_secs * 10))); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$server" 2>/dev/null; then echo "lockscope still runs ${stop_secs}s after SIGTERM" >&2; exit 1; fi
+status=0; wait "$server" || status=$?
+server=
+[ "$status" = 0 ] || { cat "$work/log" >&2; echo "lockscope exited $status on SIGTERM" >&2; exit 1; }
+say "ok"
