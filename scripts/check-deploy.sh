@@ -30,6 +30,21 @@ promtool check rules deploy/prometheus/lockscope.rules.yml
 say "promtool test rules"
 (cd deploy/prometheus && promtool test rules lockscope.rules.test.yml)
 
+# The dashboard's queries are PromQL too: promtool parses each one as a
+# recording rule (Grafana's $__rate_interval and $fleet given values).
+say "promtool: the dashboard's queries parse"
+python3 - deploy/grafana/lockscope.json >"$work/dashboard.rules.yml" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+exprs = [t["expr"] for p in d["panels"] for t in p.get("targets", [])]
+assert exprs, "no queries in the dashboard"
+print("groups:\n  - name: dashboard\n    rules:")
+for i, e in enumerate(exprs):
+    e = e.replace("$__rate_interval", "5m").replace("$fleet", ".*")
+    print(f"      - record: dashboard_query_{i}\n        expr: {json.dumps(e)}")
+PY
+promtool check rules "$work/dashboard.rules.yml"
+
 # `verify` also checks that ExecStart's program exists: the unit names the
 # installed path (/usr/local/bin/lockscope), so the copy verified names the
 # binary cargo built instead; nothing else is changed.
