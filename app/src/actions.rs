@@ -17,8 +17,8 @@ use lockscope_model::admin::MAX_REASON_BYTES;
 use lockscope_model::admin::{Action, Viewer};
 use lockscope_model::Screen;
 
+use crate::links::{charts_href, history_href, href, lock_href, sessions_href};
 use crate::live::LiveView;
-use crate::page::{encode, href, lock_href, sessions_href};
 use crate::rows::short;
 
 /// What blacklisting does, in one line (shown beside every blacklist form).
@@ -41,9 +41,9 @@ pub fn back_path(live: LiveView) -> String {
         Screen::History { review } => {
             let pairs = review.form.query_pairs();
             let pairs: Vec<_> = pairs.into_iter().map(|(k, v)| (k, v.to_string())).collect();
-            crate::history::history_href(&fleet, &pairs)
+            history_href(&fleet, &pairs)
         }
-        Screen::Charts { charts } => format!("/charts?fleet={}&window={}", encode(&fleet), charts.window.as_str()),
+        Screen::Charts { charts } => charts_href(&fleet, charts.window),
         Screen::SignIn { .. } => "/".into(),
     })
 }

@@ -9,48 +9,11 @@ use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome, MAX_AUDIT_
 use lockscope_model::time::{absolute_and_relative, rfc3339, utc_hms, Millis};
 use lockscope_model::Screen;
 
+use crate::links::{audit_export_href, datetime_local, lock_href};
 use crate::live::LiveView;
-use crate::page::{encode, lock_href};
 use crate::viewer::outcome_word;
 
 const OUTCOMES: [Outcome; 3] = [Outcome::Done, Outcome::Changed, Outcome::Refused];
-
-/// `YYYY-MM-DDTHH:MM` (UTC) of `ms`: what the filter's `from`/`to` accept and
-/// a `datetime-local` input shows; empty when out of range.
-pub fn datetime_local(ms: Millis) -> String {
-    let t = rfc3339(ms);
-    match t.get(..16) {
-        Some(minute) if t.as_bytes().get(10) == Some(&b'T') => minute.to_string(),
-        _ => String::new(),
-    }
-}
-
-/// The filter as query pairs, in the form's order (unset fields left out).
-pub fn query_pairs(q: &AuditQuery) -> Vec<(&'static str, String)> {
-    [
-        ("fleet", q.fleet.clone()),
-        ("actor", q.actor.clone()),
-        ("action", q.action.map(|a| a.as_str().to_string())),
-        ("outcome", q.outcome.map(|o| o.as_str().to_string())),
-        ("from", q.from.map(datetime_local)),
-        ("to", q.to.map(datetime_local)),
-        ("limit", q.limit.map(|l| l.to_string())),
-    ]
-    .into_iter()
-    .filter_map(|(k, v)| v.filter(|v| !v.is_empty()).map(|v| (k, v)))
-    .collect()
-}
-
-/// The export of the entries `q` selects, as `format` (`csv`, `ndjson`).
-pub fn export_href(q: &AuditQuery, format: &str) -> String {
-    let mut url = "/api/v1/audit?".to_string();
-    for (k, v) in query_pairs(q) {
-        url.push_str(&format!("{k}={}&", encode(&v)));
-    }
-    url.push_str("format=");
-    url.push_str(format);
-    url
-}
 
 /// "N entries, newest first, as read at HH:MM:SS UTC — reload for newer".
 pub fn count_text(n: usize, q: &AuditQuery, read_at: Millis) -> String {
@@ -92,9 +55,9 @@ pub fn AuditPage() -> impl IntoView {
         <p class="hint">
             <span data-testid="audit-count">{count}</span>
             " · export "
-            <a href=export_href(&query, "csv") data-testid="audit-export-csv" download>"CSV"</a>
+            <a href=audit_export_href(&query, "csv") data-testid="audit-export-csv" download>"CSV"</a>
             " "
-            <a href=export_href(&query, "ndjson") data-testid="audit-export-ndjson" download>"NDJSON"</a>
+            <a href=audit_export_href(&query, "ndjson") data-testid="audit-export-ndjson" download>"NDJSON"</a>
         </p>
         <div class="wide">
             <table class="audit" data-testid="audit-table">
@@ -223,26 +186,6 @@ fn Filter(query: AuditQuery) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_filter_round_trips_into_links() {
-        let q = AuditQuery {
-            fleet: Some("prod eu".into()),
-            action: Some(Action::Release),
-            from: Some(1_700_000_000_000),
-            limit: Some(50),
-            ..AuditQuery::default()
-        };
-        assert_eq!(datetime_local(1_700_000_000_000), "2023-11-14T22:13");
-        assert_eq!(
-            export_href(&q, "csv"),
-            "/api/v1/audit?fleet=prod%20eu&action=release&from=2023-11-14T22%3A13&limit=50&format=csv"
-        );
-        assert_eq!(
-            export_href(&AuditQuery::default(), "ndjson"),
-            "/api/v1/audit?format=ndjson"
-        );
-    }
 
     #[test]
     fn the_count_says_when_it_was_read_and_whether_it_is_capped() {

@@ -31,27 +31,13 @@ use lockscope_model::charts::{ChartWindow, Charts};
 use lockscope_model::time::Millis;
 use lockscope_model::Screen;
 
+use crate::links::charts_href;
 use crate::live::LiveView;
-use crate::page::encode;
 use freshness::{status, Freshness};
 use lists::{HoldTimes, Ranked};
 use plot::{AcquisitionsChart, ConflictRateChart, ConflictsChart, WaitChart};
 use series::{gap_note, points, refresh_text};
 use summary::{Summary, WindowBounds};
-
-/// `/charts?fleet=…&window=…`.
-pub fn charts_href(fleet: &str, window: ChartWindow) -> String {
-    format!("/charts?fleet={}&window={}", encode(fleet), window.as_str())
-}
-
-/// The API answer the page asks for again.
-pub fn api_href(fleet: &str, window: ChartWindow) -> String {
-    format!(
-        "/api/v1/fleets/{}/charts?window={}",
-        lockscope_model::url::segment(fleet),
-        window.as_str()
-    )
-}
 
 fn window_word(w: ChartWindow) -> &'static str {
     match w {
@@ -79,7 +65,13 @@ pub fn ChartsPage() -> impl IntoView {
     let fresh = RwSignal::new(Freshness::default());
     let now = RwSignal::new(0 as Millis);
     #[cfg(feature = "hydrate")]
-    refresh::start(api_href(&fleet, window), window.refresh_ms(), data, fresh, now);
+    refresh::start(
+        crate::links::charts_api_href(&fleet, window),
+        window.refresh_ms(),
+        data,
+        fresh,
+        now,
+    );
 
     let pts = Memo::new(move |_| data.with(points));
     let pts = Signal::from(pts);

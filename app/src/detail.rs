@@ -14,8 +14,9 @@ use lockscope_model::view::RowState;
 use lockscope_model::{Holder, LockBody, Screen};
 
 use crate::actions::SessionActions;
+use crate::lease::lease_text;
+use crate::links::{locks_href, sessions_href};
 use crate::live::LiveView;
-use crate::page::{encode, sessions_href};
 use crate::release::ReleaseSection;
 use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
@@ -29,26 +30,6 @@ pub fn detail_state(d: &LockDetail, now: Millis) -> Option<RowState> {
 pub const FOREIGN_UNKNOWN: &str = "Not kept by this schema, so unknown: the holder's service, host and pid, \
      the purpose, the backtrace, when it was acquired, the expected runtime, and the alert and auto-unlock times. \
      Lockscope never releases such a lock by itself; the schema's own housekeeping does.";
-
-/// What is known of an etcd native mutex holder's lease: its id, the TTL
-/// left when it was last read, and when it runs out unless its client renews it.
-pub fn lease_text(l: &LeaseInfo, now: Millis) -> String {
-    if l.ttl_s < 0 {
-        return format!(
-            "{}: expired or revoked when read {}",
-            l.id,
-            absolute_and_relative(l.read_at, now)
-        );
-    }
-    format!(
-        "{}: {} s left of {} s granted when read {}; runs out {} unless its client renews it",
-        l.id,
-        l.ttl_s,
-        l.granted_s,
-        absolute_and_relative(l.read_at, now),
-        absolute_and_relative(l.read_at.saturating_add(l.ttl_s.saturating_mul(1000)), now)
-    )
-}
 
 /// A Redis SET NX lock keeps no waiters: contenders retry on their own.
 pub const NO_WAITERS: &str = "none: this layout has none (a contender retries SET NX on its own)";
@@ -352,7 +333,7 @@ pub fn LockPage() -> impl IntoView {
         view! { <ol class="waiters" data-testid="detail-waiters">{items}</ol> }.into_any()
     };
     view! {
-        <nav class="crumbs"><a href=move || format!("/?fleet={}", encode(&fleet()))>"← all locks"</a></nav>
+        <nav class="crumbs"><a href=move || locks_href(&fleet())>"← all locks"</a></nav>
         {header}
         {record}
         {session}

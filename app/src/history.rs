@@ -12,57 +12,11 @@ use lockscope_model::review::{Review, ReviewForm};
 use lockscope_model::time::{absolute_and_relative, rfc3339, utc_datetime, Millis};
 use lockscope_model::Screen;
 
+use crate::links::{history_export_href, history_href, resolved_pairs};
 use crate::live::LiveView;
-use crate::page::encode;
 use crate::rows::short;
 use crate::timeline::Timeline;
 use crate::travel::TimeTravel;
-
-/// `/history?fleet=…&k=v…` (empty values left out).
-pub fn history_href(fleet: &str, pairs: &[(&str, String)]) -> String {
-    let mut url = format!("/history?fleet={}", encode(fleet));
-    for (k, v) in pairs.iter().filter(|(_, v)| !v.is_empty()) {
-        url.push_str(&format!("&{k}={}", encode(v)));
-    }
-    url
-}
-
-/// The query the page ran, as URL pairs, its range resolved to the instants it
-/// meant when the page was read (an open end is the time it was read): what
-/// the exports, the slider and the links from the page carry, so they show
-/// what this page shows.
-pub fn resolved_pairs(r: &Review) -> Vec<(&'static str, String)> {
-    let (from, to) = r.range();
-    let q = &r.query;
-    let kinds: Vec<&str> = q.kinds.iter().map(|k| k.as_str()).collect();
-    [
-        ("from", rfc3339(from)),
-        ("to", rfc3339(to)),
-        ("lock", q.lock.clone().unwrap_or_default()),
-        ("session", q.session.clone().unwrap_or_default()),
-        ("service", q.service.clone().unwrap_or_default()),
-        ("actor", q.actor.clone().unwrap_or_default()),
-        ("kind", kinds.join(",")),
-        ("limit", q.limit.map(|l| l.to_string()).unwrap_or_default()),
-    ]
-    .into_iter()
-    .filter(|(_, v)| !v.is_empty())
-    .collect()
-}
-
-/// The export of the page's query as `format` (`csv`, `ndjson`, `json`).
-pub fn export_href(r: &Review, format: &str) -> String {
-    let mut url = format!(
-        "/api/v1/fleets/{}/history?",
-        lockscope_model::url::segment(&r.query.fleet)
-    );
-    for (k, v) in resolved_pairs(r) {
-        url.push_str(&format!("{k}={}&", encode(&v)));
-    }
-    url.push_str("format=");
-    url.push_str(format);
-    url
-}
 
 /// "N events, oldest first" and whether the limit cut them.
 pub fn count_text(n: usize, limit: Option<u32>) -> String {
@@ -145,9 +99,9 @@ pub fn HistoryPage() -> impl IntoView {
             " to "<time datetime=rfc3339(to) data-testid="history-to">{utc_datetime(to)}</time>": "
             <span data-testid="history-count">{count}</span>
             " · export "
-            <a href=export_href(&review, "csv") data-testid="history-export-csv" download>"CSV"</a>
+            <a href=history_export_href(&review, "csv") data-testid="history-export-csv" download>"CSV"</a>
             " "
-            <a href=export_href(&review, "ndjson") data-testid="history-export-ndjson" download>"NDJSON"</a>
+            <a href=history_export_href(&review, "ndjson") data-testid="history-export-ndjson" download>"NDJSON"</a>
         </p>
         {timeline.map(|(lock, events)| view! {
             <section class="timeline" data-testid="timeline-section">
@@ -297,27 +251,6 @@ fn Filter(form: ReviewForm, fleet: String) -> impl IntoView {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockscope_model::history::HistoryQuery;
-
-    #[test]
-    fn exports_carry_the_query_with_its_range_resolved() {
-        let r = Review {
-            query: HistoryQuery {
-                fleet: "prod eu".into(),
-                from: Some(1_700_000_000_000),
-                lock: Some("a/b*".into()),
-                kinds: vec![Kind::Acquired, Kind::ForceReleased],
-                ..HistoryQuery::default()
-            },
-            read_at: 1_700_000_060_000,
-            ..Review::default()
-        };
-        assert_eq!(
-            export_href(&r, "csv"),
-            "/api/v1/fleets/prod%20eu/history?from=2023-11-14T22%3A13%3A20.000Z&to=2023-11-14T22%3A14%3A20.000Z\
-             &lock=a/b%2A&kind=acquired%2Cforce_released&format=csv"
-        );
-    }
 
     #[test]
     fn the_count_says_when_the_limit_cut_it() {

@@ -7,8 +7,13 @@
 //!   status, connection, clock offset) and how each server message changes it;
 //!   plain logic, tested natively.
 //! - [`rows`]: what a row says, as text (pure, tested natively).
-//! - [`page`]: the shell, the lock table page and what every page shares.
+//! - [`page`]: the document, the frame every screen shares and the choice of
+//!   screen.
+//! - [`links`]: every URL the pages build (a leaf: pages link to each other
+//!   without importing each other).
 //! - [`table`]: the lock table page; [`detail`]: one lock; [`sessions`]: the sessions.
+//! - [`lease`]: a foreign lock's lease in words (the detail page and the
+//!   force-release dialog).
 //! - [`viewer`]: who is looking (or the no-authentication warning) and the
 //!   notice of their last admin action.
 //! - [`actions`]: the admin forms (blacklist, lift a blacklist) the detail and
@@ -30,6 +35,8 @@ pub mod audit;
 pub mod charts;
 pub mod detail;
 pub mod history;
+pub mod lease;
+pub mod links;
 pub mod live;
 pub mod outage;
 pub mod page;

@@ -10,9 +10,10 @@
 use leptos::prelude::*;
 use lockscope_model::admin::Role;
 use lockscope_model::time::{human_duration, utc_hms};
-use lockscope_model::view::{RowState, ViewSpec};
+use lockscope_model::view::RowState;
 use lockscope_model::{FleetSummary, Screen, StoreStatus};
 
+use crate::links::{fleet_page_href, locks_href, sessions_href};
 use crate::live::{Connection, LiveView};
 use crate::rows::state_icon;
 use crate::unlocker::UnlockerCell;
@@ -83,10 +84,10 @@ pub fn App() -> impl IntoView {
         Kind::SignIn => view! { <crate::signin::SignInPage/> }.into_any(),
     };
     let here = |k: Kind| kind == k;
-    let locks_href = move || format!("/?fleet={}", encode(&live.fleet.get()));
+    let locks_href = move || locks_href(&live.fleet.get());
     let sessions_href = move || sessions_href(&live.fleet.get());
-    let history_href = move || format!("/history?fleet={}", encode(&live.fleet.get()));
-    let charts_href = move || format!("/charts?fleet={}", encode(&live.fleet.get()));
+    let history_href = move || fleet_page_href("/history", &live.fleet.get());
+    let charts_href = move || fleet_page_href("/charts", &live.fleet.get());
     view! {
         <NoAuthBanner/>
         <header class="top">
@@ -200,44 +201,6 @@ fn range_text(live: LiveView) -> String {
     format!("locks {first}–{} of ", first + n - 1)
 }
 
-/// Changes the view on screen (the socket sends it; the URL follows).
-pub(crate) fn set_view(live: LiveView, change: impl FnOnce(&mut ViewSpec)) {
-    let mut v = live.view.get_untracked();
-    change(&mut v);
-    #[cfg(feature = "hydrate")]
-    crate::socket::show(live, v);
-    #[cfg(not(feature = "hydrate"))]
-    let _ = v;
-}
-
-/// `/?fleet=…&…` for `view` (links work without JavaScript).
-pub(crate) fn href(fleet: &str, view: &ViewSpec) -> String {
-    let mut url = format!("/?fleet={}", encode(fleet));
-    for (k, v) in view.to_query() {
-        url.push('&');
-        url.push_str(k);
-        url.push('=');
-        url.push_str(&encode(&v));
-    }
-    url
-}
-
-/// `/lock?fleet=…&name=…`: one lock's page.
-pub fn lock_href(fleet: &str, name: &str) -> String {
-    format!("/lock?fleet={}&name={}", encode(fleet), encode(name))
-}
-
-/// `/sessions?fleet=…`: the fleet's sessions page.
-pub fn sessions_href(fleet: &str) -> String {
-    format!("/sessions?fleet={}", encode(fleet))
-}
-
-/// Percent-encodes a query value (`/` kept): [`lockscope_model::url::query`].
-/// A path segment is encoded with [`lockscope_model::url::segment`] instead.
-pub fn encode(s: &str) -> String {
-    lockscope_model::url::query(s)
-}
-
 /// Where the data on screen comes from, and how fresh it is.
 #[component]
 pub(crate) fn Indicator() -> impl IntoView {
@@ -337,7 +300,7 @@ fn Overview() -> impl IntoView {
         };
         view! {
             <tr data-testid="fleet-row" data-fleet=f.name.clone() class:current=current data-worst=move || worst().state class:last-known=stale.is_some()>
-                <td><a href=format!("/?fleet={}", encode(&f.name))>{f.name.clone()}</a></td>
+                <td><a href=locks_href(&f.name)>{f.name.clone()}</a></td>
                 <td class="state" data-state=state>
                     {label}
                     // Not by colour alone: the words say the history has a hole.

@@ -252,7 +252,7 @@ fn Facts(seen: Memo<LockDetail>) -> impl IntoView {
     let lease = move || {
         let now = live.now.get();
         seen.with(|d| match d.entry.as_ref().map(|e| &e.body) {
-            Some(LockBody::Foreign { lease: Some(l), .. }) => Some(crate::detail::lease_text(l, now)),
+            Some(LockBody::Foreign { lease: Some(l), .. }) => Some(crate::lease::lease_text(l, now)),
             _ => None,
         })
     };

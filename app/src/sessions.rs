@@ -15,8 +15,8 @@ use lockscope_model::time::{absolute_and_relative, human_duration, utc_datetime,
 use lockscope_model::{BlacklistEntry, Holder, Screen, SessionEntry};
 
 use crate::actions::{may_on_sessions, SessionActions, BLACKLIST_EXPLAINED};
+use crate::links::{lock_href, locks_href};
 use crate::live::LiveView;
-use crate::page::{encode, lock_href};
 use crate::rows::short as short_id;
 
 /// A session's liveness as a word and an icon (never colour alone).
@@ -185,7 +185,7 @@ pub fn SessionsPage() -> impl IntoView {
                 {actions}
                 <td class="started" title=move || text.with(|t| t.started_title.clone())>{move || text.with(|t| t.started.clone())}</td>
                 <td class="beat" data-testid="heartbeat-age" title=move || text.with(|t| t.heartbeat_title.clone())>{move || text.with(|t| t.heartbeat.clone())}</td>
-                <td class="held"><a href=move || format!("/?fleet={}", encode(&fleet()))>{move || field(r, |r| r.locks_held)}</a></td>
+                <td class="held"><a href=move || locks_href(&fleet())>{move || field(r, |r| r.locks_held)}</a></td>
                 <td class="waiting">{waiting}</td>
                 <td class="contention" title=move || text.with(|t| t.contention_title.clone())>{move || text.with(|t| t.contention.clone())}</td>
                 <td class="skew" data-testid="skew" title=move || text.with(|t| t.skew_title.clone())>{move || text.with(|t| t.skew.clone())}</td>

@@ -70,14 +70,7 @@ fn ping() {
 pub fn show(live: LiveView, view: ViewSpec) {
     let id = live.request(view.clone());
     send(&ClientMsg::View { id, view: view.clone() });
-    let url = {
-        let fleet = live.fleet.get_untracked();
-        let mut u = format!("?fleet={}", crate::page::encode(&fleet));
-        for (k, v) in view.to_query() {
-            u.push_str(&format!("&{k}={}", crate::page::encode(&v)));
-        }
-        u
-    };
+    let url = crate::links::view_query(&live.fleet.get_untracked(), &view);
     if let Ok(h) = window().history() {
         let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
     }

@@ -9,9 +9,19 @@ use leptos::prelude::*;
 use lockscope_model::view::{RowState, SortKey, ViewSpec};
 use lockscope_model::LockBody;
 
+use crate::links::{encode, href, lock_href, locks_href};
 use crate::live::{Connection, LiveView};
-use crate::page::{encode, href, lock_href, set_view};
 use crate::rows::{row_text, state_icon};
+
+/// Changes the view on screen (the socket sends it; the URL follows).
+pub(crate) fn set_view(live: LiveView, change: impl FnOnce(&mut ViewSpec)) {
+    let mut v = live.view.get_untracked();
+    change(&mut v);
+    #[cfg(feature = "hydrate")]
+    crate::socket::show(live, v);
+    #[cfg(not(feature = "hydrate"))]
+    let _ = v;
+}
 
 /// Height of one table row, in CSS pixels (the stylesheet fixes it too).
 pub const ROW_PX: f64 = 36.0;
@@ -177,7 +187,7 @@ pub fn Controls() -> impl IntoView {
                 " reversed"
             </label>
             <noscript><button type="submit">"apply"</button></noscript>
-            <a class="reset" href=move || format!("/?fleet={}", encode(&live.fleet.get()))>"clear"</a>
+            <a class="reset" href=move || locks_href(&live.fleet.get())>"clear"</a>
         </form>
         {move || live.view_error.get().map(|e| view! { <p class="error" data-testid="view-error">"This URL's view was not usable (" {e} "); showing the default view."</p> })}
     }

@@ -13,7 +13,7 @@ use lockscope_model::time::{rfc3339, utc_datetime, Millis};
 use lockscope_model::view::{ViewSpec, MAX_WINDOW};
 use lockscope_model::{Page, Screen};
 
-use crate::history::{history_href, resolved_pairs};
+use crate::links::{history_href, resolved_pairs};
 use crate::live::LiveView;
 use crate::table::{Frozen, LockTable};
 

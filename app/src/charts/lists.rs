@@ -10,9 +10,8 @@
 
 use leptos::prelude::*;
 use lockscope_model::charts::{hold_bucket_label, Charts, Contended};
-use lockscope_model::time::rfc3339;
 
-use crate::history::history_href;
+use crate::links::drill_href;
 
 /// A bar's width, in % of the largest.
 fn width(n: u64, max: u64) -> String {
@@ -44,20 +43,6 @@ pub fn HoldTimes(data: RwSignal<Charts>) -> impl IntoView {
     };
     view! { <ol class="bars holds" data-testid="hold-times" aria-label="holds ended, by hold time">{rows}</ol> }
         .into_any()
-}
-
-/// The history of `fleet` over the window, filtered on `key` = `name`, waits
-/// started only: where a reviewer drills down.
-pub fn drill_href(c: &Charts, key: &str, name: &str) -> String {
-    history_href(
-        &c.fleet,
-        &[
-            (key, name.to_string()),
-            ("from", rfc3339(c.frame.from)),
-            ("to", rfc3339(c.frame.to)),
-            ("kind", "wait_started".to_string()),
-        ],
-    )
 }
 
 /// A ranked list of locks or services (`key`: `lock` or `service`) by waits started.

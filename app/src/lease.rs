@@ -1,0 +1,27 @@
+//! A foreign lock's lease in words: what the lock detail page and the
+//! force-release dialog both say of an etcd native mutex holder's lease. A
+//! leaf, so the dialog ([`crate::release`]) need not import the page that
+//! shows it.
+
+use lockscope_model::fleet::LeaseInfo;
+use lockscope_model::time::{absolute_and_relative, Millis};
+
+/// What is known of an etcd native mutex holder's lease: its id, the TTL
+/// left when it was last read, and when it runs out unless its client renews it.
+pub fn lease_text(l: &LeaseInfo, now: Millis) -> String {
+    if l.ttl_s < 0 {
+        return format!(
+            "{}: expired or revoked when read {}",
+            l.id,
+            absolute_and_relative(l.read_at, now)
+        );
+    }
+    format!(
+        "{}: {} s left of {} s granted when read {}; runs out {} unless its client renews it",
+        l.id,
+        l.ttl_s,
+        l.granted_s,
+        absolute_and_relative(l.read_at, now),
+        absolute_and_relative(l.read_at.saturating_add(l.ttl_s.saturating_mul(1000)), now)
+    )
+}
