@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use etcd_client::{
-    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchOptions,
+    Client, Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 use lockscope_model::record::{BlacklistRecord, SessionRecord, Stored, WaiterRecord, RECORD_VERSION};
 use lockscope_model::{LockEntry, LockRecord};
@@ -73,10 +73,32 @@ impl EtcdLocks {
     }
 
     /// Returns once `key` may have been deleted after `revision` (a delete seen,
-    /// the watch compacted or canceled), or after `max`: callers look again.
+    /// the key gone or made again since, the watch compacted or canceled), or
+    /// after `max`: callers look again.
+    ///
+    /// Watch first, then look (as the SQL store's notifications do): a watch from
+    /// the current revision joins etcd's *synced* watcher group, which sends the
+    /// delete as it is committed. A watch from `revision + 1` — older than the
+    /// current revision as soon as anything was written since (this waiter's own
+    /// waiter key, a heartbeat) — lands in the *unsynced* group, which etcd
+    /// catches up only every 100 ms: a hand-off then took up to 100 ms more. The
+    /// look closes the gap: a delete between `revision` and the watch's start
+    /// shows as the key gone, or made again (a create revision past `revision`).
     pub(super) async fn wait_deleted(&self, key: &str, revision: i64, max: Duration) -> Result<(), StoreError> {
-        let opts = WatchOptions::new().with_start_revision(revision + 1);
-        let mut stream = timed(self.cfg.request_timeout, self.client.clone().watch(key, Some(opts))).await?;
+        let mut stream = timed(self.cfg.request_timeout, self.client.clone().watch(key, None)).await?;
+        // The look must come after etcd has made the watch: its first answer.
+        match timed(self.cfg.request_timeout, stream.message()).await? {
+            Some(resp) if resp.created() && !resp.canceled() => {}
+            _ => return Ok(()),
+        }
+        let now = timed(
+            self.cfg.request_timeout,
+            self.client.clone().get(key, None::<GetOptions>),
+        )
+        .await?;
+        if now.kvs().first().is_none_or(|kv| kv.create_revision() > revision) {
+            return Ok(());
+        }
         let wait = async {
             loop {
                 let Some(resp) = stream.message().await? else {

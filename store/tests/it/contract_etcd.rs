@@ -45,6 +45,58 @@ async fn waiting_is_not_polling() {
     .await;
 }
 
+/// A waiter watches from the current revision (etcd's synced watcher group,
+/// not the 100 ms catch-up of the unsynced one) and then looks: a release
+/// that lands between its busy answer and its watch must still wake it, and
+/// so must a new holder made in that gap. Each wait below is given 60 s; one
+/// that misses the release would sit out the whole of it.
+#[tokio::test]
+async fn a_release_before_the_waiters_watch_is_not_missed() {
+    use lockscope_store::protocol::{LockStore, WaitFrom};
+    let etcd = EtcdServer::start().await;
+    let store = connect(etcd.endpoint()).await;
+    let a = Session::open(store.clone(), quiet("a")).await.unwrap();
+    let b = Session::open(store.clone(), quiet("b")).await.unwrap();
+    let soon = Duration::from_secs(10);
+    let long = Duration::from_secs(60);
+
+    // Released before the wait starts.
+    let g = a.lock("gap/one", opts("first")).await.unwrap();
+    let seen = store.get("gap/one").await.unwrap().unwrap().revision;
+    assert!(g.unlock().await.unwrap());
+    tokio::time::timeout(soon, store.wait_released("gap/one", WaitFrom(seen), long))
+        .await
+        .expect("a release before the watch wakes the waiter at once")
+        .unwrap();
+
+    // Released and taken again by someone else before the wait starts.
+    let g = a.lock("gap/two", opts("first")).await.unwrap();
+    let seen = store.get("gap/two").await.unwrap().unwrap().revision;
+    assert!(g.unlock().await.unwrap());
+    let again = b.lock("gap/two", opts("second")).await.unwrap();
+    tokio::time::timeout(soon, store.wait_released("gap/two", WaitFrom(seen), long))
+        .await
+        .expect("a new holder since the busy answer wakes the waiter at once")
+        .unwrap();
+    assert!(again.unlock().await.unwrap());
+
+    // Still held: the wait lasts until the release, which wakes it.
+    let g = a.lock("gap/three", opts("first")).await.unwrap();
+    let seen = store.get("gap/three").await.unwrap().unwrap().revision;
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.wait_released("gap/three", WaitFrom(seen), long).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a held lock keeps its waiter waiting");
+    assert!(g.unlock().await.unwrap());
+    tokio::time::timeout(soon, waiting)
+        .await
+        .expect("the release wakes the waiter")
+        .unwrap()
+        .unwrap();
+}
+
 #[tokio::test]
 async fn heartbeat_extends_and_blacklist_refuses() {
     let etcd = EtcdServer::start().await;
