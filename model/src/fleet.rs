@@ -12,10 +12,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::intern::Shared;
 use crate::session::{BlacklistEntry, Deadlocks, Holder, SessionEntry, Sessions};
 use crate::time::Millis;
-use crate::view::RowState;
 
 /// A change to a fleet's lock table. Lock events carry store revisions, so
 /// replaying one twice, or out of order for the same lock, changes nothing;
@@ -422,8 +420,12 @@ impl FleetState {
 
 mod counts;
 mod entry;
+mod intern;
+mod state;
 pub use counts::{Counts, StoreStatus};
 pub use entry::{FamilyDetail, LeaseInfo, LockBody, LockEntry, TokenKey, LEASE_KEYS_KEPT};
+use intern::Shared;
+pub use state::RowState;
 
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,6 @@
 //! - [`detail`]: the lock detail and sessions pages' data.
 //! - [`session`]: sessions, the blacklist, what a lock's holder looks like
 //!   ([`session::Holder`]), the clock-skew estimate, deadlock detection.
-//! - `intern`: one shared copy of each record field many locks have in common.
 //! - [`view`]: what one browser looks at (filter, sort, window of rows), the
 //!   severity order, and the window reducer the browser runs.
 //! - [`wire`]: the versioned websocket messages.
@@ -30,7 +29,6 @@ pub mod contention;
 pub mod detail;
 pub mod fleet;
 pub mod history;
-mod intern;
 pub mod record;
 pub mod review;
 pub mod session;

@@ -468,8 +468,7 @@ impl Window {
     }
 }
 
-mod state;
-pub use state::RowState;
+pub use crate::fleet::RowState;
 
 #[cfg(test)]
 mod tests;

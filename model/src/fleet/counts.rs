@@ -3,8 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::state::RowState;
 use crate::time::Millis;
-use crate::view::RowState;
 
 /// A fleet's headline numbers at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

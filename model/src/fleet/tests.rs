@@ -1,5 +1,5 @@
+use super::intern::Interner;
 use super::*;
-use crate::intern::Interner;
 use crate::record::{sample, LockRecord, MALFORMED_KEEP_BYTES};
 use std::sync::Arc;
 
