@@ -62,6 +62,7 @@ import os
 import sys
 import tempfile
 
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from modtree import Crate  # noqa: E402 (beside this script)
 
