@@ -19,8 +19,10 @@ bin=$PWD/target/debug/lockscope
 unit=deploy/systemd/lockscope.service
 work=$(mktemp -d)
 server=
+prom=
 cleanup() {
   [ -n "$server" ] && kill "$server" 2>/dev/null || true
+  [ -n "$prom" ] && kill "$prom" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -83,6 +85,52 @@ curl -fsS "http://127.0.0.1:$port/metrics" >"$work/metrics"
 grep -q '^lockscope_store_up{fleet="main"}' "$work/metrics" \
   || { cat "$work/log" "$work/metrics" >&2; echo "no lockscope_store_up for the configured fleet" >&2; exit 1; }
 [ -f "$work/state/fleet.db" ] || { echo "fleet.db is not in the working directory" >&2; exit 1; }
+
+# A real Prometheus scrapes that server every second with the rules loaded:
+# every rule evaluates without error, and every dashboard query answers with data.
+say "prometheus: the rules evaluate and the dashboard's queries answer"
+prom_port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat >"$work/prometheus.yml" <<YML
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: ["$PWD/deploy/prometheus/lockscope.rules.yml"]
+scrape_configs:
+  - job_name: lockscope
+    static_configs: [{targets: ["127.0.0.1:$port"]}]
+YML
+prometheus --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/tsdb" \
+  --web.listen-address="127.0.0.1:$prom_port" >"$work/prometheus.log" 2>&1 &
+prom=$!
+python3 - "http://127.0.0.1:$prom_port" deploy/grafana/lockscope.json <<'PY' || { cat "$work/prometheus.log" >&2; exit 1; }
+import json, sys, time, urllib.parse, urllib.request
+base, dashboard = sys.argv[1], json.load(open(sys.argv[2]))
+def get(path, **params):
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.load(r)["data"]
+def query(expr):
+    return get("/api/v1/query", query=expr)["result"]
+deadline = time.time() + 30
+while True:  # ready, and 5 scrapes in (rates over 10s have samples)
+    try:
+        if float(query('count_over_time(up{job="lockscope"}[10s])')[0]["value"][1]) >= 5:
+            break
+    except Exception:
+        pass
+    if time.time() > deadline:
+        sys.exit("prometheus did not scrape lockscope 5 times in 30 s")
+    time.sleep(0.5)
+time.sleep(1.5)  # a rule evaluation after that
+rules = [r for g in get("/api/v1/rules")["groups"] for r in g["rules"]]
+bad = [(r["name"], r.get("health"), r.get("lastError")) for r in rules if r.get("health") != "ok"]
+assert rules and not bad, f"rules that do not evaluate: {bad}"
+exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+empty = [e for e in exprs if not query(e.replace("$__rate_interval", "10s").replace("$fleet", ".*"))]
+assert not empty, f"dashboard queries with no data from a live lockscope: {empty}"
+print(f"{len(rules)} rules evaluate, {len(exprs)} dashboard queries answer")
+PY
+kill "$prom"; wait "$prom" 2>/dev/null || true
+prom=
+
 kill -TERM "$server"
 for _ in $(seq $((stop_secs * 10))); do kill -0 "$server" 2>/dev/null || break; sleep 0.1; done
 if kill -0 "$server" 2>/dev/null; then echo "lockscope still runs ${stop_secs}s after SIGTERM" >&2; exit 1; fi
