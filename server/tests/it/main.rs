@@ -27,4 +27,3 @@ mod soak;
 mod store_busy;
 mod unlocker;
 mod unlocker_audit;
-mod zookeeper;
