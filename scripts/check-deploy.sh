@@ -31,6 +31,11 @@ say "promtool check rules"
 promtool check rules deploy/prometheus/lockscope.rules.yml
 say "promtool test rules"
 (cd deploy/prometheus && promtool test rules lockscope.rules.test.yml)
+# Every rule has unit tests: a rule added without them fails here.
+for alert in $(sed -n 's/^ *- alert: *//p' deploy/prometheus/lockscope.rules.yml); do
+  grep -q "alertname: $alert\$" deploy/prometheus/lockscope.rules.test.yml \
+    || { echo "$alert has no test in lockscope.rules.test.yml" >&2; exit 1; }
+done
 
 # The dashboard's queries are PromQL too: promtool parses each one as a
 # recording rule (Grafana's $__rate_interval and $fleet given values).
