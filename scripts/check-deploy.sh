@@ -4,10 +4,13 @@
 #   (`promtool test rules`, deploy/prometheus/lockscope.rules.test.yml);
 # - the systemd unit: `systemd-analyze verify` (any warning fails), its
 #   hardening (`systemd-analyze security`, exposure at most 2.0), and its
-#   ExecStart command line run for real: the server starts from a
-#   lockscope.toml passed as the unit passes it, listens on that file's
-#   `listen`, keeps its files in the working (state) directory, serves
-#   /metrics, and exits 0 on SIGTERM within the unit's TimeoutStopSec.
+#   ExecStart command line run for real (as root: in the unit's sandbox,
+#   approximated with unshare and setpriv, since no systemd runs here): the
+#   server starts from a lockscope.toml passed as the unit passes it, listens
+#   on that file's `listen`, keeps its files in the working (state) directory,
+#   serves /metrics, and exits 0 on SIGTERM within the unit's TimeoutStopSec;
+# - a real Prometheus scraping that server with the rules loaded: every rule
+#   evaluates, every query of the Grafana dashboard answers with data.
 # The metric names the rules and the dashboard use are checked against a real
 # server's /metrics by `cargo test` (server/tests/it/deploy.rs).
 # Needs promtool (Debian's prometheus, scripts/install.sh) and a built
@@ -17,7 +20,10 @@ cd "$(dirname "$0")/.."
 say() { printf '\033[1m[check-deploy]\033[0m %s\n' "$*"; }
 bin=$PWD/target/debug/lockscope
 unit=deploy/systemd/lockscope.service
-work=$(mktemp -d)
+# Not under /tmp: the unit's run below gets a private /tmp (PrivateTmp=).
+mkdir -p target/tmp
+work=$(mktemp -d "$PWD/target/tmp/check-deploy.XXXXXX")
+chmod 0755 "$work"
 server=
 prom=
 cleanup() {
@@ -79,7 +85,29 @@ TOML
 cmd=${exec_start//%d/$work/credentials}
 cmd=${cmd/#\/usr\/local\/bin\/lockscope /$bin }
 stop_secs=$(sed -n 's/^TimeoutStopSec=\([0-9]*\)s$/\1/p' "$unit")
-(cd "$work/state" && LOCKSCOPE_LOG=warn exec $cmd) >"$work/log" 2>&1 &
+if [ "$(id -u)" = 0 ]; then
+  # As root (CI), the unit's sandbox, approximated as systemd makes it: a
+  # user of no account (DynamicUser=; here nobody) owning only the state
+  # directory and its credential, no capabilities, no new privileges
+  # (CapabilityBoundingSet=, NoNewPrivileges=), every file system read-only
+  # but the state directory (ProtectSystem=strict, StateDirectory=), a
+  # private /tmp (PrivateTmp=).
+  chown -R 65534:65534 "$work/state" "$work/credentials"
+  chmod 0700 "$work/state"; chmod 0500 "$work/credentials"; chmod 0400 "$work/credentials/lockscope.toml"
+  # shellcheck disable=SC2016 # expanded by the inner shell
+  LOCKSCOPE_LOG=warn unshare --mount sh -c '
+    set -e
+    state=$1; shift
+    mount --make-rprivate /
+    mount --bind "$state" "$state"
+    mount -o remount,bind,ro /
+    mount -t tmpfs -o mode=1777 tmpfs /tmp
+    cd "$state"
+    exec setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs \
+      --bounding-set=-all --inh-caps=-all "$@"' sandbox "$work/state" $cmd >"$work/log" 2>&1 &
+else
+  (cd "$work/state" && LOCKSCOPE_LOG=warn exec $cmd) >"$work/log" 2>&1 &
+fi
 server=$!
 for _ in $(seq 200); do
   curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
