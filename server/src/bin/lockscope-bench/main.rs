@@ -17,12 +17,15 @@
 //! - `viewers`: a websocket probe: N concurrent subscribers of a running server,
 //!   each on a different view, acknowledging every frame; reports store write →
 //!   frame received for every stamp it sees, and which viewers fell behind.
+//! - `handoff`: one lock, W contending sessions: holder's release → next
+//!   waiter's acquisition, and the same for `etcdctl lock` on etcd (`handoff.rs`).
 //! - `history`: fills a lock history with N events, exports them (CSV, NDJSON)
 //!   and rebuilds the table at random instants (`history.rs`).
 //!
 //! The store is named like the server's `--store` (`etcd:URL`, `sqlite:PATH`,
 //! `postgres://…`), or `--etcd URL` as before.
 
+mod handoff;
 mod history;
 mod store;
 mod viewers;
@@ -71,6 +74,8 @@ enum Command {
     /// Fill a history database with N events, export them as CSV and NDJSON, and
     /// rebuild the table at random instants.
     History(history::Args),
+    /// Measure lock hand-off: holder's release → next waiter's acquisition.
+    Handoff(handoff::Args),
 }
 
 /// The fleet `fill` writes and `load` rewrites.
@@ -123,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Viewers(args) => viewers::run(args).await,
         Command::History(args) => history::run(args).await,
+        Command::Handoff(args) => handoff::run(args).await,
     }
 }
 

@@ -410,7 +410,7 @@ async fn send(ws: &mut Ws, msg: &ClientMsg) -> anyhow::Result<()> {
 }
 
 /// Nearest-rank percentile of sorted values (as the Chromium probe computes it).
-fn pct(sorted: &[i64], p: f64) -> i64 {
+pub(crate) fn pct(sorted: &[i64], p: f64) -> i64 {
     sorted[((p / 100.0 * sorted.len() as f64) as usize).min(sorted.len() - 1)]
 }
 
