@@ -421,6 +421,7 @@ impl FleetState {
 mod counts;
 mod entry;
 mod intern;
+pub mod redis;
 mod state;
 pub use counts::{Counts, StoreStatus};
 pub use entry::{FamilyDetail, LeaseInfo, LockBody, LockEntry, TokenKey, LEASE_KEYS_KEPT};

@@ -43,6 +43,7 @@ mod link;
 pub mod liveness;
 pub mod protocol;
 pub mod redis_set;
+pub mod redlock;
 pub mod scylla;
 pub mod spec;
 pub mod sql;

@@ -19,7 +19,10 @@
 //!   elections under PREFIX (taken byte for byte, required), read and
 //!   guarded-released ([`crate::etcd_mutex`]);
 //! - `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`: Redis `SET NX PX`
-//!   locks, read and guarded-released ([`crate::redis_set`]; `rediss://` refused).
+//!   locks and Redisson `RLock`/fair-lock hashes, read and guarded-released
+//!   ([`crate::redis_set`]; `rediss://` refused);
+//! - `redlock+redis://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…[/DB][?match=PATTERN]`:
+//!   Redlock over several masters ([`crate::redlock`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +58,8 @@ pub enum StoreSpec {
     EtcdMutex { endpoints: Vec<String>, prefix: String },
     /// Redis `SET key token NX PX ms` locks ([`crate::redis_set`]).
     Redis(crate::redis_set::RedisTarget),
+    /// Redlock over several Redis masters ([`crate::redlock`]).
+    Redlock(crate::redlock::RedlockTarget),
 }
 
 impl StoreSpec {
@@ -65,6 +70,9 @@ impl StoreSpec {
         let bad = |why: &str| Err(StoreError::Config(format!("store {:?}: {why}", redact(text))));
         if let Some(rest) = text.strip_prefix("etcd-mutex:") {
             crate::etcd_mutex::parse_spec(rest)
+                .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
+        } else if text.starts_with("redlock+") {
+            crate::redlock::parse_spec(text)
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if text.starts_with("redis://") || text.starts_with("rediss://") {
             crate::redis_set::parse_spec(text)
@@ -128,7 +136,7 @@ impl StoreSpec {
         } else if is_postgres(text) {
             Ok(StoreSpec::Sql { url: text.to_string() })
         } else {
-            bad("expected etcd:…, etcd-mutex:…#PREFIX, sqlite:PATH, postgres://…, redis://…, scylla:… or shedlock+…")
+            bad("expected etcd:…, etcd-mutex:…#PREFIX, sqlite:PATH, postgres://…, redis://…, redlock+redis://…, scylla:… or shedlock+…")
         }
     }
 
@@ -165,6 +173,7 @@ impl StoreSpec {
             StoreSpec::Scylla(target) => target.source(),
             StoreSpec::EtcdMutex { endpoints, prefix } => crate::etcd_mutex::source(endpoints, prefix),
             StoreSpec::Redis(target) => target.source(),
+            StoreSpec::Redlock(target) => target.source(),
         }
     }
 
@@ -179,6 +188,7 @@ impl StoreSpec {
             StoreSpec::Sql { url } | StoreSpec::ShedLock { url, .. } => crate::summary::address_of_url(url),
             StoreSpec::Scylla(target) => crate::summary::address_of_scylla(target),
             StoreSpec::Redis(target) => target.address(),
+            StoreSpec::Redlock(target) => target.address(),
         }
     }
 
@@ -197,6 +207,9 @@ impl StoreSpec {
         }
         if let StoreSpec::Redis(target) = self {
             return Ok(Arc::new(crate::redis_set::RedisFleet::new(target.clone())));
+        }
+        if let StoreSpec::Redlock(target) = self {
+            return Ok(Arc::new(crate::redlock::RedlockFleet::new(target.clone())));
         }
         Ok(match self.writable() {
             true => Arc::new(WritableFleet::new(self.clone())),
@@ -225,6 +238,7 @@ impl StoreSpec {
                 Box::new(crate::etcd_mutex::MutexObserver::new(endpoints.clone(), prefix))
             }
             StoreSpec::Redis(target) => Box::new(crate::redis_set::RedisObserver::new(target.clone())),
+            StoreSpec::Redlock(target) => Box::new(crate::redlock::RedlockObserver::new(target.clone())),
         })
     }
 
@@ -237,10 +251,12 @@ impl StoreSpec {
                 Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
             }
             StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
-            StoreSpec::EtcdMutex { .. } | StoreSpec::Redis(_) => Err(StoreError::Config(format!(
-                "{} holds another library's locks, not lockscope's layout: a lockscope client cannot use it",
-                self.source()
-            ))),
+            StoreSpec::EtcdMutex { .. } | StoreSpec::Redis(_) | StoreSpec::Redlock(_) => {
+                Err(StoreError::Config(format!(
+                    "{} holds another library's locks, not lockscope's layout: a lockscope client cannot use it",
+                    self.source()
+                )))
+            }
             StoreSpec::Scylla(target) => Ok(AnyLocks::Scylla(target.connect(true).await?)),
         }
     }

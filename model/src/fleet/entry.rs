@@ -69,7 +69,12 @@ pub enum LockBody {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
-pub enum FamilyDetail {}
+pub enum FamilyDetail {
+    /// A Redisson `RLock` / fair lock hash (`redis://` fleets).
+    Redisson(super::redis::RedissonLock),
+    /// A Redlock key over several masters (`redlock+redis://` fleets).
+    Redlock(super::redis::RedlockState),
+}
 
 /// A lock that is one key holding its holder's token (Redis `SET NX PX`): the
 /// token, and the key's TTL left when read. Such a layout keeps no waiters.

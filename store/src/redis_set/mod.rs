@@ -1,21 +1,31 @@
-//! Redis locks of the single-instance `SET key token NX PX ms` layout
-//! (redis-py's `Lock`, redsync, node-redlock on one instance) as a fleet:
-//! spec `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`.
+//! Redis locks of one instance as a fleet: spec
+//! `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`. Two layouts,
+//! told apart by the key's type:
+//! - `SET key token NX PX ms` (redis-py's `Lock`, redsync, node-redlock on
+//!   one instance): a string key; its holder's token is the value;
+//! - Redisson's `RLock` and fair lock ([`redisson`]): a hash whose field
+//!   `<client uuid>:<thread id>` counts re-entries; the uuid is the holder's
+//!   session, the fair lock's queue its waiters.
 //!
-//! Every string key of database DB matching PATTERN (Redis glob, default `*`)
-//! is one lock named by its key ([`observer`]): its holder's token is the
-//! value, its TTL left the key's `PTTL`, and its fencing token a stable value
-//! derived from the token ([`fence_of`]: Redis keeps no revision). The
-//! layout keeps no waiters, sessions, hosts or times: unknown, never
-//! invented. Keys of other types are not this layout and are not shown.
+//! Every key of database DB matching PATTERN (Redis glob, default `*`) is one
+//! lock named by its key ([`observer`], [`read`]): its TTL left the key's
+//! `PTTL`, its fencing token a stable value derived from the token (the
+//! Redisson field) ([`fence_of`]: Redis keeps no revision). What a layout
+//! does not keep is unknown, never invented. Keys of other types, and hashes
+//! of another shape, are not these layouts and are not shown.
 //!
 //! Admin actions ([`RedisFleet`]): a guarded force-release runs the libraries'
-//! own compare-and-delete script with the token the fence names, so it
-//! deletes that holder's key and nothing written since; the holder's process
-//! is not told. Blacklisting is refused: Redis has no sessions to end. The
-//! unlocker never acts here: these locks end with their TTL.
+//! own compare-and-delete script with the token the fence names (Redisson:
+//! delete the hash only while it holds the field, then publish the unlock
+//! message so waiters wake), so it deletes that holder's lock and nothing
+//! written since; the holder's process is not told. Blacklisting is refused:
+//! Redis has no sessions to end. The unlocker never acts here: these locks
+//! end with their TTL.
 
-mod observer;
+pub(crate) mod observer;
+pub(crate) mod read;
+pub mod redisson;
+pub(crate) mod shown;
 
 pub use observer::{RedisObserver, POLL_EVERY, RESCAN_EVERY};
 
@@ -113,14 +123,19 @@ pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
 impl RedisTarget {
     /// Where the locks live, for people: no password.
     pub fn source(&self) -> String {
-        let user = match self.userinfo.as_deref().map(|u| u.split(':').next().unwrap_or("")) {
-            Some(u) if !u.is_empty() => format!("{u}@"),
-            _ => String::new(),
-        };
+        let user = self.user().map(|u| format!("{u}@")).unwrap_or_default();
         format!(
             "Redis SET NX locks redis://{user}{}:{}/{} match {}",
             self.host, self.port, self.db, self.pattern
         )
+    }
+
+    /// The user name, if the spec names one (never the password).
+    pub(crate) fn user(&self) -> Option<&str> {
+        self.userinfo
+            .as_deref()
+            .and_then(|u| u.split(':').next())
+            .filter(|u| !u.is_empty())
     }
 
     /// `HOST:PORT`.
@@ -199,6 +214,24 @@ pub(crate) fn entry(name: String, token: &[u8], pttl: i64, revision: i64) -> Loc
     }
 }
 
+/// A key as read, as the lock it is and the sessions waiting for it.
+pub(crate) fn found(read: read::Read, revision: i64) -> shown::Found {
+    match read {
+        read::Read::Token { key, token, pttl } => (entry(key, &token, pttl, revision), Default::default()),
+        read::Read::Redisson {
+            key,
+            field,
+            count,
+            pttl,
+            queue,
+        } => {
+            let e = redisson::entry(key, &field, count, pttl, queue, revision);
+            let waiters = redisson::waiting_sessions(&e).into_iter().collect();
+            (e, waiters)
+        }
+    }
+}
+
 /// The admin side of a `redis://` fleet (see the module docs).
 pub struct RedisFleet {
     target: RedisTarget,
@@ -209,27 +242,15 @@ impl RedisFleet {
         RedisFleet { target }
     }
 
-    /// Lock `name` now (`None`: no such key, or not a string).
+    /// Lock `name` now, and how it was read (`None`: no such key, or not a lock).
     async fn read(
         &self,
         con: &mut redis::aio::MultiplexedConnection,
         name: &str,
-    ) -> Result<Option<(LockEntry, Vec<u8>)>, StoreError> {
+    ) -> Result<Option<(LockEntry, read::Read)>, StoreError> {
         crate::validate_name(name)?;
-        let (kind, pttl): (String, i64) = timed(
-            redis::pipe()
-                .cmd("TYPE")
-                .arg(name)
-                .cmd("PTTL")
-                .arg(name)
-                .query_async(con),
-        )
-        .await?;
-        if kind != "string" {
-            return Ok(None);
-        }
-        let token: Option<Vec<u8>> = timed(redis::cmd("GET").arg(name).query_async(con)).await?;
-        Ok(token.map(|t| (entry(name.to_string(), &t, pttl, 0), t)))
+        let got = read::read_keys(con, vec![name.to_string()], true).await?;
+        Ok(got.into_iter().next().map(|r| (found(r.clone(), 0).0, r)))
     }
 
     fn refuse<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, StoreError>> {
@@ -261,23 +282,31 @@ impl FleetStore for RedisFleet {
     fn release<'a>(&'a self, name: &'a str, fence: i64) -> BoxFuture<'a, Result<Release, StoreError>> {
         Box::pin(async move {
             let mut con = self.target.connect().await?;
-            let Some((now, token)) = self.read(&mut con, name).await? else {
+            let Some((now, how)) = self.read(&mut con, name).await? else {
                 return Ok(Release::NotHeld);
             };
             if now.fence != fence {
                 return Ok(Release::Changed(now));
             }
             // The libraries' own unlock: deletes the key only while it still
-            // holds the token this fence names.
-            let deleted: i64 = timed(
-                redis::cmd("EVAL")
+            // holds the token (Redisson: the holder's field) this fence names.
+            let script = match &how {
+                read::Read::Token { token, .. } => redis::cmd("EVAL")
                     .arg(COMPARE_AND_DELETE)
                     .arg(1)
                     .arg(name)
-                    .arg(&token)
-                    .query_async(&mut con),
-            )
-            .await?;
+                    .arg(token)
+                    .clone(),
+                read::Read::Redisson { field, .. } => redis::cmd("EVAL")
+                    .arg(redisson::GUARDED_UNLOCK)
+                    .arg(3)
+                    .arg(name)
+                    .arg(redisson::channel(name))
+                    .arg(redisson::queue_key(name))
+                    .arg(field)
+                    .clone(),
+            };
+            let deleted: i64 = timed(script.query_async(&mut con)).await?;
             if deleted == 1 {
                 return Ok(Release::Released(Removed { revision: None }));
             }

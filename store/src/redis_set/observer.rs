@@ -1,7 +1,8 @@
-//! Observes the `SET key token NX PX ms` locks of one Redis database: `SCAN`
-//! with the spec's pattern (never `KEYS`), `TYPE`, then `PTTL`/`GET` of the
-//! string keys in pipelines, sent as a reset; then keyspace notifications
-//! (`__keyspace@DB__:PATTERN`) to stay live, each notified key read again.
+//! Observes the locks of one Redis database (`SET key token NX PX ms`
+//! strings and Redisson hashes, [`super::read`]): `SCAN` with the spec's
+//! pattern (never `KEYS`), then the keys in pipelines, sent as a reset; then
+//! keyspace notifications (`__keyspace@DB__:PATTERN`, and the Redisson fair
+//! lock queues of PATTERN) to stay live, each notified key read again.
 //!
 //! Notifications: lockscope turns on the classes it needs (`K`, `g`, `$`,
 //! `x`, `e`) with `CONFIG SET notify-keyspace-events`, keeping any already
@@ -9,7 +10,8 @@
 //! they are not on already, the fleet is polled: a full scan every
 //! [`POLL_EVERY`]. Notifications are lossy (a dropped subscriber connection,
 //! a missed message), so a full scan reconciles every [`RESCAN_EVERY`] all
-//! the same, sent as a reset (the hub's reducer keeps only the differences).
+//! the same; it sends only what changed ([`super::shown`]: an unchanged
+//! database emits no event), and its time is the fleet's last rescan.
 //! A lost connection reads as unreachable; on return the database is scanned
 //! afresh. The liveness probe is a `PING` on the observer's connection
 //! ([`crate::liveness`]).
@@ -18,12 +20,13 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
-use lockscope_model::{FleetEvent, LockEntry, Snapshot};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::{entry, timed, RedisTarget};
+use super::read::{read_keys, scan_keys};
+use super::shown::{Found, Shown};
+use super::{found, redisson, timed, RedisTarget};
 use crate::backoff::Backoff;
 use crate::link::{run_observer, Link, Session};
 use crate::liveness::{while_alive, Heartbeat, Probe};
@@ -39,8 +42,9 @@ pub const POLL_EVERY: Duration = Duration::from_secs(1);
 const SCAN_COUNT: usize = 1000;
 
 /// The notification classes read: keyspace (`K`), generic (`g`: del, expire,
-/// rename), string (`$`: set), expired (`x`), evicted (`e`).
-const NEEDED: &str = "Kg$xe";
+/// rename), string (`$`: set), hash (`h`: Redisson's hincrby), list and
+/// sorted set (`l`, `z`: a fair lock's queue), expired (`x`), evicted (`e`).
+const NEEDED: &str = "Kg$hlzxe";
 
 /// Watches one Redis database's SET NX locks (see the module docs).
 pub struct RedisObserver {
@@ -50,6 +54,8 @@ pub struct RedisObserver {
     /// How often a full scan reconciles while notifications flow.
     rescan: Duration,
     beat: std::sync::Arc<Heartbeat>,
+    /// What the hub was last told.
+    shown: Shown,
 }
 
 impl RedisObserver {
@@ -59,6 +65,7 @@ impl RedisObserver {
             revision: 0,
             rescan: RESCAN_EVERY,
             beat: Default::default(),
+            shown: Shown::default(),
         }
     }
 
@@ -112,12 +119,20 @@ impl Session for RedisObserver {
 impl RedisObserver {
     /// One connection: subscribe, scan, then follow; `Ok` only when the hub is gone.
     async fn observe(&mut self, mut con: MultiplexedConnection, link: &mut Link) -> Result<(), StoreError> {
-        let notified = self.enable_notifications(&mut con).await;
+        let notified = enable_notifications(&mut con).await;
         // Subscribed before the scan, so no change after it goes unseen.
         let mut pubsub = self.target.pubsub().await?;
         let channel = format!("__keyspace@{}__:{}", self.target.db, self.target.pattern);
         if notified {
             timed(pubsub.psubscribe(&channel)).await?;
+            // A fair lock's waiters come and go in its queue, a key the
+            // pattern may not match.
+            let queues = format!(
+                "__keyspace@{}__:{}",
+                self.target.db,
+                redisson::queue_key(&self.target.pattern)
+            );
+            timed(pubsub.psubscribe(&queues)).await?;
         } else {
             info!(address = %self.target.address(), every = ?POLL_EVERY, "keyspace notifications are off and CONFIG is refused: the fleet is polled");
         }
@@ -126,15 +141,22 @@ impl RedisObserver {
         let mut messages = pubsub.on_message();
         let mut rescan = tokio::time::interval(every);
         rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut first = true;
         loop {
             tokio::select! {
                 _ = rescan.tick() => {
                     let locks = self.scan(&mut con).await?;
-                    let snapshot = Snapshot { revision: self.next_revision(), locks, ..Snapshot::default() };
-                    if link.reset(snapshot).await.is_err() {
-                        return Ok(());
-                    }
-                    if link.live().await.is_err() {
+                    let sent = if first {
+                        let revision = self.next_revision();
+                        link.reset(self.shown.reset(locks, revision)).await
+                    } else {
+                        let names: Vec<String> = self.shown.names().cloned().collect();
+                        let revision = &mut self.revision;
+                        let events = self.shown.settle(names, locks, || { *revision += 1; *revision });
+                        if events.is_empty() { Ok(()) } else { link.events(events).await }
+                    };
+                    first = false;
+                    if sent.is_err() || link.live().await.is_err() {
                         return Ok(());
                     }
                 }
@@ -144,8 +166,11 @@ impl RedisObserver {
                     };
                     self.beat.saw();
                     let Some(key) = msg.get_channel_name().strip_prefix(prefix.as_str()) else { continue };
-                    let event = self.read_key(&mut con, key).await?;
-                    if link.events(vec![event]).await.is_err() {
+                    let name = redisson::lock_of_side_key(key).unwrap_or(key).to_string();
+                    let now = self.read(&mut con, vec![name.clone()]).await?;
+                    let revision = &mut self.revision;
+                    let events = self.shown.settle([name], now, || { *revision += 1; *revision });
+                    if !events.is_empty() && link.events(events).await.is_err() {
                         return Ok(());
                     }
                 }
@@ -153,130 +178,64 @@ impl RedisObserver {
         }
     }
 
-    /// Whether keyspace notifications of the classes read are on (turned on
-    /// here where `CONFIG` is allowed).
-    async fn enable_notifications(&mut self, con: &mut MultiplexedConnection) -> bool {
-        let current: Result<Vec<String>, _> = timed(
-            redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("notify-keyspace-events")
-                .query_async(con),
-        )
-        .await;
-        let flags = match current {
-            Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
-            Err(e) => {
-                warn!(error = %e.describe(), "CONFIG GET notify-keyspace-events refused");
-                return false;
-            }
-        };
-        let has = |c: char| flags.contains(c) || (flags.contains('A') && "g$xe".contains(c));
-        if NEEDED.chars().all(has) {
-            return true;
-        }
-        let mut wanted = flags.clone();
-        wanted.extend(NEEDED.chars().filter(|c| !has(*c)));
-        let set: Result<(), _> = timed(
-            redis::cmd("CONFIG")
-                .arg("SET")
-                .arg("notify-keyspace-events")
-                .arg(&wanted)
-                .query_async(con),
-        )
-        .await;
-        match set {
-            Ok(()) => {
-                info!(from = %flags, to = %wanted, "keyspace notifications turned on");
-                true
-            }
-            Err(e) => {
-                warn!(error = %e.describe(), "CONFIG SET notify-keyspace-events refused");
-                false
-            }
-        }
-    }
-
-    /// Every lock matching the pattern now, by name.
-    async fn scan(&mut self, con: &mut MultiplexedConnection) -> Result<Vec<LockEntry>, StoreError> {
+    /// Every lock matching the pattern now.
+    async fn scan(&mut self, con: &mut MultiplexedConnection) -> Result<Vec<Found>, StoreError> {
+        let keys = scan_keys(con, &self.target.pattern, SCAN_COUNT).await?;
+        self.beat.saw();
         let mut locks = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = timed(
-                redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&self.target.pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT)
-                    .query_async(con),
-            )
-            .await?;
-            self.beat.saw();
-            locks.extend(self.read_keys(con, keys).await?);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
+        for batch in keys.chunks(SCAN_COUNT) {
+            locks.extend(self.read(con, batch.to_vec()).await?);
         }
-        locks.sort_by(|a, b| a.name.cmp(&b.name));
-        locks.dedup_by(|a, b| a.name == b.name);
         Ok(locks)
     }
 
-    /// `keys` as locks: `TYPE` of each, then `PTTL` and `GET` of the strings,
-    /// each step one pipeline. A key gone or retyped in between is left out.
-    async fn read_keys(
-        &mut self,
-        con: &mut MultiplexedConnection,
-        keys: Vec<String>,
-    ) -> Result<Vec<LockEntry>, StoreError> {
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut types = redis::pipe();
-        for k in &keys {
-            types.cmd("TYPE").arg(k);
-        }
-        let kinds: Vec<String> = timed(types.query_async(con)).await?;
-        let strings: Vec<String> = keys
-            .into_iter()
-            .zip(kinds)
-            .filter(|(_, t)| t == "string")
-            .map(|(k, _)| k)
-            .collect();
-        if strings.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut reads = redis::pipe();
-        for k in &strings {
-            reads.cmd("PTTL").arg(k).cmd("GET").arg(k);
-        }
-        let values: Vec<redis::Value> = timed(reads.query_async(con)).await?;
+    /// `keys` as locks (see [`read_keys`]).
+    async fn read(&mut self, con: &mut MultiplexedConnection, keys: Vec<String>) -> Result<Vec<Found>, StoreError> {
+        let read = read_keys(con, keys, true).await?;
         self.beat.saw();
-        let mut out = Vec::with_capacity(strings.len());
-        for (key, pair) in strings.into_iter().zip(values.chunks(2)) {
-            let (Some(redis::Value::Int(pttl)), Some(redis::Value::BulkString(token))) = (pair.first(), pair.get(1))
-            else {
-                continue;
-            };
-            if *pttl == -2 {
-                continue;
-            }
-            let revision = self.next_revision();
-            out.push(entry(key, token, *pttl, revision));
-        }
-        Ok(out)
+        Ok(read.into_iter().map(|r| found(r, self.next_revision())).collect())
     }
+}
 
-    /// What key `key` is now, as one event.
-    async fn read_key(&mut self, con: &mut MultiplexedConnection, key: &str) -> Result<FleetEvent, StoreError> {
-        let found = self.read_keys(con, vec![key.to_string()]).await?;
-        Ok(match found.into_iter().next() {
-            Some(e) => FleetEvent::Upsert(e),
-            None => FleetEvent::Remove {
-                name: key.to_string(),
-                revision: self.next_revision(),
-            },
-        })
+/// Whether keyspace notifications of the classes read are on (turned on
+/// here where `CONFIG` is allowed).
+pub(crate) async fn enable_notifications(con: &mut MultiplexedConnection) -> bool {
+    let current: Result<Vec<String>, _> = timed(
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("notify-keyspace-events")
+            .query_async(con),
+    )
+    .await;
+    let flags = match current {
+        Ok(pair) => pair.get(1).cloned().unwrap_or_default(),
+        Err(e) => {
+            warn!(error = %e.describe(), "CONFIG GET notify-keyspace-events refused");
+            return false;
+        }
+    };
+    let has = |c: char| flags.contains(c) || (flags.contains('A') && "g$lshzxetd".contains(c));
+    if NEEDED.chars().all(has) {
+        return true;
+    }
+    let mut wanted = flags.clone();
+    wanted.extend(NEEDED.chars().filter(|c| !has(*c)));
+    let set: Result<(), _> = timed(
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("notify-keyspace-events")
+            .arg(&wanted)
+            .query_async(con),
+    )
+    .await;
+    match set {
+        Ok(()) => {
+            info!(from = %flags, to = %wanted, "keyspace notifications turned on");
+            true
+        }
+        Err(e) => {
+            warn!(error = %e.describe(), "CONFIG SET notify-keyspace-events refused");
+            false
+        }
     }
 }

@@ -64,3 +64,53 @@ fn the_wire_form() {
     let forever = serde_json::to_value(entry("k".into(), b"t", -1, 1)).unwrap();
     assert_eq!(forever["body"]["key"]["ttl_ms"], serde_json::Value::Null, "no expiry");
 }
+
+/// Only Redisson's layout is taken for a lock: every field `<uuid>:<thread
+/// id>` with a positive count (a read-write lock's `mode` field, or any
+/// application hash, is not).
+#[test]
+fn a_redisson_hash_is_recognised_and_others_are_not() {
+    let f = |pairs: &[(&str, &str)]| {
+        redisson::holder(
+            &pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(f(&[("6f1bc9e2-5a70:57", "2")]), Some(("6f1bc9e2-5a70:57".into(), 2)));
+    assert_eq!(f(&[("mode", "read"), ("u:1", "1")]), None);
+    assert_eq!(f(&[("u:thread", "1")]), None);
+    assert_eq!(f(&[("u:1", "0")]), None);
+    assert_eq!(f(&[("name", "ada")]), None);
+    assert_eq!(redisson::queue_key("jobs:a"), "redisson_lock_queue:{jobs:a}");
+    assert_eq!(
+        redisson::channel("{x}y"),
+        "redisson_lock__channel:{x}y",
+        "a hash tag kept"
+    );
+    assert_eq!(
+        redisson::lock_of_side_key("redisson_lock_timeout:{jobs:a}"),
+        Some("jobs:a")
+    );
+    assert_eq!(redisson::lock_of_side_key("jobs:a"), None);
+}
+
+/// docs/operations.md: "a TTL is compared as the instant it runs out": the
+/// clock ticking is no change, an extension is.
+#[test]
+fn a_ttl_ticking_is_no_change_and_an_extension_is() {
+    let mut a = entry("k".into(), b"t", 10_000, 1);
+    let mut b = entry("k".into(), b"t", 9_000, 2);
+    let at = |e: &mut LockEntry, read_at| match &mut e.body {
+        LockBody::Foreign { key: Some(k), .. } => k.read_at = read_at,
+        _ => unreachable!(),
+    };
+    at(&mut a, 1_000_000);
+    at(&mut b, 1_001_000);
+    assert!(shown::same(&a, &b), "the same expiry read 1 s later");
+    let mut c = entry("k".into(), b"t", 30_000, 3);
+    at(&mut c, 1_001_000);
+    assert!(!shown::same(&a, &c), "extended");
+    assert!(!shown::same(&a, &entry("k".into(), b"u", 10_000, 1)), "another token");
+}

@@ -20,7 +20,7 @@ pub mod scylla;
 
 pub use etcd_cluster::EtcdCluster;
 pub use pg::{PgOptions, PgServer};
-pub use redis::{PyLock, RedisServer};
+pub use redis::{PyLock, RedisServer, Redisson, REDISSON_FAIR_LOCK, REDISSON_LOCK, REDISSON_UNLOCK};
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};

@@ -178,3 +178,161 @@ impl Drop for PyLock {
         let _ = self.child.wait();
     }
 }
+
+/// Redisson's `RLock` acquisition, verbatim from `RedissonLock.tryLockInnerAsync`
+/// (Redisson 3.x): KEYS[1] the lock, ARGV[1] the lease (ms), ARGV[2]
+/// `<client uuid>:<thread id>`. `nil`: acquired (or re-entered); else the
+/// holder's TTL left.
+pub const REDISSON_LOCK: &str = "if ((redis.call('exists', KEYS[1]) == 0) \
+    or (redis.call('hexists', KEYS[1], ARGV[2]) == 1)) then \
+    redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+    redis.call('pexpire', KEYS[1], ARGV[1]); \
+    return nil; \
+    end; \
+    return redis.call('pttl', KEYS[1]);";
+
+/// Redisson's `RLock` release, verbatim from `RedissonLock.unlockInnerAsync`:
+/// KEYS[1] the lock, KEYS[2] its channel, ARGV[1] the unlock message (0),
+/// ARGV[2] the lease (ms), ARGV[3] `<client uuid>:<thread id>`.
+pub const REDISSON_UNLOCK: &str = "if (redis.call('hexists', KEYS[1], ARGV[3]) == 0) then \
+    return nil;\
+    end; \
+    local counter = redis.call('hincrby', KEYS[1], ARGV[3], -1); \
+    if (counter > 0) then \
+    redis.call('pexpire', KEYS[1], ARGV[2]); \
+    return 0; \
+    else \
+    redis.call('del', KEYS[1]); \
+    redis.call('publish', KEYS[2], ARGV[1]); \
+    return 1; \
+    end; \
+    return nil;";
+
+/// Redisson's fair lock acquisition, verbatim from
+/// `RedissonFairLock.tryLockInnerAsync` (the `EVAL_LONG` branch, with a wait):
+/// KEYS[1] the lock, KEYS[2] `redisson_lock_queue:{NAME}`, KEYS[3]
+/// `redisson_lock_timeout:{NAME}`; ARGV[1] the lease (ms), ARGV[2]
+/// `<uuid>:<thread>`, ARGV[3] the thread wait time (ms, 300000 by default
+/// in 3.x), ARGV[4] now (ms). `nil`: acquired; else the TTL to wait
+/// (queued).
+pub const REDISSON_FAIR_LOCK: &str = "while true do \
+    local firstThreadId2 = redis.call('lindex', KEYS[2], 0);\
+    if firstThreadId2 == false then break;end;\
+    local timeout = tonumber(redis.call('zscore', KEYS[3], firstThreadId2));\
+    if timeout <= tonumber(ARGV[4]) then \
+    redis.call('zrem', KEYS[3], firstThreadId2);\
+    redis.call('lpop', KEYS[2]);\
+    else break;end;\
+    end;\
+    if (redis.call('exists', KEYS[1]) == 0) \
+    and ((redis.call('exists', KEYS[2]) == 0) \
+    or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then \
+    redis.call('lpop', KEYS[2]);\
+    redis.call('zrem', KEYS[3], ARGV[2]);\
+    local keys = redis.call('zrange', KEYS[3], 0, -1);\
+    for i = 1, #keys, 1 do \
+    redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]);\
+    end;\
+    redis.call('hset', KEYS[1], ARGV[2], 1);\
+    redis.call('pexpire', KEYS[1], ARGV[1]);\
+    return nil;\
+    end;\
+    if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then \
+    redis.call('hincrby', KEYS[1], ARGV[2],1);\
+    redis.call('pexpire', KEYS[1], ARGV[1]);\
+    return nil;\
+    end;\
+    local timeout = redis.call('zscore', KEYS[3], ARGV[2]);\
+    if timeout ~= false then \
+    return timeout - tonumber(ARGV[3]) - tonumber(ARGV[4]);\
+    end;\
+    local lastThreadId = redis.call('lindex', KEYS[2], -1);\
+    local ttl;\
+    if lastThreadId ~= false and lastThreadId ~= ARGV[2] then \
+    ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);\
+    else \
+    ttl = redis.call('pttl', KEYS[1]);\
+    end;\
+    local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);\
+    if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then \
+    redis.call('rpush', KEYS[2], ARGV[2]);\
+    end;\
+    return ttl;";
+
+/// A Redisson client as far as its lock scripts go: runs Redisson's own Lua
+/// ([`REDISSON_LOCK`], [`REDISSON_UNLOCK`], [`REDISSON_FAIR_LOCK`]) against
+/// `server` as client `uuid`.
+pub struct Redisson {
+    con: ::redis::aio::MultiplexedConnection,
+    pub uuid: String,
+}
+
+/// Redisson's `prefixName`: `prefix:{name}`.
+fn redisson_key(prefix: &str, name: &str) -> String {
+    crate::redis_set::redisson::side_key(prefix, name)
+}
+
+impl Redisson {
+    pub async fn connect(server: &RedisServer, uuid: &str) -> Redisson {
+        let client = ::redis::Client::open(server.url()).unwrap();
+        Redisson {
+            con: client.get_multiplexed_async_connection().await.unwrap(),
+            uuid: uuid.to_string(),
+        }
+    }
+
+    /// `<uuid>:<thread>`: Redisson's `getLockName(threadId)`.
+    pub fn field(&self, thread: u64) -> String {
+        format!("{}:{thread}", self.uuid)
+    }
+
+    /// `RLock.tryLock` by `thread` with a lease: `None` acquired, else the TTL left.
+    pub async fn lock(&mut self, name: &str, thread: u64, lease: Duration) -> Option<i64> {
+        ::redis::cmd("EVAL")
+            .arg(REDISSON_LOCK)
+            .arg(1)
+            .arg(name)
+            .arg(lease.as_millis() as u64)
+            .arg(self.field(thread))
+            .query_async(&mut self.con)
+            .await
+            .unwrap()
+    }
+
+    /// `RLock.unlock` by `thread`: `Some(1)` released, `Some(0)` still held
+    /// (re-entered), `None` not its lock.
+    pub async fn unlock(&mut self, name: &str, thread: u64, lease: Duration) -> Option<i64> {
+        ::redis::cmd("EVAL")
+            .arg(REDISSON_UNLOCK)
+            .arg(2)
+            .arg(name)
+            .arg(redisson_key("redisson_lock__channel", name))
+            .arg(0)
+            .arg(lease.as_millis() as u64)
+            .arg(self.field(thread))
+            .query_async(&mut self.con)
+            .await
+            .unwrap()
+    }
+
+    /// `RFairLock.tryLock` by `thread`: `None` acquired, else queued (the TTL to wait).
+    pub async fn fair_lock(&mut self, name: &str, thread: u64, lease: Duration) -> Option<i64> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        ::redis::cmd("EVAL")
+            .arg(REDISSON_FAIR_LOCK)
+            .arg(3)
+            .arg(name)
+            .arg(redisson_key("redisson_lock_queue", name))
+            .arg(redisson_key("redisson_lock_timeout", name))
+            .arg(lease.as_millis() as u64)
+            .arg(self.field(thread))
+            .arg(300_000)
+            .arg(now)
+            .query_async(&mut self.con)
+            .await
+            .unwrap()
+    }
+}

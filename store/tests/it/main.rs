@@ -9,6 +9,7 @@ mod etcd_mutex;
 mod etcd_observer;
 mod force_release_race;
 mod redis;
+mod redlock;
 mod shedlock;
 mod sql_sessions;
 mod store_gone;

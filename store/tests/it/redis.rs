@@ -11,7 +11,7 @@ use lockscope_model::{FleetState, LockBody, LockEntry, StoreStatus};
 use lockscope_store::fleet::Release;
 use lockscope_store::redis_set::fence_of;
 use lockscope_store::spec::StoreSpec;
-use lockscope_store::testing::{PyLock, RedisServer};
+use lockscope_store::testing::{PyLock, RedisServer, Redisson};
 use lockscope_store::ObserverEvent;
 use tokio::sync::mpsc;
 
@@ -22,14 +22,14 @@ async fn raw_get(server: &RedisServer, key: &str) -> Option<String> {
 }
 
 /// An observer feeding a reducer, as the hub runs it, keeping the last status.
-struct Watch {
-    state: FleetState,
-    status: Option<StoreStatus>,
-    rx: mpsc::Receiver<ObserverEvent>,
+pub(crate) struct Watch {
+    pub(crate) state: FleetState,
+    pub(crate) status: Option<StoreStatus>,
+    pub(crate) rx: mpsc::Receiver<ObserverEvent>,
 }
 
 impl Watch {
-    fn start(spec: &StoreSpec) -> Watch {
+    pub(crate) fn start(spec: &StoreSpec) -> Watch {
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(spec.open().unwrap().observer().run(tx));
         Watch {
@@ -39,12 +39,12 @@ impl Watch {
         }
     }
 
-    fn live(&self) -> bool {
+    pub(crate) fn live(&self) -> bool {
         matches!(self.status, Some(StoreStatus::Live { .. }))
     }
 
     /// Applies what the observer sends until `done` holds; panics after `max`.
-    async fn until(&mut self, what: &str, max: Duration, done: impl Fn(&Watch) -> bool) -> Duration {
+    pub(crate) async fn until(&mut self, what: &str, max: Duration, done: impl Fn(&Watch) -> bool) -> Duration {
         let t0 = Instant::now();
         while !done(self) {
             let left = max.checked_sub(t0.elapsed()).unwrap_or_default();
@@ -63,12 +63,12 @@ impl Watch {
         t0.elapsed()
     }
 
-    fn lock(&self, name: &str) -> Option<LockEntry> {
+    pub(crate) fn lock(&self, name: &str) -> Option<LockEntry> {
         self.state.get(name).cloned()
     }
 }
 
-fn token_key(e: &LockEntry) -> TokenKey {
+pub(crate) fn token_key(e: &LockEntry) -> TokenKey {
     match &e.body {
         LockBody::Foreign { key: Some(k), .. } => (**k).clone(),
         other => panic!("not a token key: {other:?}"),
@@ -305,4 +305,160 @@ async fn a_rescan_shows_what_a_lost_notification_did_not() {
     assert!(lock.release());
     w.until("reconciled out", 2 * SECOND, |w| w.lock("jobs:unnotified").is_none())
         .await;
+}
+
+fn redisson(e: &LockEntry) -> lockscope_model::fleet::redis::RedissonLock {
+    match &e.body {
+        LockBody::Foreign { detail: Some(d), .. } => match &**d {
+            lockscope_model::fleet::FamilyDetail::Redisson(r) => r.clone(),
+            other => panic!("not Redisson: {other:?}"),
+        },
+        other => panic!("no detail: {other:?}"),
+    }
+}
+
+/// Redisson's layouts, written by Redisson's own Lua (testing::REDISSON_*):
+/// an `RLock` re-entered twice shows its client uuid as the session, the
+/// thread and the count 2, its TTL; a fair lock's queue shows its waiters in
+/// order with their deadlines; Redisson's unlock takes the count down, then
+/// the lock away. The guarded release: a stale fence (another holder's
+/// field) is Changed with the current holder; the fence shown deletes that
+/// hash and publishes the unlock message on the lock's channel and on its
+/// first waiter's, as Redisson's `forceUnlock` does, so waiters wake.
+#[tokio::test]
+async fn redisson_locks_are_shown_and_guardedly_released() {
+    use futures::StreamExt;
+    let server = RedisServer::start().await;
+    let spec = spec(&server, "?match=rs:*");
+    let fleet = spec.open().unwrap();
+    let mut w = Watch::start(&spec);
+    w.until("live", 10 * SECOND, Watch::live).await;
+    let lease = Duration::from_secs(30);
+    let mut a = Redisson::connect(&server, "6f1bc9e2-5a70-4b7e-9d1e-0c2f3a4b5c6d").await;
+    let mut b = Redisson::connect(&server, "0d9e8f7a-1111-4222-8333-944455556666").await;
+    assert_eq!(a.lock("rs:plain", 57, lease).await, None, "acquired");
+    assert_eq!(a.lock("rs:plain", 57, lease).await, None, "re-entered");
+    assert!(b.lock("rs:plain", 3, lease).await.is_some(), "another client waits");
+    w.until("the RLock shown, count 2", SECOND, |w| {
+        w.lock("rs:plain").is_some_and(|e| redisson(&e).count == 2)
+    })
+    .await;
+    let e = w.lock("rs:plain").unwrap();
+    assert_eq!(
+        e.holder_session(),
+        Some(a.uuid.as_str()),
+        "the client uuid is the session"
+    );
+    assert_eq!(redisson(&e).thread, "57");
+    let k = token_key(&e);
+    assert_eq!(k.token, a.field(57));
+    assert!(k.ttl_ms.is_some_and(|t| t > 25_000), "{k:?}");
+    assert_eq!(e.fence, fence_of(a.field(57).as_bytes()));
+
+    // Redisson's own unlock: the count goes down, then the hash goes.
+    assert_eq!(a.unlock("rs:plain", 57, lease).await, Some(0));
+    w.until("count 1", SECOND, |w| {
+        w.lock("rs:plain").is_some_and(|e| redisson(&e).count == 1)
+    })
+    .await;
+    assert_eq!(a.unlock("rs:plain", 57, lease).await, Some(1));
+    w.until("unlocked: gone", SECOND, |w| w.lock("rs:plain").is_none())
+        .await;
+
+    // A fair lock: a holder and two queued waiters, in order.
+    assert_eq!(a.fair_lock("rs:fair", 1, lease).await, None);
+    assert!(b.fair_lock("rs:fair", 7, lease).await.is_some());
+    assert!(b.fair_lock("rs:fair", 8, lease).await.is_some());
+    w.until("the queue shown", SECOND, |w| {
+        w.lock("rs:fair").is_some_and(|e| redisson(&e).queue.len() == 2)
+    })
+    .await;
+    let fair = w.lock("rs:fair").unwrap();
+    let queue = redisson(&fair).queue;
+    assert_eq!(
+        queue.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(),
+        [b.field(7), b.field(8)],
+        "in queue order"
+    );
+    assert!(queue
+        .iter()
+        .all(|q| q.deadline.is_some_and(|d| d > lockscope_store::now_ms())));
+    assert_eq!(
+        w.state.waiters_of("rs:fair").collect::<Vec<_>>(),
+        [b.uuid.as_str()],
+        "the waiting client's session"
+    );
+
+    // The guarded release: stale → Changed, nothing deleted.
+    let stale = fence_of(b.field(7).as_bytes());
+    match fleet.release_seen("rs:fair", stale, None).await.unwrap() {
+        Release::Changed(now) => assert_eq!(token_key(&now).token, a.field(1), "the current holder"),
+        other => panic!("a stale fence released: {other:?}"),
+    }
+    let client = ::redis::Client::open(server.url()).unwrap();
+    let mut pubsub = client.get_async_pubsub().await.unwrap();
+    pubsub.subscribe("redisson_lock__channel:{rs:fair}").await.unwrap();
+    pubsub
+        .subscribe(format!("redisson_lock__channel:{{rs:fair}}:{}", b.field(7)))
+        .await
+        .unwrap();
+    let released = fleet.release_seen("rs:fair", fair.fence, None).await.unwrap();
+    assert!(matches!(released, Release::Released(_)), "{released:?}");
+    let mut messages = pubsub.on_message();
+    let mut woken = Vec::new();
+    for _ in 0..2 {
+        let m = tokio::time::timeout(SECOND, messages.next()).await.unwrap().unwrap();
+        woken.push((m.get_channel_name().to_string(), m.get_payload::<String>().unwrap()));
+    }
+    woken.sort();
+    assert_eq!(
+        woken,
+        [
+            ("redisson_lock__channel:{rs:fair}".to_string(), "0".to_string()),
+            (
+                format!("redisson_lock__channel:{{rs:fair}}:{}", b.field(7)),
+                "0".to_string()
+            ),
+        ],
+        "the unlock message, as Redisson publishes it"
+    );
+    // The first waiter proceeds by Redisson's own script.
+    assert_eq!(
+        b.fair_lock("rs:fair", 7, lease).await,
+        None,
+        "the first waiter takes it"
+    );
+    w.until("the next holder", SECOND, |w| {
+        w.lock("rs:fair").is_some_and(|e| token_key(&e).token == b.field(7))
+    })
+    .await;
+}
+
+/// docs/operations.md: "a rescan sends only what changed: an unchanged
+/// database emits no event" (the rescan every 300 ms here).
+#[tokio::test]
+async fn a_rescan_of_an_unchanged_database_emits_no_event() {
+    let server = RedisServer::start().await;
+    let StoreSpec::Redis(target) = spec(&server, "") else {
+        unreachable!()
+    };
+    let observer = lockscope_store::redis_set::RedisObserver::new(target).rescan_every(Duration::from_millis(300));
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(lockscope_store::Observer::run(Box::new(observer), tx));
+    let mut w = Watch {
+        state: FleetState::default(),
+        status: None,
+        rx,
+    };
+    let lock = PyLock::acquire(&server, 0, "jobs:still", Duration::from_secs(30));
+    let mut r = Redisson::connect(&server, "6f1bc9e2-5a70-4b7e-9d1e-0c2f3a4b5c6d").await;
+    assert_eq!(r.lock("rs:still", 1, Duration::from_secs(30)).await, None);
+    w.until("both shown", 10 * SECOND, |w| {
+        w.live() && w.lock("jobs:still").is_some() && w.lock("rs:still").is_some()
+    })
+    .await;
+    // Four rescans' time: nothing changed, nothing sent.
+    let quiet = tokio::time::timeout(Duration::from_millis(1300), w.rx.recv()).await;
+    assert!(quiet.is_err(), "a rescan with nothing changed sent {quiet:?}");
+    drop(lock);
 }

@@ -82,7 +82,7 @@ impl Target {
             StoreSpec::EtcdMutex { .. } => {
                 bail!("the bench writes lockscope's own layout; it has no writer of etcd's native mutexes yet")
             }
-            StoreSpec::Redis(_) => {
+            StoreSpec::Redis(_) | StoreSpec::Redlock(_) => {
                 bail!("the bench writes lockscope's own layout; it has no writer of Redis locks yet")
             }
         }
