@@ -303,9 +303,10 @@ impl FleetState {
 
     /// Recomputes the deadlocks and reports the locks and sessions whose flag moved.
     fn find_deadlocks(&mut self, changes: &mut Vec<Changed>) {
-        let found = Deadlocks::find(
+        let found = Deadlocks::find_with(
             self.waiters.iter().map(|w| (w.session.as_str(), w.lock.as_str())),
             |lock| self.get(lock).and_then(|e| e.holder_session()),
+            self.direct_waits(),
         );
         if found == self.deadlocks {
             return;
@@ -322,6 +323,31 @@ impl FleetState {
                 .symmetric_difference(&new.sessions)
                 .map(|s| Changed::Session(s.clone())),
         );
+    }
+
+    /// Waits-for edges beyond waits on the table's locks, from the holders of
+    /// the locks somebody waits for (a holder can only be on a cycle if
+    /// somebody waits for it): a PostgreSQL advisory lock's holder blocked by
+    /// other backends of the fleet ([`pg_advisory::PgBackend::waits_for`]).
+    /// Bounded by the number of waits.
+    fn direct_waits(&self) -> impl Iterator<Item = (&str, &str, &str)> {
+        let mut locks: Vec<&str> = self.waiters.iter().map(|w| w.lock.as_str()).collect();
+        locks.dedup();
+        locks
+            .into_iter()
+            .filter_map(|lock| self.get(lock))
+            .filter_map(|e| match &e.body {
+                LockBody::Foreign {
+                    session: Some(holder),
+                    detail: Some(d),
+                    ..
+                } => match &**d {
+                    FamilyDetail::PgAdvisory(pg) => Some((e.name.as_str(), holder.as_str(), pg.holder()?)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .flat_map(|(lock, holder, backend)| backend.waits_for.iter().map(move |to| (holder, to.as_str(), lock)))
     }
 
     /// What is known of the session holding `entry` (a malformed entry, or a
@@ -421,6 +447,7 @@ impl FleetState {
 mod counts;
 mod entry;
 mod intern;
+pub mod pg_advisory;
 pub mod redis;
 mod state;
 pub use counts::{Counts, StoreStatus};

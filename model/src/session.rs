@@ -151,12 +151,28 @@ impl Deadlocks {
         waits: impl Iterator<Item = (&'a str, &'a str)>,
         holder_of: impl Fn(&str) -> Option<&'a str>,
     ) -> Deadlocks {
+        Deadlocks::find_with(waits, holder_of, std::iter::empty())
+    }
+
+    /// [`Deadlocks::find`] with waits-for edges that are no wait on a lock of
+    /// the table: `(session, waits for session, lock the first holds)` (a
+    /// PostgreSQL backend holding an advisory lock and blocked, through any
+    /// other lock, by a backend that waits for it: `CREATE INDEX
+    /// CONCURRENTLY` waiting for the snapshot of an advisory lock's waiter).
+    pub fn find_with<'a>(
+        waits: impl Iterator<Item = (&'a str, &'a str)>,
+        holder_of: impl Fn(&str) -> Option<&'a str>,
+        direct: impl Iterator<Item = (&'a str, &'a str, &'a str)>,
+    ) -> Deadlocks {
         // Edges: waiter -> (holder, lock).
         let mut edges: BTreeMap<&'a str, Vec<(&'a str, &'a str)>> = BTreeMap::new();
         for (session, lock) in waits {
             if let Some(holder) = holder_of(lock) {
                 edges.entry(session).or_default().push((holder, lock));
             }
+        }
+        for (session, blocker, lock) in direct {
+            edges.entry(session).or_default().push((blocker, lock));
         }
         let mut index: BTreeMap<&str, (usize, usize)> = BTreeMap::new(); // (index, lowlink)
         let mut on_stack: BTreeSet<&str> = BTreeSet::new();

@@ -17,6 +17,8 @@
 //!   observed and guarded-released as a fleet of foreign locks.
 //! - [`redis_set`]: Redis `SET key token NX PX ms` locks (redis-py's `Lock`,
 //!   redsync), observed and guarded-released as a fleet of foreign locks.
+//! - [`pg_advisory`]: PostgreSQL advisory locks (`pg_locks`), polled, the
+//!   holder's backend terminated by a guarded release.
 //! - [`sql`]: SQLite and PostgreSQL (observer + [`protocol::LockStore`]), and the
 //!   read-only ShedLock observer.
 //! - [`scylla`]: ScyllaDB / Cassandra LWT tables, the published schema and
@@ -41,6 +43,7 @@ pub mod etcd_mutex;
 pub mod fleet;
 mod link;
 pub mod liveness;
+pub mod pg_advisory;
 pub mod protocol;
 pub mod redis_set;
 pub mod redlock;

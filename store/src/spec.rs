@@ -18,6 +18,11 @@
 //! - `etcd-mutex:ENDPOINT[,ENDPOINT…]#PREFIX`: etcd's native mutexes and
 //!   elections under PREFIX (taken byte for byte, required), read and
 //!   guarded-released ([`crate::etcd_mutex`]);
+//! - `advisory+postgres://…[#OPTIONS]`: PostgreSQL advisory locks of that
+//!   database, polled, the holder's backend terminated by a guarded release
+//!   ([`crate::pg_advisory`]; OPTIONS `poll=1s&limit=10000&idle=300s&
+//!   poolers=pgbouncer,…&names=TABLE&name.KEY=NAME&hashtext=NAME,…`, each
+//!   optional: see [`crate::pg_advisory::AdvisoryTarget`]'s module);
 //! - `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`: Redis `SET NX PX`
 //!   locks and Redisson `RLock`/fair-lock hashes, read and guarded-released
 //!   ([`crate::redis_set`]; `rediss://` refused);
@@ -60,6 +65,8 @@ pub enum StoreSpec {
     Redis(crate::redis_set::RedisTarget),
     /// Redlock over several Redis masters ([`crate::redlock`]).
     Redlock(crate::redlock::RedlockTarget),
+    /// PostgreSQL advisory locks of one database ([`crate::pg_advisory`]).
+    PgAdvisory(crate::pg_advisory::AdvisoryTarget),
 }
 
 impl StoreSpec {
@@ -73,6 +80,9 @@ impl StoreSpec {
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if text.starts_with("redlock+") {
             crate::redlock::parse_spec(text)
+                .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
+        } else if let Some(rest) = text.strip_prefix("advisory+") {
+            crate::pg_advisory::parse_spec(rest)
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if text.starts_with("redis://") || text.starts_with("rediss://") {
             crate::redis_set::parse_spec(text)
@@ -174,6 +184,7 @@ impl StoreSpec {
             StoreSpec::EtcdMutex { endpoints, prefix } => crate::etcd_mutex::source(endpoints, prefix),
             StoreSpec::Redis(target) => target.source(),
             StoreSpec::Redlock(target) => target.source(),
+            StoreSpec::PgAdvisory(target) => target.source(),
         }
     }
 
@@ -186,6 +197,7 @@ impl StoreSpec {
                 crate::summary::address_of_endpoints(endpoints)
             }
             StoreSpec::Sql { url } | StoreSpec::ShedLock { url, .. } => crate::summary::address_of_url(url),
+            StoreSpec::PgAdvisory(target) => crate::summary::address_of_url(&target.url),
             StoreSpec::Scylla(target) => crate::summary::address_of_scylla(target),
             StoreSpec::Redis(target) => target.address(),
             StoreSpec::Redlock(target) => target.address(),
@@ -207,6 +219,9 @@ impl StoreSpec {
         }
         if let StoreSpec::Redis(target) = self {
             return Ok(Arc::new(crate::redis_set::RedisFleet::new(target.clone())));
+        }
+        if let StoreSpec::PgAdvisory(target) = self {
+            return Ok(Arc::new(crate::pg_advisory::PgAdvisoryFleet::new(target.clone())));
         }
         if let StoreSpec::Redlock(target) = self {
             return Ok(Arc::new(crate::redlock::RedlockFleet::new(target.clone())));
@@ -239,6 +254,7 @@ impl StoreSpec {
             }
             StoreSpec::Redis(target) => Box::new(crate::redis_set::RedisObserver::new(target.clone())),
             StoreSpec::Redlock(target) => Box::new(crate::redlock::RedlockObserver::new(target.clone())),
+            StoreSpec::PgAdvisory(target) => Box::new(crate::pg_advisory::AdvisoryObserver::new(target.clone())),
         })
     }
 
@@ -251,7 +267,7 @@ impl StoreSpec {
                 Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
             }
             StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
-            StoreSpec::EtcdMutex { .. } | StoreSpec::Redis(_) | StoreSpec::Redlock(_) => {
+            StoreSpec::EtcdMutex { .. } | StoreSpec::Redis(_) | StoreSpec::Redlock(_) | StoreSpec::PgAdvisory(_) => {
                 Err(StoreError::Config(format!(
                     "{} holds another library's locks, not lockscope's layout: a lockscope client cannot use it",
                     self.source()

@@ -70,6 +70,8 @@ pub enum LockBody {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FamilyDetail {
+    /// A PostgreSQL advisory lock's key, level, backends and waits-for cycle.
+    PgAdvisory(super::pg_advisory::PgAdvisoryLock),
     /// A Redisson `RLock` / fair lock hash (`redis://` fleets).
     Redisson(super::redis::RedissonLock),
     /// A Redlock key over several masters (`redlock+redis://` fleets).

@@ -30,6 +30,7 @@ mod unlocker;
 
 pub use busy::{sqlite_primary_code, WriteWatch, ADMIN_BUSY_TIMEOUT, WRITE_PROBE_EVERY};
 pub use observer::SqlObserver;
+pub(crate) use probe::SqlProbe;
 pub(crate) use shedlock::validate_table;
 pub use shedlock::ShedLockObserver;
 pub use unlocker::SqlLeadership;

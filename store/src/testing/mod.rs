@@ -15,11 +15,13 @@ pub mod etcd_cluster;
 pub mod etcdctl;
 pub mod observer_contract;
 mod pg;
+mod psql;
 mod redis;
 pub mod scylla;
 
 pub use etcd_cluster::EtcdCluster;
 pub use pg::{PgOptions, PgServer};
+pub use psql::Psql;
 pub use redis::{PyLock, RedisServer, Redisson, REDISSON_FAIR_LOCK, REDISSON_LOCK, REDISSON_UNLOCK};
 
 use std::net::{SocketAddr, TcpListener as StdListener};

@@ -8,6 +8,7 @@ mod contract_sql;
 mod etcd_mutex;
 mod etcd_observer;
 mod force_release_race;
+mod pg_advisory;
 mod redis;
 mod redlock;
 mod shedlock;

@@ -82,8 +82,9 @@ impl Target {
             StoreSpec::EtcdMutex { .. } => {
                 bail!("the bench writes lockscope's own layout; it has no writer of etcd's native mutexes yet")
             }
-            StoreSpec::Redis(_) | StoreSpec::Redlock(_) => {
-                bail!("the bench writes lockscope's own layout; it has no writer of Redis locks yet")
+            // Redis, ZooKeeper, PostgreSQL advisory locks, Redlock: other libraries' layouts.
+            _ => {
+                bail!("the bench writes lockscope's own layout; it has no writer of other libraries' locks yet")
             }
         }
     }
