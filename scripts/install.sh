@@ -61,6 +61,21 @@ if [ "$want_tests" = 1 ] && ! command -v systemd-analyze >/dev/null; then
   DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends systemd >/dev/null
 fi
 
+# ZooKeeper for the zk:// fleet's tests (each test file starts its own standalone server on a
+# free port): Debian's package, without recommends: about 45 Java library packages (10 s here)
+# and, on a fresh machine, OpenJDK 17's JRE through default-jre (a 44 MB download).
+if [ "$want_tests" = 1 ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
+  say "apt-get install --no-install-recommends zookeeper"
+  [ "${#pkgs[@]}" -gt 0 ] || sudo_if_needed apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
+fi
+
+# Python's kazoo (PyPI `kazoo`): the tests hold ZooKeeper locks with its `Lock`, as services do.
+if [ "$want_tests" = 1 ] && ! python3 -c 'import kazoo' 2>/dev/null; then
+  say "python3 -m pip install kazoo"
+  python3 -m pip install --quiet --disable-pip-version-check kazoo
+fi
+
 # Python's redis-py (PyPI `redis`): the tests hold Redis locks with its `Lock`, as services do.
 if [ "$want_tests" = 1 ] && ! python3 -c 'import redis' 2>/dev/null; then
   say "python3 -m pip install redis"

@@ -21,6 +21,8 @@ use crate::release::ReleaseSection;
 use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
 
+mod zookeeper;
+
 /// The lock's state, if it is held.
 pub fn detail_state(d: &LockDetail, now: Millis) -> Option<RowState> {
     d.entry.as_ref().map(|e| RowState::of(e, d.holder, now))
@@ -136,6 +138,9 @@ pub fn LockPage() -> impl IntoView {
             return view! { <p class="empty" data-testid="detail-free">"This lock is not held."</p> }.into_any();
         };
         match entry.body {
+            LockBody::Foreign {
+                detail: Some(ref f), ..
+            } if zookeeper::zk(f).is_some() => zookeeper::record(&entry, zookeeper::zk(f).unwrap(), &d, now),
             LockBody::Malformed { raw, error } => view! {
                 <section class="malformed">
                     <h3>"Malformed value"</h3>

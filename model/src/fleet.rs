@@ -450,6 +450,7 @@ mod intern;
 pub mod pg_advisory;
 pub mod redis;
 mod state;
+pub mod zookeeper;
 pub use counts::{Counts, StoreStatus};
 pub use entry::{FamilyDetail, LeaseInfo, LockBody, LockEntry, TokenKey, LEASE_KEYS_KEPT};
 use intern::Shared;

@@ -17,6 +17,8 @@
 //!   observed and guarded-released as a fleet of foreign locks.
 //! - [`redis_set`]: Redis `SET key token NX PX ms` locks (redis-py's `Lock`,
 //!   redsync), observed and guarded-released as a fleet of foreign locks.
+//! - [`zookeeper`]: ZooKeeper lock recipes (kazoo's `Lock`, Curator's
+//!   `InterProcessMutex`, the documented recipe), observed and guarded-released.
 //! - [`pg_advisory`]: PostgreSQL advisory locks (`pg_locks`), polled, the
 //!   holder's backend terminated by a guarded release.
 //! - [`sql`]: SQLite and PostgreSQL (observer + [`protocol::LockStore`]), and the
@@ -53,6 +55,7 @@ pub mod sql;
 pub mod summary;
 #[cfg(feature = "test-util")]
 pub mod testing;
+pub mod zookeeper;
 
 use futures::future::BoxFuture;
 use lockscope_model::{FleetEvent, Snapshot, StoreStatus};

@@ -27,7 +27,10 @@
 //!   locks and Redisson `RLock`/fair-lock hashes, read and guarded-released
 //!   ([`crate::redis_set`]; `rediss://` refused);
 //! - `redlock+redis://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…[/DB][?match=PATTERN]`:
-//!   Redlock over several masters ([`crate::redlock`]).
+//!   Redlock over several masters ([`crate::redlock`]);
+//! - `zk://HOST:PORT[,HOST:PORT…]/ROOT`: ZooKeeper lock recipes (kazoo,
+//!   Curator, the documented recipe) below ROOT, read and guarded-released
+//!   ([`crate::zookeeper`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +70,8 @@ pub enum StoreSpec {
     Redlock(crate::redlock::RedlockTarget),
     /// PostgreSQL advisory locks of one database ([`crate::pg_advisory`]).
     PgAdvisory(crate::pg_advisory::AdvisoryTarget),
+    /// ZooKeeper lock recipes below a root znode ([`crate::zookeeper`]).
+    Zookeeper(crate::zookeeper::ZkTarget),
 }
 
 impl StoreSpec {
@@ -78,11 +83,14 @@ impl StoreSpec {
         if let Some(rest) = text.strip_prefix("etcd-mutex:") {
             crate::etcd_mutex::parse_spec(rest)
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
-        } else if text.starts_with("redlock+") {
-            crate::redlock::parse_spec(text)
+        } else if text.starts_with("zk://") {
+            crate::zookeeper::parse_spec(text)
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if let Some(rest) = text.strip_prefix("advisory+") {
             crate::pg_advisory::parse_spec(rest)
+                .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
+        } else if text.starts_with("redlock+") {
+            crate::redlock::parse_spec(text)
                 .map_err(|why| StoreError::Config(format!("store {:?}: {why}", redact(text))))
         } else if text.starts_with("redis://") || text.starts_with("rediss://") {
             crate::redis_set::parse_spec(text)
@@ -146,7 +154,7 @@ impl StoreSpec {
         } else if is_postgres(text) {
             Ok(StoreSpec::Sql { url: text.to_string() })
         } else {
-            bad("expected etcd:…, etcd-mutex:…#PREFIX, sqlite:PATH, postgres://…, redis://…, redlock+redis://…, scylla:… or shedlock+…")
+            bad("expected etcd:…, etcd-mutex:…#PREFIX, sqlite:PATH, postgres://…, redis://…, redlock+redis://…, zk://…/ROOT, scylla:… or shedlock+…")
         }
     }
 
@@ -185,6 +193,7 @@ impl StoreSpec {
             StoreSpec::Redis(target) => target.source(),
             StoreSpec::Redlock(target) => target.source(),
             StoreSpec::PgAdvisory(target) => target.source(),
+            StoreSpec::Zookeeper(target) => target.source(),
         }
     }
 
@@ -201,6 +210,7 @@ impl StoreSpec {
             StoreSpec::Scylla(target) => crate::summary::address_of_scylla(target),
             StoreSpec::Redis(target) => target.address(),
             StoreSpec::Redlock(target) => target.address(),
+            StoreSpec::Zookeeper(target) => target.address(),
         }
     }
 
@@ -217,14 +227,17 @@ impl StoreSpec {
         if let StoreSpec::EtcdMutex { endpoints, prefix } = self {
             return Ok(Arc::new(crate::etcd_mutex::MutexFleet::new(endpoints.clone(), prefix)));
         }
-        if let StoreSpec::Redis(target) = self {
-            return Ok(Arc::new(crate::redis_set::RedisFleet::new(target.clone())));
-        }
         if let StoreSpec::PgAdvisory(target) = self {
             return Ok(Arc::new(crate::pg_advisory::PgAdvisoryFleet::new(target.clone())));
         }
+        if let StoreSpec::Redis(target) = self {
+            return Ok(Arc::new(crate::redis_set::RedisFleet::new(target.clone())));
+        }
         if let StoreSpec::Redlock(target) = self {
             return Ok(Arc::new(crate::redlock::RedlockFleet::new(target.clone())));
+        }
+        if let StoreSpec::Zookeeper(target) = self {
+            return Ok(Arc::new(crate::zookeeper::ZkFleet::new(target.clone())));
         }
         Ok(match self.writable() {
             true => Arc::new(WritableFleet::new(self.clone())),
@@ -255,6 +268,7 @@ impl StoreSpec {
             StoreSpec::Redis(target) => Box::new(crate::redis_set::RedisObserver::new(target.clone())),
             StoreSpec::Redlock(target) => Box::new(crate::redlock::RedlockObserver::new(target.clone())),
             StoreSpec::PgAdvisory(target) => Box::new(crate::pg_advisory::AdvisoryObserver::new(target.clone())),
+            StoreSpec::Zookeeper(target) => Box::new(crate::zookeeper::ZkObserver::new(target.clone())),
         })
     }
 
@@ -267,12 +281,14 @@ impl StoreSpec {
                 Ok(AnyLocks::Sql(SqlLocks::connect(url).await?))
             }
             StoreSpec::ShedLock { .. } => Err(StoreError::ReadOnly { store: self.source() }),
-            StoreSpec::EtcdMutex { .. } | StoreSpec::Redis(_) | StoreSpec::Redlock(_) | StoreSpec::PgAdvisory(_) => {
-                Err(StoreError::Config(format!(
-                    "{} holds another library's locks, not lockscope's layout: a lockscope client cannot use it",
-                    self.source()
-                )))
-            }
+            StoreSpec::EtcdMutex { .. }
+            | StoreSpec::Redis(_)
+            | StoreSpec::Redlock(_)
+            | StoreSpec::PgAdvisory(_)
+            | StoreSpec::Zookeeper(_) => Err(StoreError::Config(format!(
+                "{} holds another library's locks, not lockscope's layout: a lockscope client cannot use it",
+                self.source()
+            ))),
             StoreSpec::Scylla(target) => Ok(AnyLocks::Scylla(target.connect(true).await?)),
         }
     }

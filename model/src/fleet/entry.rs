@@ -70,6 +70,8 @@ pub enum LockBody {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum FamilyDetail {
+    /// A ZooKeeper lock recipe's znodes (kazoo, Curator, the documented recipe).
+    Zookeeper(super::zookeeper::ZkLock),
     /// A PostgreSQL advisory lock's key, level, backends and waits-for cycle.
     PgAdvisory(super::pg_advisory::PgAdvisoryLock),
     /// A Redisson `RLock` / fair lock hash (`redis://` fleets).

@@ -27,3 +27,4 @@ mod soak;
 mod store_busy;
 mod unlocker;
 mod unlocker_audit;
+mod zookeeper;

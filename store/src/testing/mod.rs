@@ -2,7 +2,8 @@
 //! a temporary data directory, a TCP proxy that can cut every connection, a
 //! real PostgreSQL ([`PgServer`], in `pg.rs`), a real etcd cluster
 //! ([`EtcdCluster`]) and a real Redis with redis-py lock holders
-//! ([`RedisServer`], [`PyLock`], in `redis.rs`).
+//! ([`RedisServer`], [`PyLock`], in `redis.rs`), and a real ZooKeeper with kazoo
+//! and recipe lock holders ([`ZkServer`], [`KazooLock`], [`RecipeLock`], in `zookeeper.rs`).
 //!
 //! Panics instead of returning errors: these are for tests only.
 //!
@@ -18,11 +19,13 @@ mod pg;
 mod psql;
 mod redis;
 pub mod scylla;
+mod zookeeper;
 
 pub use etcd_cluster::EtcdCluster;
 pub use pg::{PgOptions, PgServer};
 pub use psql::Psql;
 pub use redis::{PyLock, RedisServer, Redisson, REDISSON_FAIR_LOCK, REDISSON_LOCK, REDISSON_UNLOCK};
+pub use zookeeper::{KazooLock, RecipeLock, ZkServer, ZK_TICK};
 
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::process::{Child, Command, Stdio};

@@ -15,3 +15,4 @@ mod shedlock;
 mod sql_sessions;
 mod store_gone;
 mod unlocker_election;
+mod zookeeper;
