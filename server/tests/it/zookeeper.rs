@@ -62,6 +62,11 @@ async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bo
     }
 }
 
+/// Whether a page offers the blacklist form's button.
+fn html_has_button(html: &str) -> bool {
+    html.contains("blacklist-submit")
+}
+
 fn nodes(lock: &Value) -> &Vec<Value> {
     lock["entry"]["body"]["detail"]["zookeeper"]["nodes"]
         .as_array()
@@ -108,7 +113,11 @@ async fn a_kazoo_lock_through_the_api() {
     let fence = lock["entry"]["fence"].as_i64().unwrap();
     assert_eq!(nodes[0]["czxid"], fence, "the fence names the holder's node");
 
-    // The page: the holder's node, what a release does, and no blacklist.
+    // The page: the holder's node, what a release does, and no blacklist. docs/operations.md:
+    // "Blacklisting is not possible [...] the page says so instead of a button."
+    assert!(!html_has_button(
+        &page(addr, "/lock?fleet=zk&name=jobs%2Fnightly").await
+    ));
     let html = page(addr, "/lock?fleet=zk&name=jobs%2Fnightly").await;
     for said in [
         holder.session.as_str(),
@@ -120,7 +129,8 @@ async fn a_kazoo_lock_through_the_api() {
         assert!(html.contains(said), "{said:?} not on the page");
     }
 
-    // A stale fence: 409, nothing deleted; audited as changed.
+    // docs/operations.md: "otherwise, or if the node changed in between, it deletes nothing and
+    // answers `409` with the current holder. Exactly one node goes". Both audited.
     let release = |fence: i64| format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-7: stuck"}}"#);
     let path = format!("{LOCK}/release");
     let (status, body) = call(addr, "POST", &path, &release(fence - 1)).await;
@@ -151,7 +161,8 @@ async fn a_kazoo_lock_through_the_api() {
         );
     }
 
-    // Blacklisting: refused with the reason, audited as refused.
+    // docs/operations.md: "ZooKeeper cannot end another client's session [...] the API refuses
+    // it with that reason": a 4xx, audited as refused.
     let (status, body) = call(
         addr,
         "POST",

@@ -337,6 +337,7 @@ mod tests {
 
     #[test]
     fn names_are_paths_below_root() {
+        // docs/operations.md: "a lock's name is its znode path below ROOT".
         assert_eq!(below_root("/l", "/l/a/b"), Some("a/b"));
         assert_eq!(below_root("/l", "/l"), None);
         assert_eq!(below_root("/l", "/lx/a"), None);
