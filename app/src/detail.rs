@@ -21,6 +21,7 @@ use crate::release::ReleaseSection;
 use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
 
+mod redis;
 mod zookeeper;
 
 /// The lock's state, if it is held.
@@ -156,8 +157,11 @@ pub fn LockPage() -> impl IntoView {
                 lease,
                 proposal,
                 key,
+                detail,
                 ..
             } => {
+                let queued = redis::keeps_queue(detail.as_deref());
+                let family = redis::family(detail.as_deref(), now);
                 let mutex = lease.is_some();
                 let redis = key.is_some();
                 let key = key.map(|k| {
@@ -165,7 +169,7 @@ pub fn LockPage() -> impl IntoView {
                     view! {
                         <dt>"holder's token"</dt><dd data-testid="detail-token"><code>{k.token}</code></dd>
                         <dt>"TTL"</dt><dd data-testid="detail-ttl">{ttl}</dd>
-                        <dt>"waiters"</dt><dd data-testid="detail-no-waiters">{NO_WAITERS}</dd>
+                        {(!queued).then(|| view! { <dt>"waiters"</dt><dd data-testid="detail-no-waiters">{NO_WAITERS}</dd> })}
                     }
                 });
                 let lease = lease.map(|l| {
@@ -217,6 +221,7 @@ pub fn LockPage() -> impl IntoView {
                                 None => view! { "unknown (the row names none)" }.into_any(),
                             }}</dd>
                             {key}
+                            {family}
                             {lease}
                             {proposal}
                             {times}

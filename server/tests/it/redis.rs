@@ -16,7 +16,7 @@ use lockscope::hub::{Fleets, HubHandle};
 use lockscope_model::admin::AuditQuery;
 use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_store::spec::StoreSpec;
-use lockscope_store::testing::{PyLock, RedisServer};
+use lockscope_store::testing::{PyLock, RedisServer, Redisson};
 use serde_json::Value;
 
 const F: &str = "cache";
@@ -52,12 +52,16 @@ async fn page(addr: std::net::SocketAddr, path: &str) -> String {
     out
 }
 
-/// Asks for the lock until `done` holds of the answer (5 s at most); returns
-/// it and how long that took.
-async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bool) -> (u16, Value, Duration) {
+/// Asks for the lock at `path` until `done` holds of the answer (5 s at
+/// most); returns it and how long that took.
+async fn lock_until(
+    addr: std::net::SocketAddr,
+    path: &str,
+    done: impl Fn(u16, &Value) -> bool,
+) -> (u16, Value, Duration) {
     let t0 = Instant::now();
     loop {
-        let (status, body) = call(addr, "GET", LOCK, "").await;
+        let (status, body) = call(addr, "GET", path, "").await;
         if done(status, &body) {
             return (status, body, t0.elapsed());
         }
@@ -66,9 +70,17 @@ async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bo
     }
 }
 
-#[tokio::test]
-async fn a_redis_py_lock_through_the_api() {
-    let server = RedisServer::start().await;
+/// A server with one fleet `cache` on `spec`, recording its history: its
+/// address, audit log and history (and what keeps them up).
+async fn serve(
+    spec: &StoreSpec,
+) -> (
+    std::net::SocketAddr,
+    AuditLog,
+    History,
+    tempfile::TempDir,
+    tokio::sync::watch::Sender<bool>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
         .await
@@ -76,10 +88,9 @@ async fn a_redis_py_lock_through_the_api() {
     let history = History::open(&format!("sqlite:{}", dir.path().join("history.db").display()), None)
         .await
         .unwrap();
-    let spec = StoreSpec::parse(&format!("{}?match=jobs:*", server.url())).unwrap();
     let recorder = Some((history.recorder(F), "replica-1".to_string()));
     let hub = HubHandle::spawn_recording(F, "redis locks under test", spec.open().unwrap(), recorder);
-    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
     let state = AppState::new(
         Fleets::new(vec![hub.clone()]),
         "target/site".into(),
@@ -91,13 +102,43 @@ async fn a_redis_py_lock_through_the_api() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
-    let (status, _, _) = lock_until(addr, |s, _| s == 404).await;
+    (addr, audit, history, dir, stop)
+}
+
+/// The history's end of the hold with `fence` (5 s at most).
+async fn history_end(history: &History, fence: i64) -> lockscope_model::history::HistoryEvent {
+    for _ in 0..100 {
+        let events = history
+            .query(&HistoryQuery {
+                fleet: F.into(),
+                limit: Some(1000),
+                ..HistoryQuery::default()
+            })
+            .await
+            .unwrap();
+        if let Some(e) = events
+            .into_iter()
+            .find(|e| e.kind.ends_hold() && e.fence == Some(fence))
+        {
+            return e;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the release of fence {fence} is not in the history");
+}
+
+#[tokio::test]
+async fn a_redis_py_lock_through_the_api() {
+    let server = RedisServer::start().await;
+    let spec = StoreSpec::parse(&format!("{}?match=jobs:*", server.url())).unwrap();
+    let (addr, audit, history, _dir, _stop) = serve(&spec).await;
+    let (status, _, _) = lock_until(addr, LOCK, |s, _| s == 404).await;
     assert_eq!(status, 404, "not held yet");
 
     // docs/operations.md: "A redis-py lock is shown within 1 s of its acquisition and is gone
     // within 1 s of its release".
     let first = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
-    let (_, lock, took) = lock_until(addr, |s, b| {
+    let (_, lock, took) = lock_until(addr, LOCK, |s, b| {
         s == 200 && b["entry"]["body"]["key"]["token"] == first.token.as_str()
     })
     .await;
@@ -114,7 +155,7 @@ async fn a_redis_py_lock_through_the_api() {
 
     assert!(first.release());
     let second = PyLock::acquire(&server, 0, "jobs:nightly", Duration::from_secs(30));
-    let (_, lock, _) = lock_until(addr, |s, b| {
+    let (_, lock, _) = lock_until(addr, LOCK, |s, b| {
         s == 200 && b["entry"]["body"]["key"]["token"] == second.token.as_str()
     })
     .await;
@@ -145,7 +186,7 @@ async fn a_redis_py_lock_through_the_api() {
     let (status, body) = call(addr, "POST", &path, &release(fence2)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["released"], true, "{body}");
-    lock_until(addr, |s, _| s == 404).await;
+    lock_until(addr, LOCK, |s, _| s == 404).await;
     assert!(
         t0.elapsed() < Duration::from_secs(1),
         "dropped after {:?}",
@@ -161,25 +202,7 @@ async fn a_redis_py_lock_through_the_api() {
             .any(|a| a.fence == Some(fence2) && a.outcome == Some(lockscope_model::admin::Outcome::Done)),
         "{audited:#?}"
     );
-    let mut credited = None;
-    for _ in 0..200 {
-        let events = history
-            .query(&HistoryQuery {
-                fleet: F.into(),
-                limit: Some(1000),
-                ..HistoryQuery::default()
-            })
-            .await
-            .unwrap();
-        credited = events
-            .into_iter()
-            .find(|e| e.kind.ends_hold() && e.fence == Some(fence2));
-        if credited.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let end = credited.expect("the release in the history");
+    let end = history_end(&history, fence2).await;
 
     // docs/operations.md: "**Blacklisting** is refused with the reason: Redis has no sessions
     // to end" — a 4xx that says so, audited as refused.
@@ -201,6 +224,83 @@ async fn a_redis_py_lock_through_the_api() {
                 && a.detail.contains("Redis has no sessions to end")),
         "{audited:#?}"
     );
+    assert_eq!(
+        (end.kind, end.actor.as_deref()),
+        (Kind::ForceReleased, Some("anonymous")),
+        "{end:#?}"
+    );
+}
+
+/// A Redisson fair lock (written by Redisson's own Lua) through the whole
+/// server: the API shows its holder (client uuid as the session, thread,
+/// count, TTL) and its queued waiter; the page shows the thread, the count
+/// and the queue; a stale fence is a 409 with the current holder; the fence
+/// shown releases exactly that holder (the hash is gone, the waiter then
+/// takes it by Redisson's script), audited and in the history.
+#[tokio::test]
+async fn a_redisson_lock_through_the_api() {
+    const RS: &str = "/api/v1/fleets/cache/locks/rs%3Aorders";
+    let server = RedisServer::start().await;
+    let spec = StoreSpec::parse(&format!("{}?match=rs:*", server.url())).unwrap();
+    let (addr, audit, history, _dir, _stop) = serve(&spec).await;
+    let lease = Duration::from_secs(30);
+    let mut a = Redisson::connect(&server, "6f1bc9e2-5a70-4b7e-9d1e-0c2f3a4b5c6d").await;
+    let mut b = Redisson::connect(&server, "0d9e8f7a-1111-4222-8333-944455556666").await;
+    assert_eq!(a.fair_lock("rs:orders", 57, lease).await, None);
+    assert_eq!(a.fair_lock("rs:orders", 57, lease).await, None, "re-entered");
+    assert!(b.fair_lock("rs:orders", 7, lease).await.is_some(), "queued");
+    let (_, lock, took) = lock_until(addr, RS, |s, b| {
+        s == 200 && !b["waiters"].as_array().is_none_or(|w| w.is_empty())
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "shown after {took:?}");
+    let body = &lock["entry"]["body"];
+    assert_eq!(body["session"], a.uuid.as_str(), "{lock}");
+    assert_eq!(body["key"]["token"], a.field(57).as_str(), "{lock}");
+    assert_eq!(body["detail"]["redisson"]["thread"], "57", "{lock}");
+    assert_eq!(body["detail"]["redisson"]["count"], 2, "{lock}");
+    assert_eq!(
+        body["detail"]["redisson"]["queue"][0]["id"],
+        b.field(7).as_str(),
+        "{lock}"
+    );
+    assert!(lock["waiters"].to_string().contains(&b.uuid), "{lock}");
+    let fence = lock["entry"]["fence"].as_i64().unwrap();
+
+    let html = page(addr, "/lock?fleet=cache&name=rs%3Aorders").await;
+    for said in [
+        "detail-redisson-count",
+        "2 time(s)",
+        &b.field(7),
+        "Redis has no sessions to end",
+    ] {
+        assert!(html.contains(said), "{said:?} not on the page");
+    }
+
+    let release = |fence: i64| format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-3: stuck"}}"#);
+    let path = format!("{RS}/release");
+    let stale = lockscope_store::redis_set::fence_of(b.field(7).as_bytes());
+    let (status, body) = call(addr, "POST", &path, &release(stale)).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["current"]["fence"], fence, "the current holder: {body}");
+
+    let (status, body) = call(addr, "POST", &path, &release(fence)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["released"], true, "{body}");
+    assert_eq!(b.fair_lock("rs:orders", 7, lease).await, None, "the waiter takes it");
+    lock_until(addr, RS, |s, body| {
+        s == 200 && body["entry"]["body"]["key"]["token"] == b.field(7).as_str()
+    })
+    .await;
+
+    let audited = audit.query(&AuditQuery::default()).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|a| a.fence == Some(fence) && a.outcome == Some(lockscope_model::admin::Outcome::Done)),
+        "{audited:#?}"
+    );
+    let end = history_end(&history, fence).await;
     assert_eq!(
         (end.kind, end.actor.as_deref()),
         (Kind::ForceReleased, Some("anonymous")),
