@@ -23,6 +23,8 @@ pub struct LockDetail {
     /// without sessions).
     pub session: Option<SessionEntry>,
     pub blacklist: Option<BlacklistEntry>,
+    /// In the order they will get the lock where the store says it (an etcd
+    /// mutex: create revision), else by session.
     pub waiters: Vec<WaiterDetail>,
     /// The fleet's store revision when this was built.
     pub store_revision: i64,
@@ -34,7 +36,8 @@ pub struct WaiterDetail {
     pub session: String,
     /// `service@host:pid` from the waiter's session record, when known.
     pub who: Option<String>,
-    /// When this server first saw it waiting (its clock).
+    /// When it began waiting, on this server's clock: when its etcd mutex key
+    /// was seen created, else when this server first saw it waiting.
     pub since: Millis,
     /// It was already waiting when this server connected to the store, so it
     /// has waited at least since `since`.
@@ -73,23 +76,37 @@ impl LockDetail {
         let sessions = state.sessions();
         let holder_id = entry.as_ref().and_then(|e| e.holder_session()).map(str::to_string);
         let deadlocks = state.deadlocks();
+        let mut waiters: Vec<(String, WaiterDetail)> = state
+            .waiters_of(name)
+            .map(|w| {
+                let (since, at_least) = since(w);
+                let detail = WaiterDetail {
+                    session: w.to_string(),
+                    who: sessions.sessions.get(w).and_then(|s| s.record()).map(|r| r.holder()),
+                    since,
+                    at_least,
+                    deadlock: deadlocks.sessions.contains(w),
+                };
+                (w.to_string(), detail)
+            })
+            .collect();
+        // An etcd mutex grants its waiters in create-revision order, not by session.
+        let created = crate::fleet::etcd_mutex::order_waiters(entry.as_ref(), &mut waiters);
         LockDetail {
             name: name.to_string(),
             holder: entry.as_ref().map_or(Holder::Unknown, |e| state.holder(e)),
             deadlock: deadlocks.locks.contains(name),
             session: holder_id.as_ref().and_then(|id| sessions.sessions.get(id).cloned()),
             blacklist: holder_id.as_ref().and_then(|id| sessions.blacklist.get(id).cloned()),
-            waiters: state
-                .waiters_of(name)
-                .map(|w| {
-                    let (since, at_least) = since(w);
-                    WaiterDetail {
-                        session: w.to_string(),
-                        who: sessions.sessions.get(w).and_then(|s| s.record()).map(|r| r.holder()),
-                        since,
-                        at_least,
-                        deadlock: deadlocks.sessions.contains(w),
+            waiters: waiters
+                .into_iter()
+                .zip(created)
+                .map(|((_, mut w), created)| {
+                    // The wait began when the waiter's key was written, where known.
+                    if let Some(at) = created {
+                        (w.since, w.at_least) = (at, false);
                     }
+                    w
                 })
                 .collect(),
             entry,

@@ -446,6 +446,7 @@ impl FleetState {
 
 mod counts;
 mod entry;
+pub mod etcd_mutex;
 mod intern;
 pub mod pg_advisory;
 pub mod redis;

@@ -78,6 +78,8 @@ pub enum FamilyDetail {
     Redisson(super::redis::RedissonLock),
     /// A Redlock key over several masters (`redlock+redis://` fleets).
     Redlock(super::redis::RedlockState),
+    /// An etcd native mutex's waiters in create-revision order (`etcd-mutex:` fleets).
+    EtcdMutex(super::etcd_mutex::EtcdMutexLock),
 }
 
 /// A lock that is one key holding its holder's token (Redis `SET NX PX`): the

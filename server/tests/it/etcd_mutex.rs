@@ -3,7 +3,9 @@
 //! lease, TTL, fence) within 1 s, the API's release with a stale fence is a
 //! 409 with the current holder, the one with the fence shown releases exactly
 //! that holder (its waiter's etcdctl then acquires), audited and credited in
-//! the history, and the lock leaves the API within 1 s of its release.
+//! the history, and the lock leaves the API within 1 s of its release. A lock
+//! taken by a second, independent client (Python over etcd's v3 JSON gateway)
+//! is shown with its fence and lease and guarded-released the same way.
 
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use lockscope::hub::{Fleets, HubHandle};
 use lockscope_model::admin::AuditQuery;
 use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_store::spec::StoreSpec;
+use lockscope_store::testing::etcd_gateway::GatewayMutex;
 use lockscope_store::testing::etcdctl::{lease_in, Etcdctl};
 use lockscope_store::testing::EtcdServer;
 use serde_json::Value;
@@ -42,9 +45,18 @@ async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) 
 /// Asks for the lock until `done` holds of the answer (5 s at most); returns
 /// it and how long that took.
 async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bool) -> (u16, Value, Duration) {
+    lock_at_until(addr, "jobs%2Fnightly", done).await
+}
+
+/// [`lock_until`] for the lock `name` (URL-encoded).
+async fn lock_at_until(
+    addr: std::net::SocketAddr,
+    name: &str,
+    done: impl Fn(u16, &Value) -> bool,
+) -> (u16, Value, Duration) {
     let t0 = Instant::now();
     loop {
-        let (status, body) = call(addr, "GET", &format!("/api/v1/fleets/{F}/locks/jobs%2Fnightly"), "").await;
+        let (status, body) = call(addr, "GET", &format!("/api/v1/fleets/{F}/locks/{name}"), "").await;
         if done(status, &body) {
             return (status, body, t0.elapsed());
         }
@@ -53,10 +65,16 @@ async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bo
     }
 }
 
-#[tokio::test]
-async fn an_etcdctl_lock_through_the_api() {
-    let etcd = EtcdServer::start().await;
-    let ep = etcd.endpoint();
+/// A server with one `etcd-mutex:` fleet `F` over `ep` under `/mx/`.
+struct Served {
+    addr: std::net::SocketAddr,
+    audit: AuditLog,
+    history: History,
+    _dir: tempfile::TempDir,
+    _stop: tokio::sync::watch::Sender<bool>,
+}
+
+async fn serve(ep: &str) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
         .await
@@ -79,6 +97,21 @@ async fn an_etcdctl_lock_through_the_api() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
+    Served {
+        addr,
+        audit,
+        history,
+        _dir: dir,
+        _stop,
+    }
+}
+
+#[tokio::test]
+async fn an_etcdctl_lock_through_the_api() {
+    let etcd = EtcdServer::start().await;
+    let ep = etcd.endpoint();
+    let srv = serve(&ep).await;
+    let (addr, audit, history) = (srv.addr, &srv.audit, &srv.history);
     let (status, _, _) = lock_until(addr, |s, _| s == 404).await;
     assert_eq!(status, 404, "not held yet");
 
@@ -170,4 +203,56 @@ async fn an_etcdctl_lock_through_the_api() {
         t0.elapsed()
     );
     drop(holder);
+}
+
+#[tokio::test]
+async fn a_lock_by_the_python_gateway_client_through_the_api() {
+    let etcd = EtcdServer::start().await;
+    let ep = etcd.endpoint();
+    let srv = serve(&ep).await;
+    // A second independent client: Python over etcd's JSON gateway, following
+    // concurrency.Mutex's recipe (store/src/testing/etcd_gateway_mutex.py).
+    let mut holder = GatewayMutex::lock(&ep, "/mx/py", None).await;
+    holder.acquired().await;
+    let lease = lease_in(&holder.key);
+    let mut client = etcd_client::Client::connect([ep.as_str()], None).await.unwrap();
+    let fence = client.get(holder.key.as_str(), None).await.unwrap().kvs()[0].create_revision();
+    let (_, lock, took) = lock_at_until(srv.addr, "py", |s, b| {
+        s == 200 && b["entry"]["body"]["session"] == lease.as_str()
+    })
+    .await;
+    assert!(took < Duration::from_secs(1), "shown after {took:?}");
+    assert_eq!(lock["entry"]["fence"], fence, "the key's create revision: {lock}");
+    assert_eq!(lock["entry"]["body"]["lease"]["id"], lease.as_str(), "{lock}");
+    assert_eq!(lock["entry"]["body"]["lease"]["granted_s"], 30, "{lock}");
+
+    // An `etcdctl lock` waits behind it; the guarded release of the fence
+    // shown ends the Python client's hold and the waiter proceeds.
+    let mut waiter = Etcdctl::lock(&ep, "/mx/py");
+    lock_at_until(srv.addr, "py", |_, b| {
+        b["waiters"].as_array().is_some_and(|w| w.len() == 1)
+    })
+    .await;
+    let body = format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-2: stuck gateway client"}}"#);
+    let (status, body) = call(srv.addr, "POST", &format!("/api/v1/fleets/{F}/locks/py/release"), &body).await;
+    assert_eq!((status, &body["released"]), (200, &Value::Bool(true)), "{body}");
+    let next = lease_in(&waiter.acquired().await);
+    assert_ne!(next, lease);
+    lock_at_until(srv.addr, "py", |s, b| {
+        s == 200 && b["entry"]["body"]["session"] == next.as_str()
+    })
+    .await;
+    assert!(
+        client.get(holder.key.as_str(), None).await.unwrap().kvs().is_empty(),
+        "exactly the Python client's key was deleted"
+    );
+    let audited = srv.audit.query(&AuditQuery::default()).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|a| a.fence == Some(fence) && a.outcome == Some(lockscope_model::admin::Outcome::Done)),
+        "{audited:#?}"
+    );
+    holder.stop().await;
+    waiter.stop().await;
 }

@@ -7,14 +7,17 @@
 //! and `etcdctl elect`). The lock is `NAME`; its holder is the key with the
 //! lowest create revision, whose create revision is the fencing token the
 //! library hands out; the other keys are its waiters, in create-revision
-//! order. A key that does not fit (no `/<lease>` after a name, a last segment
+//! order, which the entry carries ([`EtcdMutexLock`]: the fleet table keeps
+//! waiters by session) with when each key's creation was seen live. A key that does not fit (no `/<lease>` after a name, a last segment
 //! that is not hex, a key not on the lease it names) is shown as its own
 //! malformed lock, named by everything after the prefix, never dropped.
 
 use std::collections::{BTreeSet, HashMap};
 
-use lockscope_model::fleet::LeaseInfo;
+use lockscope_model::fleet::etcd_mutex::{EtcdMutexLock, MutexWaiter, MUTEX_WAITERS_KEPT};
+use lockscope_model::fleet::{FamilyDetail, LeaseInfo};
 use lockscope_model::record::MALFORMED_KEEP_BYTES;
+use lockscope_model::time::Millis;
 use lockscope_model::{FleetEvent, LockBody, LockEntry, Snapshot, Waiter};
 
 /// Longest election proposal shown (the rest is cut, on a char boundary).
@@ -78,6 +81,8 @@ struct Stored {
     value: Vec<u8>,
     /// Why the key is not the layout (`None`: a contender).
     error: Option<String>,
+    /// When its creation was seen live (`None`: it came in a snapshot).
+    created_at: Option<Millis>,
 }
 
 /// Every key of one lock name, by create revision (then key: one
@@ -101,18 +106,23 @@ pub(crate) struct Table {
 
 impl Table {
     /// A put of `key` (`rest`: the key without the prefix). Returns the lock
-    /// name it belongs to.
-    pub(crate) fn put(&mut self, key: &[u8], rest: &str, kv: &etcd_client::KeyValue) -> String {
-        self.put_raw(
-            key,
-            rest,
-            kv.lease(),
-            kv.create_revision(),
-            kv.mod_revision(),
-            kv.value(),
-        )
+    /// name it belongs to. `live_at`: when the observer's watch delivered it
+    /// (`None`: read from a snapshot); a key created by this very put was
+    /// then written at about that time, which gives its waiter's wait age.
+    pub(crate) fn put(
+        &mut self,
+        key: &[u8],
+        rest: &str,
+        kv: &etcd_client::KeyValue,
+        live_at: Option<Millis>,
+    ) -> String {
+        let created_at = live_at.filter(|_| kv.create_revision() == kv.mod_revision());
+        let revs = (kv.create_revision(), kv.mod_revision(), created_at);
+        self.put_at(key, rest, kv.lease(), revs, kv.value())
     }
 
+    /// A put of a key read with no time of its creation (tests).
+    #[cfg(test)]
     pub(crate) fn put_raw(
         &mut self,
         key: &[u8],
@@ -122,6 +132,24 @@ impl Table {
         modified: i64,
         value: &[u8],
     ) -> String {
+        self.put_at(key, rest, lease, (create, modified, None), value)
+    }
+
+    /// `revs`: create and mod revision, and when the key was created if known
+    /// (a rewrite of the same key keeps the time its creation was seen).
+    fn put_at(
+        &mut self,
+        key: &[u8],
+        rest: &str,
+        lease: i64,
+        (create, modified, created_at): (i64, i64, Option<Millis>),
+        value: &[u8],
+    ) -> String {
+        let kept = self
+            .keys
+            .get(key)
+            .filter(|(_, s)| s.create == create)
+            .and_then(|(_, s)| s.created_at);
         self.delete(key);
         let (name, lease, error) = match parse_key(rest, Some(lease)) {
             Key::Contender { name, lease } => (name, lease, None),
@@ -133,6 +161,7 @@ impl Table {
             modified,
             value: value.to_vec(),
             error,
+            created_at: created_at.or(kept),
         };
         self.groups
             .entry(name.clone())
@@ -203,7 +232,20 @@ impl Table {
             };
             return Some((entry, BTreeSet::new()));
         };
-        let waiters = contenders.map(|s| lease_hex(s.lease)).collect();
+        let contenders: Vec<&&Stored> = contenders.collect();
+        let queue: Vec<MutexWaiter> = contenders
+            .iter()
+            .take(MUTEX_WAITERS_KEPT)
+            .map(|s| MutexWaiter {
+                lease: lease_hex(s.lease),
+                create_revision: s.create,
+                created_at: s.created_at,
+            })
+            .collect();
+        let waiters = contenders.iter().map(|s| lease_hex(s.lease)).collect();
+        // Only a lock with waiters carries the queue: the hub keeps every
+        // lock's body, and most locks have none.
+        let detail = (!queue.is_empty()).then(|| Box::new(FamilyDetail::EtcdMutex(EtcdMutexLock { waiters: queue })));
         let entry = LockEntry {
             name: name.to_string(),
             fence: holder.create,
@@ -214,7 +256,7 @@ impl Table {
                 lease: self.leases.get(&holder.lease).cloned().map(Box::new),
                 proposal: proposal_of(&holder.value),
                 key: None,
-                detail: None,
+                detail,
             },
         };
         Some((entry, waiters))

@@ -118,7 +118,7 @@ impl MutexFleet {
         for kv in resp.kvs() {
             let rest = String::from_utf8_lossy(kv.key());
             if let Some(rest) = rest.strip_prefix(self.cfg.prefix.as_str()) {
-                table.put(kv.key(), rest, kv);
+                table.put(kv.key(), rest, kv, None);
             }
         }
         let Some((key, lease, _, modified)) = table.holder(name).map(|(k, l, c, m)| (k.to_vec(), l, c, m)) else {

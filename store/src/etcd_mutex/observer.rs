@@ -136,6 +136,7 @@ impl MutexObserver {
                 }
                 let mut touched = Vec::new();
                 let mut last = None;
+                let now = crate::now_ms();
                 for ev in resp.events() {
                     let Some(kv) = ev.kv() else { continue };
                     last = Some(kv.mod_revision());
@@ -145,7 +146,7 @@ impl MutexObserver {
                         continue;
                     };
                     let name = match ev.event_type() {
-                        EventType::Put => Some(self.table.put(key, rest, kv)),
+                        EventType::Put => Some(self.table.put(key, rest, kv, Some(now))),
                         EventType::Delete => self.table.delete(key),
                     };
                     // One response may hold several revisions: each change is
@@ -191,7 +192,7 @@ impl MutexObserver {
         for kv in resp.kvs() {
             let rest = String::from_utf8_lossy(kv.key());
             if let Some(rest) = rest.strip_prefix(self.cfg.prefix.as_str()) {
-                self.table.put(kv.key(), rest, kv);
+                self.table.put(kv.key(), rest, kv, None);
             }
         }
         let holders = self.table.all_holder_leases();

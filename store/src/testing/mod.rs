@@ -13,6 +13,7 @@
 pub mod contract;
 mod contract_rules;
 pub mod etcd_cluster;
+pub mod etcd_gateway;
 pub mod etcdctl;
 pub mod observer_contract;
 mod pg;

@@ -6,6 +6,7 @@ mod contract_etcd;
 mod contract_scylla;
 mod contract_sql;
 mod etcd_mutex;
+mod etcd_mutex_queue;
 mod etcd_observer;
 mod force_release_race;
 mod pg_advisory;

@@ -1,0 +1,103 @@
+//! What lockscope knows of one etcd native mutex beyond the common foreign
+//! fields ([`crate::fleet::FamilyDetail::EtcdMutex`]): its waiters in create-
+//! revision order, the order `concurrency.Mutex` grants them the lock (each
+//! waiter watches the delete of the key created just before its own).
+//!
+//! The fleet table keeps waiters as (lock, session) pairs ordered by session;
+//! a lease id says nothing of when its key was written, so the order and the
+//! wait ages come from here (see [`order_waiters`]).
+
+use serde::{Deserialize, Serialize};
+
+use crate::fleet::{FamilyDetail, LockBody, LockEntry};
+use crate::time::Millis;
+
+/// The most waiters [`EtcdMutexLock::waiters`] keeps (the head of the queue):
+/// every waiter's arrival or departure resends the lock's entry, so a queue of
+/// thousands would cost thousands of entries' bytes per change. The waiters
+/// past it are still in the fleet's table, listed after these by session.
+pub const MUTEX_WAITERS_KEPT: usize = 100;
+
+/// One contender key behind the holder.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MutexWaiter {
+    /// Its lease in hex: its session.
+    pub lease: String,
+    /// Its key's create revision: its place in the queue.
+    pub create_revision: i64,
+    /// When that revision was written, on this server's clock (unix ms), where
+    /// known: the observer saw the key's creation live in its watch. `None`:
+    /// the key was there when the observer read the prefix (etcd keeps no time
+    /// per revision), so its wait is known only from when it was first seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<Millis>,
+}
+
+/// An etcd native mutex (or election) with waiters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EtcdMutexLock {
+    /// The contenders after the holder, in create-revision order (the first
+    /// is the next holder), the first [`MUTEX_WAITERS_KEPT`] of them.
+    pub waiters: Vec<MutexWaiter>,
+}
+
+impl EtcdMutexLock {
+    /// `entry`'s etcd-mutex detail, if it has one.
+    pub fn of(entry: &LockEntry) -> Option<&EtcdMutexLock> {
+        match &entry.body {
+            LockBody::Foreign { detail: Some(d), .. } => match &**d {
+                FamilyDetail::EtcdMutex(m) => Some(m),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// Puts `waiters` (session ids, with whatever goes with each) into `entry`'s
+/// queue order where `entry` is an etcd mutex with waiters (others keep their
+/// order, after the queued ones), and gives each queued one the time its key
+/// was created where known.
+pub fn order_waiters<T>(entry: Option<&LockEntry>, waiters: &mut [(String, T)]) -> Vec<Option<Millis>> {
+    let Some(m) = entry.and_then(EtcdMutexLock::of) else {
+        return vec![None; waiters.len()];
+    };
+    let place = |s: &str| m.waiters.iter().position(|w| w.lease == s).unwrap_or(usize::MAX);
+    waiters.sort_by_key(|(s, _)| place(s));
+    waiters
+        .iter()
+        .map(|(s, _)| m.waiters.iter().find(|w| w.lease == *s).and_then(|w| w.created_at))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(waiters: Vec<MutexWaiter>) -> LockEntry {
+        let mut e = LockEntry::foreign("m".into(), 5, 5, Some("a".into()), None);
+        if let LockBody::Foreign { detail, .. } = &mut e.body {
+            *detail = Some(Box::new(FamilyDetail::EtcdMutex(EtcdMutexLock { waiters })));
+        }
+        e
+    }
+
+    #[test]
+    fn waiters_come_in_create_revision_order_not_session_order() {
+        let w = |lease: &str, create_revision, created_at| MutexWaiter {
+            lease: lease.into(),
+            create_revision,
+            created_at,
+        };
+        let e = entry(vec![w("f", 7, Some(70)), w("1", 8, None), w("b", 9, Some(90))]);
+        let mut ws: Vec<(String, ())> = ["1", "b", "f", "zz"].iter().map(|s| (s.to_string(), ())).collect();
+        let times = order_waiters(Some(&e), &mut ws);
+        let order: Vec<&str> = ws.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(order, ["f", "1", "b", "zz"], "the queue's order, the unknown last");
+        assert_eq!(times, [Some(70), None, Some(90), None]);
+        let plain = LockEntry::foreign("p".into(), 1, 1, None, None);
+        let mut ws2 = ws.clone();
+        assert_eq!(order_waiters(Some(&plain), &mut ws2), [None; 4]);
+        assert_eq!(ws2, ws, "other families keep their order");
+    }
+}
