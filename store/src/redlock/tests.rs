@@ -50,8 +50,9 @@ fn the_spec_form() {
     }
 }
 
-/// docs/operations.md: "a lock is held when one token holds the key on a
-/// quorum of the masters (N/2+1), shown with how many agree ("2 of 3")".
+/// docs/operations.md: "A lock is held when one token holds the key on a
+/// quorum of the masters (N/2+1), shown with how many agree ("2 of 3" when a
+/// master is down or lacks the key)".
 #[test]
 fn a_quorum_holds_and_a_master_down_reads_two_of_three() {
     let e = combine(
@@ -74,7 +75,8 @@ fn a_quorum_holds_and_a_master_down_reads_two_of_three() {
 }
 
 /// docs/operations.md: "When no token reaches the quorum (two tokens on
-/// different masters, or one token on a minority) the lock is split".
+/// different masters, or one token on a minority) the lock is *split*, with
+/// the reason".
 #[test]
 fn two_tokens_or_a_minority_are_split() {
     let two = combine(
