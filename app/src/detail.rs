@@ -22,6 +22,7 @@ use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
 
 mod redis;
+mod pg_advisory;
 mod zookeeper;
 
 /// The lock's state, if it is held.
@@ -142,6 +143,9 @@ pub fn LockPage() -> impl IntoView {
             LockBody::Foreign {
                 detail: Some(ref f), ..
             } if zookeeper::zk(f).is_some() => zookeeper::record(&entry, zookeeper::zk(f).unwrap(), &d, now),
+            LockBody::Foreign {
+                detail: Some(ref f), ..
+            } if pg_advisory::pg(f).is_some() => pg_advisory::record(&entry, pg_advisory::pg(f).unwrap(), &d, now),
             LockBody::Malformed { raw, error } => view! {
                 <section class="malformed">
                     <h3>"Malformed value"</h3>

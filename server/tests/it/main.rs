@@ -20,6 +20,7 @@ mod limits;
 mod live;
 mod metrics;
 mod outage;
+mod pg_advisory;
 mod redis;
 mod restart_gap;
 mod scrape;

@@ -126,9 +126,9 @@ async fn psql_and_sqlx_holders_waiters_and_the_guarded_levers() {
     );
     eprintln!("lock 42 shown after {took:?}");
 
-    // issue 28: "a session-level advisory lock whose holder backend has been `idle` (not
-    // in a transaction) for longer than a threshold, or whose `application_name` [...] is a
-    // connection pooler's, is shown as *possibly stranded* with the reason".
+    // docs/operations.md: "**Possibly stranded**, with the reason: a session-level lock whose
+    // holder has been `idle` (not in a transaction) longer than `idle`, or whose holder's
+    // `application_name` is a pooler's".
     w.until("42 possibly stranded (idle past 1 s)", Duration::from_secs(5), |w| {
         w.detail("42")
             .and_then(|d| d.stranded)
@@ -163,6 +163,8 @@ async fn psql_and_sqlx_holders_waiters_and_the_guarded_levers() {
     .await;
     let jobs = w.detail("jobs").unwrap();
     assert_eq!(jobs.key, AdvisoryKey::Pair(1, 2));
+    // docs/operations.md: "lockscope shows a lock as **session-level** once it has seen its holder
+    // hold it outside a transaction [...]; until then, as **unknown**".
     assert_eq!(jobs.level, LockLevel::Unknown, "only seen inside one transaction");
     assert!(jobs.holder().unwrap().xact_start.is_some());
     tx.commit().await.unwrap();
