@@ -100,8 +100,8 @@ fn fleet(spec: &StoreSpec) -> PgAdvisoryFleet {
 async fn psql_and_sqlx_holders_waiters_and_the_guarded_levers() {
     let server = PgServer::start().await;
     let url = database(&server, "adv_hold").await;
-    let spec = spec(&url, "poll=200ms&idle=1s&name.1:2=jobs&hashtext=nightly");
-    let mut w = Watch::start(&spec);
+    let fleet_spec = spec(&url, "poll=200ms&idle=1s&name.1:2=jobs&hashtext=nightly");
+    let mut w = Watch::start(&fleet_spec);
 
     // docs/operations.md: "An advisory lock taken in a `psql` session is shown with its
     // backend (pid, application_name, backend start) within one poll".
@@ -194,7 +194,7 @@ async fn psql_and_sqlx_holders_waiters_and_the_guarded_levers() {
     assert!(w.state.deadlocks().locks.is_empty(), "a queue is no deadlock");
 
     // Cancel a waiter: a stale backend start does nothing; the right one ends its wait.
-    let f = fleet(&spec);
+    let f = fleet(&fleet_spec);
     assert_eq!(f.cancel(a.pid, a.backend_start_us - 1).await.unwrap(), Signal::Gone);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
@@ -210,7 +210,7 @@ async fn psql_and_sqlx_holders_waiters_and_the_guarded_levers() {
 
     // Terminate the holder: a stale fence (a reused pid) is refused, nothing
     // terminated; the fence shown ends the backend, and the lock passes on.
-    let fleet_store = spec.open().unwrap();
+    let fleet_store = fleet_spec.open().unwrap();
     let stale = fence_of(h.pid, h.backend_start_us + 1);
     match fleet_store.release("42", stale).await.unwrap() {
         Release::Changed(now) => assert_eq!(now.fence, fence_of(h.pid, h.backend_start_us)),
@@ -250,6 +250,36 @@ async fn psql_and_sqlx_holders_waiters_and_the_guarded_levers() {
         w.state.locks().next().is_none()
     })
     .await;
+
+    // A names table, and the row limit: docs/operations.md: "Past the limit, the lock pages
+    // say **"more than N advisory locks: only the first N read are shown"**".
+    sqlx::query("CREATE TABLE lock_names (key text, name text)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query("INSERT INTO lock_names VALUES ('5', 'reports')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let mut many = Psql::open(&url, "many");
+    many.send("SELECT pg_advisory_lock(5), pg_advisory_lock(6), pg_advisory_lock(7);");
+    let mut named = Watch::start(&spec(&url, "poll=200ms&names=lock_names"));
+    named
+        .until("5 named by the table", Duration::from_secs(5), |w| {
+            w.detail("reports").is_some() && w.detail("6").is_some() && w.detail("7").is_some()
+        })
+        .await;
+    assert_eq!(named.detail("reports").unwrap().truncated_at, None);
+    let mut capped = Watch::start(&spec(&url, "poll=200ms&limit=2"));
+    capped
+        .until("two of three locks, said to be cut", Duration::from_secs(5), |w| {
+            w.state.locks().count() == 2
+        })
+        .await;
+    for e in capped.state.locks() {
+        let d = capped.detail(&e.name).unwrap();
+        assert_eq!(d.truncated_at, Some(2), "{d:?}");
+    }
 }
 
 #[tokio::test]
