@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::stream::{BoxStream, SelectAll};
+use futures::stream::{BoxStream, FuturesUnordered, SelectAll};
 use futures::StreamExt;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
@@ -41,9 +41,13 @@ pub struct RedlockObserver {
     shown: Shown,
 }
 
-/// A master's notification: `(master, Some(key))`, or `(master, None)` when
-/// its notification connection ended.
-type Note = (usize, Option<String>);
+/// A master's notification: `(master, connection, Some(key))`, or `(master,
+/// connection, None)` when that notification connection ended (the
+/// connection's number tells an old connection's end from the current one's).
+type Note = (usize, u64, Option<String>);
+
+/// A master connected: its connection and notifications (`None`: polled).
+type Connected = (MultiplexedConnection, Option<BoxStream<'static, Note>>);
 
 impl RedlockObserver {
     pub fn new(target: RedlockTarget) -> RedlockObserver {
@@ -86,10 +90,7 @@ impl Session for RedlockObserver {
 
 /// Connects master `i`: its connection, and its notifications as a stream
 /// (`None`: notifications refused, so it is polled).
-async fn connect(
-    target: &crate::redis_set::RedisTarget,
-    i: usize,
-) -> Result<(MultiplexedConnection, Option<BoxStream<'static, Note>>), StoreError> {
+async fn connect(target: crate::redis_set::RedisTarget, i: usize, generation: u64) -> Result<Connected, StoreError> {
     let mut con = target.connect().await?;
     if !enable_notifications(&mut con).await {
         return Ok((con, None));
@@ -102,11 +103,33 @@ async fn connect(
         .map(move |m| {
             (
                 i,
+                generation,
                 m.get_channel_name().strip_prefix(prefix.as_str()).map(str::to_string),
             )
         })
-        .chain(futures::stream::once(async move { (i, None) }));
+        .chain(futures::stream::once(async move { (i, generation, None) }));
     Ok((con, Some(notes.boxed())))
+}
+
+/// Master `i` connected: its connection kept, its notifications followed
+/// (or it is polled).
+fn attach(
+    i: usize,
+    (con, stream): Connected,
+    cons: &mut [Option<MultiplexedConnection>],
+    notes: &mut SelectAll<BoxStream<'static, Note>>,
+    polled: &mut BTreeSet<usize>,
+) {
+    cons[i] = Some(con);
+    match stream {
+        Some(s) => {
+            polled.remove(&i);
+            notes.push(s);
+        }
+        None => {
+            polled.insert(i);
+        }
+    }
 }
 
 impl RedlockObserver {
@@ -115,24 +138,24 @@ impl RedlockObserver {
         let mut cons: Vec<Option<MultiplexedConnection>> = vec![None; n];
         let mut notes: SelectAll<BoxStream<'static, Note>> = SelectAll::new();
         let mut polled = BTreeSet::new();
+        // Each master's current connection number.
+        let mut generation = vec![0u64; n];
         let mut last_error = None;
-        for i in 0..n {
-            match connect(&self.target.masters[i], i).await {
-                Ok((con, stream)) => {
-                    cons[i] = Some(con);
-                    match stream {
-                        Some(s) => notes.push(s),
-                        None => {
-                            polled.insert(i);
-                        }
-                    }
-                }
+        let first_tries = (0..n).map(|i| connect(self.target.masters[i].clone(), i, 0));
+        for (i, tried) in futures::future::join_all(first_tries).await.into_iter().enumerate() {
+            match tried {
+                Ok(connected) => attach(i, connected, &mut cons, &mut notes, &mut polled),
                 Err(e) => last_error = Some(e),
             }
         }
         if cons.iter().all(Option::is_none) {
             return Err(last_error.unwrap_or_else(|| StoreError::unreachable_msg("redis: no Redlock master answered")));
         }
+        // Masters being connected again, in the background: a master that
+        // does not answer never holds the others' notifications back.
+        let mut connecting: FuturesUnordered<BoxFuture<'static, (usize, Result<Connected, StoreError>)>> =
+            FuturesUnordered::new();
+        let mut trying = BTreeSet::new();
         let mut rescan = tokio::time::interval(self.rescan.min(POLL_EVERY));
         rescan.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut retry = tokio::time::interval(RETRY_EVERY);
@@ -167,26 +190,26 @@ impl RedlockObserver {
                     }
                 }
                 _ = retry.tick(), if cons.iter().any(Option::is_none) => {
-                    for i in 0..n {
-                        if cons[i].is_some() {
-                            continue;
-                        }
-                        if let Ok((con, stream)) = connect(&self.target.masters[i], i).await {
-                            cons[i] = Some(con);
-                            match stream {
-                                Some(s) => {
-                                    polled.remove(&i);
-                                    notes.push(s);
-                                }
-                                None => {
-                                    polled.insert(i);
-                                }
-                            }
-                            last_scan = None;
-                        }
+                    let down: Vec<usize> = (0..n).filter(|i| cons[*i].is_none() && !trying.contains(i)).collect();
+                    for i in down {
+                        generation[i] += 1;
+                        let target = self.target.masters[i].clone();
+                        let generation = generation[i];
+                        trying.insert(i);
+                        connecting.push(Box::pin(async move { (i, connect(target, i, generation).await) }));
                     }
                 }
-                Some((i, key)) = notes.next(), if !notes.is_empty() => {
+                Some((i, tried)) = connecting.next(), if !connecting.is_empty() => {
+                    trying.remove(&i);
+                    if let Ok(connected) = tried {
+                        attach(i, connected, &mut cons, &mut notes, &mut polled);
+                        last_scan = None;
+                    }
+                }
+                Some((i, of, key)) = notes.next(), if !notes.is_empty() => {
+                    if of != generation[i] {
+                        continue;
+                    }
                     let Some(key) = key else {
                         // Its notification connection ended: down until it answers again.
                         cons[i] = None;
