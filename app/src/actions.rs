@@ -137,8 +137,11 @@ pub fn SessionActions(session: String, blacklisted: bool) -> impl IntoView {
             } else {
                 view! { <BlacklistForm session/> }.into_any()
             };
+            let node = NodeRef::<leptos::html::Details>::new();
             view! {
-                <details class="action" data-testid=testid>
+                <details class="action" data-testid=testid node_ref=node
+                    on:toggle=move |_| crate::focus::on_toggle(node)
+                    on:keydown=move |ev| crate::focus::on_keydown(node, ev)>
                     <summary>{summary}</summary>
                     {form}
                 </details>

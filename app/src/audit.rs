@@ -6,7 +6,7 @@
 
 use leptos::prelude::*;
 use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome, MAX_AUDIT_ROWS};
-use lockscope_model::time::{absolute_and_relative, rfc3339, utc_hms, Millis};
+use lockscope_model::time::{absolute_and_relative, hms, rfc3339, Millis};
 use lockscope_model::Screen;
 
 use crate::links::{audit_export_href, datetime_local, lock_href};
@@ -28,8 +28,8 @@ pub fn count_text(n: usize, q: &AuditQuery, read_at: Millis) -> String {
         ""
     };
     format!(
-        "{entries}{capped}, newest first, as read at {} UTC — reload for newer",
-        utc_hms(read_at)
+        "{entries}{capped}, newest first, as read at {} — reload for newer",
+        hms(read_at)
     )
 }
 
@@ -63,7 +63,7 @@ pub fn AuditPage() -> impl IntoView {
             <table class="audit" data-testid="audit-table">
                 <thead>
                     <tr>
-                        <th>"time (UTC)"</th>
+                        <th>"time"</th>
                         <th>"actor"</th>
                         <th>"role"</th>
                         <th>"via"</th>

@@ -9,7 +9,7 @@
 use leptos::prelude::*;
 use lockscope_model::history::{HistoryEvent, Kind, DEFAULT_HISTORY_ROWS, MAX_HISTORY_ROWS};
 use lockscope_model::review::{Review, ReviewForm};
-use lockscope_model::time::{absolute_and_relative, rfc3339, utc_datetime, Millis};
+use lockscope_model::time::{absolute_and_relative, datetime, rfc3339, Millis};
 use lockscope_model::Screen;
 
 use crate::links::{history_export_href, history_href, resolved_pairs};
@@ -66,7 +66,7 @@ pub fn HistoryPage() -> impl IntoView {
         <h2>"Lock history"</h2>
         <p class="hint not-live" data-testid="history-read-at">
             "Not live: a query of the recorded history, read at "
-            <time datetime=rfc3339(read_at)>{utc_datetime(read_at)}</time>
+            <time datetime=rfc3339(read_at)>{datetime(read_at)}</time>
             ". Reload for newer events."
         </p>
         <Filter form=review.form.clone() fleet=fleet.clone()/>
@@ -95,8 +95,8 @@ pub fn HistoryPage() -> impl IntoView {
             </div>
         })}
         <p class="hint">
-            "From "<time datetime=rfc3339(from) data-testid="history-from">{utc_datetime(from)}</time>
-            " to "<time datetime=rfc3339(to) data-testid="history-to">{utc_datetime(to)}</time>": "
+            "From "<time datetime=rfc3339(from) data-testid="history-from">{datetime(from)}</time>
+            " to "<time datetime=rfc3339(to) data-testid="history-to">{datetime(to)}</time>": "
             <span data-testid="history-count">{count}</span>
             " · export "
             <a href=history_export_href(&review, "csv") data-testid="history-export-csv" download>"CSV"</a>
@@ -112,11 +112,11 @@ pub fn HistoryPage() -> impl IntoView {
         })}
         <TimeTravel review=review.clone()/>
         <h3>"Events"</h3>
-        <div class="wide">
+        <div class="wide" tabindex="0" role="region" aria-label="events (scrolls sideways)">
             <table class="history" data-testid="history-table">
                 <thead>
                     <tr>
-                        <th>"time (UTC)"</th>
+                        <th>"time"</th>
                         <th>"kind"</th>
                         <th>"lock"</th>
                         <th>"session"</th>

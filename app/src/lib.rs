@@ -25,6 +25,8 @@
 //! - [`unlocker`]: the overview's unlocker cell (mode, active replica, what is due).
 //! - [`outage`]: what the page says while a fleet's store is not live (the
 //!   overview's "unknown", the banner with the failure in one line).
+//! - [`prefs`]: the reader's theme and time zone (remembered in the browser);
+//!   [`focus`]: keyboard use of the `<details>` used as dialogs.
 //! - `socket` (hydrate only): the websocket client with reconnect backoff.
 // The page's view type nests past the compiler's default depth of 128 when
 // the wasm build computes its hydration future's layout.
@@ -34,12 +36,14 @@ pub mod actions;
 pub mod audit;
 pub mod charts;
 pub mod detail;
+pub mod focus;
 pub mod history;
 pub mod lease;
 pub mod links;
 pub mod live;
 pub mod outage;
 pub mod page;
+pub mod prefs;
 pub mod release;
 #[cfg(all(test, feature = "ssr"))]
 mod render_tests;

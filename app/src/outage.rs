@@ -6,7 +6,7 @@
 //! chain of errors behind a disclosure.
 
 use leptos::prelude::*;
-use lockscope_model::time::{human_duration, utc_hms, Millis};
+use lockscope_model::time::{hms, human_duration, Millis};
 use lockscope_model::view::RowState;
 use lockscope_model::{Counts, StoreStatus};
 
@@ -46,7 +46,7 @@ pub fn worst(status: &StoreStatus, counts: &Counts) -> Worst {
             "the store has not answered since this server started: nothing is known yet",
         ),
         StoreStatus::Unreachable { since, .. } => unknown(
-            format!("unknown — unreachable since {} UTC", utc_hms(*since)),
+            format!("unknown — unreachable since {}", hms(*since)),
             "the store is unreachable: the counts are the last known, from before it went away",
         ),
     }
@@ -105,7 +105,7 @@ pub fn StoreBanner() -> impl IntoView {
             view! {
                 <div class="store-banner" data-testid="store-banner" data-state="writes-blocked" role="alert">
                     <p>
-                        <strong>{format!("Writes blocked since {} UTC: ", utc_hms(since))}</strong>
+                        <strong>{format!("Writes blocked since {}: ", hms(since))}</strong>
                         <span data-testid="store-error">{error}</span>
                         "; the page shows the live state."
                     </p>

@@ -9,12 +9,13 @@
 
 use leptos::prelude::*;
 use lockscope_model::admin::Role;
-use lockscope_model::time::{human_duration, utc_hms};
+use lockscope_model::time::{hms, human_duration, zone_name};
 use lockscope_model::view::RowState;
 use lockscope_model::{FleetSummary, Screen, StoreStatus};
 
 use crate::links::{fleet_page_href, locks_href, sessions_href};
 use crate::live::{Connection, LiveView};
+use crate::prefs::{PrefSwitches, Prefs};
 use crate::rows::state_icon;
 use crate::unlocker::UnlockerCell;
 use crate::viewer::{NoAuthBanner, Notice, WhoAmI};
@@ -34,6 +35,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             <head>
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <meta name="color-scheme" content="dark light"/>
+                // The remembered theme, before anything is drawn (crate::prefs).
+                <script inner_html=crate::prefs::THEME_SCRIPT></script>
                 <title>{title}</title>
                 <link rel="icon" type="image/svg+xml" href="/favicon.svg"/>
                 <link rel="stylesheet" href="/pkg/lockscope.css"/>
@@ -59,6 +63,8 @@ pub fn App() -> impl IntoView {
     provide_context(viewer);
     let live = LiveView::new(page);
     provide_context(live);
+    let prefs = Prefs::new();
+    provide_context(prefs);
 
     // A page shows one screen for its whole life (other screens are other URLs).
     let kind = live.screen.with_untracked(Kind::of);
@@ -72,7 +78,10 @@ pub fn App() -> impl IntoView {
         document().set_title(&title);
     });
 
-    let body = match kind {
+    // Everything below the header is drawn again when the zone of absolute
+    // times changes (their text is not reactive to it), header excepted: it
+    // holds the switches (and its own times follow the clock anyway).
+    let body = move || match kind {
         Kind::Locks => {
             view! { <Overview/><crate::table::States/><crate::table::Controls/><crate::table::LockTable/> }.into_any()
         }
@@ -83,7 +92,7 @@ pub fn App() -> impl IntoView {
         Kind::Charts => view! { <crate::charts::ChartsPage/> }.into_any(),
         Kind::SignIn => view! { <crate::signin::SignInPage/> }.into_any(),
     };
-    let here = |k: Kind| kind == k;
+    let here = move |k: Kind| kind == k;
     let locks_href = move || locks_href(&live.fleet.get());
     let sessions_href = move || sessions_href(&live.fleet.get());
     let history_href = move || fleet_page_href("/history", &live.fleet.get());
@@ -111,12 +120,17 @@ pub fn App() -> impl IntoView {
                 <span class="source" data-testid="source">{move || live.source()}</span>
             })}
             {kind.is_live().then(|| view! { <Indicator/> })}
+            <PrefSwitches/>
             <WhoAmI signing_in=here(Kind::SignIn)/>
         </header>
+        {move || {
+        prefs.local_zone.track();
+        let notice = notice.clone();
+        view! {
         <main>
             {kind.is_live().then(|| view! { <crate::outage::StoreBanner/> })}
             {notice.map(|entry| view! { <Notice entry/> })}
-            {body}
+            {body()}
         </main>
         <footer>
             {here(Kind::Locks).then(|| view! {
@@ -125,7 +139,7 @@ pub fn App() -> impl IntoView {
                 {move || if live.view.with(|v| v.filter.is_empty()) { "" } else { " matching" }}
                 " · "
             })}
-            "times on the server's clock (UTC)"
+            {format!("times on the server's clock, shown in {}", zone_name(live.now.get_untracked()))}
             {kind.is_live().then(|| view! {
                 "; browser offset "
                 <span data-testid="clock-offset">{move || format!("{:+} ms", live.clock_offset.get())}</span>
@@ -134,6 +148,8 @@ pub fn App() -> impl IntoView {
                 " after it reached the server"
             })}
         </footer>
+        }
+        }}
     }
 }
 
@@ -210,7 +226,7 @@ pub(crate) fn Indicator() -> impl IntoView {
         match (live.connection.get(), live.status.get()) {
             (Connection::Static, _) => (
                 "static",
-                format!("snapshot of {} UTC; live updates need JavaScript", utc_hms(now)),
+                format!("snapshot of {}; live updates need JavaScript", hms(now)),
             ),
             (Connection::Connecting, _) => ("connecting", "connecting…".to_string()),
             (Connection::Reconnecting { retry_at }, _) => (
@@ -231,15 +247,12 @@ pub(crate) fn Indicator() -> impl IntoView {
             // header stays one short line.
             (Connection::Live, StoreStatus::Unreachable { since, .. }) => (
                 "store-unreachable",
-                format!(
-                    "store unreachable since {} UTC; showing the last known state",
-                    utc_hms(since)
-                ),
+                format!("store unreachable since {}; showing the last known state", hms(since)),
             ),
             // Read live; the banner says why writes are blocked.
             (Connection::Live, StoreStatus::WritesBlocked { since, .. }) => (
                 "store-writes-blocked",
-                format!("live; writes to the store blocked since {} UTC", utc_hms(since)),
+                format!("live; writes to the store blocked since {}", hms(since)),
             ),
         }
     };
@@ -278,13 +291,10 @@ fn Overview() -> impl IntoView {
         let (state, label) = match &f.status {
             StoreStatus::Live { .. } => ("live", "live".to_string()),
             StoreStatus::Connecting { .. } => ("connecting", "connecting".to_string()),
-            StoreStatus::Unreachable { since, .. } => {
-                ("unreachable", format!("unreachable since {} UTC", utc_hms(*since)))
+            StoreStatus::Unreachable { since, .. } => ("unreachable", format!("unreachable since {}", hms(*since))),
+            StoreStatus::WritesBlocked { since, .. } => {
+                ("writes-blocked", format!("live; writes blocked since {}", hms(*since)))
             }
-            StoreStatus::WritesBlocked { since, .. } => (
-                "writes-blocked",
-                format!("live; writes blocked since {} UTC", utc_hms(*since)),
-            ),
         };
         // The fleet's colour is its worst lock's, beside the store connection's;
         // a store that is not live leaves it unknown, never healthy, and its

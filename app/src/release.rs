@@ -117,9 +117,11 @@ fn ReleaseDialog(detail: Memo<LockDetail>, snapshot: RwSignal<Snapshot>) -> impl
         })
     };
     view! {
-        <details class="dialog release" data-testid="release-dialog" node_ref=node on:toggle=move |_| sync()>
+        <details class="dialog release" data-testid="release-dialog" node_ref=node
+            on:toggle=move |_| { sync(); crate::focus::on_toggle(node) }
+            on:keydown=move |ev| crate::focus::on_keydown(node, ev)>
             <summary>"Force-release…"</summary>
-            <div class="dialog-body">
+            <div class="dialog-body" role="group" aria-label="Force-release this lock">
                 {move || stale.get().map(|text| view! {
                     <p class="warning stale" data-testid="release-stale" role="alert">
                         <span class="icon" aria-hidden="true">"⚠"</span>{text}

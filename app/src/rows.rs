@@ -2,7 +2,7 @@
 //! tested without a browser. Every state is a word (and an icon), never only a
 //! colour.
 
-use lockscope_model::time::{human_duration, utc_hms, Millis};
+use lockscope_model::time::{hms, human_duration, Millis};
 use lockscope_model::view::{RowState, WindowRow};
 use lockscope_model::LockBody;
 
@@ -111,15 +111,15 @@ pub fn countdowns(r: &WindowRow, now: Millis) -> Countdowns {
     Countdowns {
         held_for: human_duration(now - rec.acquired_at),
         held_title: format!(
-            "acquired at {} UTC (holder's clock); last heartbeat {} UTC",
-            utc_hms(rec.acquired_at),
-            utc_hms(rec.heartbeat_at)
+            "acquired at {} (holder's clock); last heartbeat {}",
+            hms(rec.acquired_at),
+            hms(rec.heartbeat_at)
         ),
         expires_in,
         expires_title: format!(
-            "overdue from {} UTC; may be released from {} UTC (holder's clock)",
-            utc_hms(rec.alert_at),
-            utc_hms(rec.auto_unlock_at)
+            "overdue from {}; may be released from {} (holder's clock)",
+            hms(rec.alert_at),
+            hms(rec.auto_unlock_at)
         ),
     }
 }
@@ -129,7 +129,7 @@ pub fn countdowns(r: &WindowRow, now: Millis) -> Countdowns {
 /// acquired) goes in the title.
 fn foreign_countdowns(written_at: Option<Millis>) -> Countdowns {
     let written = match written_at {
-        Some(at) => format!("row last written {} UTC (writer's clock)", utc_hms(at)),
+        Some(at) => format!("row last written {} (writer's clock)", hms(at)),
         None => "row write time unknown".into(),
     };
     Countdowns {

@@ -11,7 +11,7 @@ use leptos::prelude::*;
 use lockscope_model::admin::Action;
 use lockscope_model::detail::{SessionList, SessionRow};
 use lockscope_model::session::SKEW_SHOWN_FROM_MS;
-use lockscope_model::time::{absolute_and_relative, human_duration, utc_datetime, utc_hms, Millis};
+use lockscope_model::time::{absolute_and_relative, datetime, hms, human_duration, Millis};
 use lockscope_model::{BlacklistEntry, Holder, Screen, SessionEntry};
 
 use crate::actions::{may_on_sessions, SessionActions, BLACKLIST_EXPLAINED};
@@ -70,8 +70,8 @@ pub fn session_text(entry: Option<&SessionEntry>, blacklist: Option<&BlacklistEn
     // Both on the holder's clock: no comparison with ours.
     t.started = human_duration(rec.heartbeat_at - rec.started_at);
     t.started_title = format!(
-        "started {} UTC, up {} at its last heartbeat (both on the holder's clock)",
-        utc_datetime(rec.started_at),
+        "started {}, up {} at its last heartbeat (both on the holder's clock)",
+        datetime(rec.started_at),
         t.started
     );
     match entry.seen_at {
@@ -82,10 +82,10 @@ pub fn session_text(entry: Option<&SessionEntry>, blacklist: Option<&BlacklistEn
         None => {
             // Not seen live yet: its time is the holder's, which says nothing
             // about how long ago on ours.
-            t.heartbeat = format!("at {}*", utc_hms(rec.heartbeat_at));
+            t.heartbeat = format!("at {}*", hms(rec.heartbeat_at));
             t.heartbeat_title = format!(
                 "heartbeat_at {} on the holder's clock; not yet seen live by this server",
-                utc_datetime(rec.heartbeat_at)
+                datetime(rec.heartbeat_at)
             );
         }
     }
@@ -269,7 +269,7 @@ mod tests {
         assert_eq!(t.started, "49s", "heartbeat_at minus started_at, both the holder's");
         let snap = text(row(None), 52_000);
         assert_eq!(
-            snap.heartbeat, "at 00:00:50*",
+            snap.heartbeat, "at 00:00:50 UTC*",
             "the holder's time, not an age on our clock"
         );
         assert_eq!(snap.skew, "", "no estimate from a snapshot");

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 use lockscope_model::history::{Gap, HistoryEvent, Kind};
-use lockscope_model::time::{human_duration, tick_label, utc_datetime, utc_hms, Millis};
+use lockscope_model::time::{datetime, hms, human_duration, tick_label, Millis};
 
 use crate::rows::short;
 
@@ -69,9 +69,9 @@ impl Span {
             (false, None) => "end not recorded".to_string(),
         };
         format!(
-            "{what} by {who}{fence}: {since}{} UTC to {} UTC ({}), {end}",
-            utc_hms(self.start),
-            utc_hms(self.end),
+            "{what} by {who}{fence}: {since}{} to {} ({}), {end}",
+            hms(self.start),
+            hms(self.end),
             human_duration(self.end.saturating_sub(self.start))
         )
     }
@@ -232,7 +232,7 @@ fn mark(e: &HistoryEvent) -> Mark {
     Mark {
         at: e.at,
         kind: e.kind,
-        title: format!("{} at {}{by}{session}{why}", e.kind.as_str(), utc_datetime(e.at)),
+        title: format!("{} at {}{by}{session}{why}", e.kind.as_str(), datetime(e.at)),
     }
 }
 
@@ -390,8 +390,8 @@ pub fn Timeline(
     let gap_count = gaps.iter().filter(|g| g.overlaps(from, to)).count();
     let summary = format!(
         "Timeline of {lock} from {} to {}: {} acquisitions, {} waits, {} markers{}",
-        utc_datetime(from),
-        utc_datetime(to),
+        datetime(from),
+        datetime(to),
         lanes.holds.len(),
         lanes.waits.len(),
         lanes.marks.len(),
@@ -401,8 +401,9 @@ pub fn Timeline(
         }
     );
     let label = summary.clone();
+    // It scrolls sideways on a narrow screen: a stop for the keyboard's arrows.
     view! {
-        <div class="wide">
+        <div class="wide" tabindex="0" role="region" aria-label="timeline (scrolls sideways)">
             <svg class="timeline" data-testid="timeline" viewBox=format!("0 0 {W} {}", px(height))
                 role="img" aria-label=label preserveAspectRatio="xMinYMin meet">
                 <title>{summary}</title>

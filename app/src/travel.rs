@@ -9,7 +9,7 @@
 use leptos::context::Provider;
 use leptos::prelude::*;
 use lockscope_model::review::{DiffRow, Holding, Review, TableDiff, Travel};
-use lockscope_model::time::{rfc3339, utc_datetime, Millis};
+use lockscope_model::time::{datetime, rfc3339, Millis};
 use lockscope_model::view::{ViewSpec, MAX_WINDOW};
 use lockscope_model::{Page, Screen};
 
@@ -24,10 +24,7 @@ pub fn source_text(t: &Travel) -> String {
         n => format!("{n} events"),
     };
     match t.checkpoint {
-        Some(c) => format!(
-            "Rebuilt from the checkpoint of {} and {events} after it.",
-            utc_datetime(c)
-        ),
+        Some(c) => format!("Rebuilt from the checkpoint of {} and {events} after it.", datetime(c)),
         None => format!("Rebuilt from the start of the history: {events} replayed."),
     }
 }
@@ -63,7 +60,7 @@ pub fn TimeTravel(review: Review) -> impl IntoView {
                 <label class="slider">
                     "at "
                     <input type="range" name="at" min=from max=to step="1000" value=at data-testid="travel-slider"
-                        aria-valuetext=move || utc_datetime(chosen.get())
+                        aria-valuetext=move || datetime(chosen.get())
                         on:input=move |ev| {
                             if let Ok(v) = event_target_value(&ev).parse::<f64>() {
                                 chosen.set(v as Millis);
@@ -71,7 +68,7 @@ pub fn TimeTravel(review: Review) -> impl IntoView {
                         }
                         on:change=on_change/>
                 </label>
-                <output data-testid="travel-chosen">{move || utc_datetime(chosen.get())}</output>
+                <output data-testid="travel-chosen">{move || datetime(chosen.get())}</output>
                 <button type="submit" data-testid="travel-show">"show the table then"</button>
             </form>
             {shown}
@@ -84,7 +81,7 @@ pub fn TimeTravel(review: Review) -> impl IntoView {
 fn TableThen(travel: Travel, fleet: String, pairs: Vec<(&'static str, String)>) -> impl IntoView {
     let title = view! {
         <h3 data-testid="travel-title">
-            "Lock table at " <time datetime=rfc3339(travel.at)>{utc_datetime(travel.at)}</time>
+            "Lock table at " <time datetime=rfc3339(travel.at)>{datetime(travel.at)}</time>
         </h3>
     };
     if let Some(e) = travel.error.clone() {
@@ -162,7 +159,7 @@ fn holding(h: &Option<Holding>) -> String {
 fn Diff(diff: TableDiff) -> impl IntoView {
     let summary = format!(
         "Since {}: {} taken, {} released, {} changed hands.",
-        utc_datetime(diff.from),
+        datetime(diff.from),
         diff.taken_total,
         diff.released_total,
         diff.changed_total

@@ -3,7 +3,7 @@
 //! [`ChartWindow::refresh_ms`](lockscope_model::charts::ChartWindow::refresh_ms)
 //! and says, in words, when it last succeeded and why it is not live.
 
-use lockscope_model::time::{human_duration, utc_hms, Millis};
+use lockscope_model::time::{hms, human_duration, Millis};
 
 /// Past this many refresh intervals without new data the page is not live.
 pub const STALE_AFTER_INTERVALS: i64 = 3;
@@ -24,14 +24,11 @@ pub fn status(updated: Millis, f: &Freshness, now: Millis, refresh_ms: i64) -> (
     let Some(at) = f.received_at else {
         return (
             "static",
-            format!(
-                "data of {} UTC; updating it needs JavaScript (or reload)",
-                utc_hms(updated)
-            ),
+            format!("data of {}; updating it needs JavaScript (or reload)", hms(updated)),
         );
     };
     let age = (now - at).max(0);
-    let last = format!("{} UTC ({} ago)", utc_hms(updated), human_duration(age));
+    let last = format!("{} ({} ago)", hms(updated), human_duration(age));
     match &f.error {
         Some(why) => ("stale", format!("not live: last update {last} — {why}")),
         None if age > STALE_AFTER_INTERVALS * refresh_ms => (

@@ -15,7 +15,7 @@ use leptos_chartistry::{
     Period, RotatedLabel, Series, TickLabels, Timestamps, Tooltip, TooltipPlacement, XGridLine, XGuideLine, YGridLine,
 };
 use lockscope_model::charts::{ms_label, Quantile};
-use lockscope_model::time::tick_label;
+use lockscope_model::time::{tick_label, zone_name};
 
 use super::series::{bucket_text, per_second, wait_bound, Point};
 
@@ -83,6 +83,7 @@ fn TimeChart(
     min_top: f64,
 ) -> impl IntoView {
     let legend = lines.len() > 1;
+    let now = expect_context::<crate::live::LiveView>().now.get_untracked();
     let series = Series::new(|p: &Point| p.at)
         .lines(lines)
         .with_min_y(0.0)
@@ -107,7 +108,7 @@ fn TimeChart(
             font_width=FONT_WIDTH
             top=top
             left=vec![RotatedLabel::middle(y_title).into_edge(), y.clone().into_edge()]
-            bottom=vec![x.clone().into_edge(), RotatedLabel::end("time (UTC)").into_edge()]
+            bottom=vec![x.clone().into_edge(), RotatedLabel::end(format!("time ({})", zone_name(now))).into_edge()]
             inner=vec![
                 XGridLine::from_ticks(x).with_colour(GRID).into_inner(),
                 YGridLine::from_ticks(y).with_colour(GRID).into_inner(),

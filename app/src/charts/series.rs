@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 use lockscope_model::charts::{ChartWindow, Charts, Quantile};
 use lockscope_model::record::WAIT_BUCKETS_MS;
-use lockscope_model::time::{human_duration, utc_hms, Millis};
+use lockscope_model::time::{hms, human_duration, Millis};
 
 /// One bucket of the time charts (`NaN`: nothing to say for it).
 #[derive(Clone, Debug, PartialEq)]
@@ -141,9 +141,9 @@ pub fn gap_note(c: &Charts) -> Option<String> {
                 .into(),
         ),
         Some(since) if since > c.frame.from => Some(format!(
-            "no counter samples before {} UTC (this server started watching then): \
+            "no counter samples before {} (this server started watching then): \
              the counters' lines start there",
-            utc_hms(since)
+            hms(since)
         )),
         Some(_) => None,
     }
@@ -158,9 +158,9 @@ pub fn window_span(w: ChartWindow) -> &'static str {
     }
 }
 
-/// A bucket's span as a tooltip's heading: "04:20:05–04:20:10 UTC".
+/// A bucket's span as a tooltip's heading: "04:20:05 UTC–04:20:10 UTC" (in the display zone).
 pub fn bucket_text(start: Millis, bucket_ms: i64) -> String {
-    format!("{}–{} UTC", utc_hms(start), utc_hms(start + bucket_ms))
+    format!("{}–{}", hms(start), hms(start + bucket_ms))
 }
 
 /// How often the page asks again, as words: "every 5s".

@@ -4,7 +4,7 @@
 
 use leptos::prelude::*;
 use lockscope_model::charts::{Charts, Quantile};
-use lockscope_model::time::{human_duration, rfc3339, utc_datetime, utc_hms};
+use lockscope_model::time::{datetime, hms, human_duration, rfc3339};
 
 use super::series::{percent, totals, window_span};
 
@@ -24,9 +24,9 @@ pub fn WindowBounds(data: RwSignal<Charts>) -> impl IntoView {
     view! {
         <p class="window-bounds" data-testid="charts-window" data-from=move || rfc3339(from()) data-to=move || rfc3339(to())>
             {move || data.with(|c| format!("{}: ", window_span(c.window)))}
-            <time datetime=move || rfc3339(from())>{move || utc_datetime(from())}</time>
+            <time datetime=move || rfc3339(from())>{move || datetime(from())}</time>
             " – "
-            <time datetime=move || rfc3339(to())>{move || format!("{} UTC", utc_hms(to()))}</time>
+            <time datetime=move || rfc3339(to())>{move || format!("{}", hms(to()))}</time>
             {move || data.with(|c| format!(" · buckets of {}", human_duration(c.frame.bucket_ms)))}
         </p>
     }

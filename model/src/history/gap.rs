@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Draft, HistoryEvent, Kind};
-use crate::time::{absolute_and_relative, utc_datetime, Millis};
+use crate::time::{absolute_and_relative, datetime, Millis};
 
 /// A window of a fleet's history with events missing.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,7 +27,7 @@ pub struct Gap {
 impl Gap {
     /// What the pages say: "3 events lost between … and …: why".
     pub fn text(&self) -> String {
-        let window = format!("between {} and {}", utc_datetime(self.from), utc_datetime(self.to));
+        let window = format!("between {} and {}", datetime(self.from), datetime(self.to));
         match self.lost {
             Some(n) => format!("{n} event{} lost {window}: {}", plural(n), self.why),
             None => format!("events not recorded {window} (how many is unknown): {}", self.why),
