@@ -70,6 +70,7 @@ async function violations(page: Page): Promise<string[]> {
 
 /** Presses Tab until `target` has focus (at most `max` times); every stop shows an outline. */
 async function tabTo(page: Page, target: ReturnType<Page['locator']>, max = 60, shift = false) {
+  await expect(target).toHaveCount(1);
   for (let i = 0; i < max; i++) {
     if (await target.evaluate((el) => el === document.activeElement)) return;
     await page.keyboard.press(shift ? 'Shift+Tab' : 'Tab');
@@ -196,6 +197,27 @@ test('the blacklist and force-release flows work with the keyboard alone', async
   await page.keyboard.press(' ');
   await expect(page.getByTestId('notice')).toHaveAttribute('data-outcome', 'done');
   await expect(page.getByTestId('notice')).toContainText(`Released fence ${hung.fence} of ${LOCK}`);
+
+  // The sessions page's disclosure forms behave alike: blacklist another session there.
+  await page.goto(`${stack.url}/sessions?fleet=embedded`);
+  await hydrated(page);
+  const other = await page
+    .locator('[data-testid="session-row"]', { has: page.getByTestId('blacklist') })
+    .first()
+    .getAttribute('data-session');
+  const form = page.locator(`[data-testid="session-row"][data-session="${other}"] [data-testid="blacklist"]`);
+  await tabTo(page, form.locator('summary'), 200);
+  await page.keyboard.press('Enter');
+  await expect.poll(() => focusedTestId(page)).toBe('blacklist-reason');
+  await page.keyboard.press('Escape');
+  await expect(form).not.toHaveAttribute('open', '');
+  await expect(form.locator('summary')).toBeFocused();
+  await page.keyboard.press('Enter');
+  await expect.poll(() => focusedTestId(page)).toBe('blacklist-reason');
+  await page.keyboard.type('blacklisted from the sessions page by keyboard');
+  await page.keyboard.press('Enter');
+  await expect(page.getByTestId('notice')).toHaveAttribute('data-outcome', 'done');
+  await expect(page.getByTestId('notice')).toContainText(`Blacklisted session ${other}`);
 });
 
 test.describe('light theme', () => {
@@ -253,6 +275,13 @@ test.describe('time zone', () => {
     await hydrated(page);
     await expect(page.getByTestId('pref-zone')).toHaveValue('local');
     await expect(firstTime).toContainText(`${local} UTC+1 (`);
+    // A live page re-drawn in the chosen zone stays live.
+    await page.goto(`${stack.url}${LOCK_PAGE}`);
+    await hydrated(page);
+    await expect(page.getByTestId('connection')).toHaveAttribute('data-state', 'live');
+    await expect(footer).toContainText('shown in your time zone, UTC+1 now');
+    await page.goto(`${stack.url}/audit`);
+    await hydrated(page);
     await page.getByTestId('pref-zone').selectOption('utc');
     await expect(footer).toContainText('shown in UTC');
     await expect(firstTime).toContainText(`${utc!.slice(0, 19).replace('T', ' ')} UTC (`);
