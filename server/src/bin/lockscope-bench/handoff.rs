@@ -190,10 +190,15 @@ async fn etcdctl_handoffs(endpoints: &str, args: &Args) -> anyhow::Result<Vec<i6
         let pid = child.id().unwrap_or_default();
         let out = child.stdout.take().expect("piped");
         tokio::spawn(async move {
-            // etcdctl prints the lock's key once it holds it.
-            if let Ok(Some(_)) = BufReader::new(out).lines().next_line().await {
+            // etcdctl prints the lock's key once it holds it, and a line more
+            // as it unlocks: read to the end, or that write to a closed pipe
+            // kills it (SIGPIPE) before it unlocks and the next waiter sits out
+            // its lease (seen: hand-offs of 7-10 s).
+            let mut lines = BufReader::new(out).lines();
+            if let Ok(Some(_)) = lines.next_line().await {
                 let _ = tx.send((pid, Instant::now()));
             }
+            while let Ok(Some(_)) = lines.next_line().await {}
         });
         Ok(child)
     };
