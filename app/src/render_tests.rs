@@ -165,6 +165,8 @@ fn sessions_get_blacklist_or_lift_forms() {
         waiting_for: vec![],
         blacklist: blacklisted.then(|| BlacklistEntry::from_stored(id.into(), 1, b"{}")),
         deadlock: false,
+        lease: None,
+        is_lease: false,
     };
     let mut page = lock_page(Role::Admin, true, Holder::Gone);
     page.screen = Screen::Sessions {

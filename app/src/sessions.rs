@@ -48,6 +48,18 @@ pub struct SessionText {
     pub blacklist: String,
 }
 
+/// An etcd lease's row: no service, host or pid is known; its TTL stands in
+/// the heartbeat column.
+fn lease_row_text(r: &SessionRow, now: Millis) -> SessionText {
+    let (heartbeat, heartbeat_title) = crate::lease::lease_row(r.lease.as_ref(), now);
+    SessionText {
+        who: "etcd lease".into(),
+        heartbeat,
+        heartbeat_title,
+        ..SessionText::default()
+    }
+}
+
 /// What a session says: its entry (`None`: gone) and blacklist entry, at `now`.
 pub fn session_text(entry: Option<&SessionEntry>, blacklist: Option<&BlacklistEntry>, now: Millis) -> SessionText {
     let mut t = SessionText::default();
@@ -153,7 +165,10 @@ pub fn SessionsPage() -> impl IntoView {
         let text = Memo::new(move |_| {
             r.with(|r| {
                 r.as_ref()
-                    .map(|r| session_text(r.entry.as_ref(), r.blacklist.as_ref(), live.now.get()))
+                    .map(|r| match r.is_lease {
+                        true => lease_row_text(r, live.now.get()),
+                        false => session_text(r.entry.as_ref(), r.blacklist.as_ref(), live.now.get()),
+                    })
                     .unwrap_or_default()
             })
         });
@@ -199,6 +214,8 @@ pub fn SessionsPage() -> impl IntoView {
         <p class="hint">
             {move || list.with(|l| if l.tracked {
                 format!("{} sessions; blacklisted and deadlocked first. Heartbeat ages are on this server's clock; * marks one not yet seen live.", l.total)
+            } else if l.rows.iter().any(|r| r.is_lease) {
+                format!("{} etcd leases: each is the session of the mutex keys on it. The heartbeat column is its TTL left of granted as last read (hover for the keys on it).", l.total)
             } else {
                 "This store keeps no sessions.".to_string()
             })}
@@ -254,6 +271,8 @@ mod tests {
             waiting_for: vec![],
             blacklist: None,
             deadlock: false,
+            lease: None,
+            is_lease: false,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{FleetState, LockEntry};
+use crate::fleet::{FleetState, LeaseInfo, LockEntry};
 use crate::session::{BlacklistEntry, Holder, SessionEntry};
 use crate::time::Millis;
 
@@ -56,6 +56,14 @@ pub struct SessionRow {
     pub waiting_for: Vec<String>,
     pub blacklist: Option<BlacklistEntry>,
     pub deadlock: bool,
+    /// An etcd native mutex fleet's session is a lease: what `LeaseTimeToLive`
+    /// last said of it (its TTL left and granted, the keys on it), where read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<LeaseInfo>,
+    /// The row is an etcd lease (`entry` is then `None`: a lease is no
+    /// lockscope session record).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_lease: bool,
 }
 
 /// The sessions page: live sessions, and blacklisted ones even when gone.
@@ -144,8 +152,27 @@ impl SessionList {
                 deadlock: deadlocks.sessions.contains(&id),
                 entry,
                 id,
+                lease: None,
+                is_lease: false,
             })
             .collect();
+        // A store without lockscope sessions whose locks are etcd mutexes:
+        // their leases are its sessions, one row each.
+        if !sessions.tracked {
+            for (id, lease) in crate::fleet::etcd_mutex::lease_sessions(state) {
+                rows.push(SessionRow {
+                    holder: Holder::Unknown,
+                    locks_held: locks_held(&id),
+                    waiting_for: waiting.remove(id.as_str()).unwrap_or_default(),
+                    blacklist: None,
+                    deadlock: deadlocks.sessions.contains(&id),
+                    entry: None,
+                    lease,
+                    is_lease: true,
+                    id,
+                });
+            }
+        }
         let key = |r: &SessionRow| {
             let rec = r.entry.as_ref().and_then(|e| e.record());
             (

@@ -7,9 +7,11 @@
 //! a lease id says nothing of when its key was written, so the order and the
 //! wait ages come from here (see [`order_waiters`]).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-use crate::fleet::{FamilyDetail, LockBody, LockEntry};
+use crate::fleet::{FamilyDetail, FleetState, LeaseInfo, LockBody, LockEntry};
 use crate::time::Millis;
 
 /// The most waiters [`EtcdMutexLock::waiters`] keeps (the head of the queue):
@@ -52,6 +54,42 @@ impl EtcdMutexLock {
             _ => None,
         }
     }
+}
+
+/// The leases (sessions) of a fleet's etcd native mutexes: every holder's
+/// and every waiter's of a lock held on a lease, each with what
+/// `LeaseTimeToLive` last said of it where the observer read it (holders'
+/// leases; a lease that only waits is `None`: unknown). For the sessions page
+/// of a store that keeps no lockscope sessions: one row per lease. One pass
+/// over the table (the page is rebuilt at most once a second).
+pub fn lease_sessions(state: &FleetState) -> BTreeMap<String, Option<LeaseInfo>> {
+    let mut out: BTreeMap<String, Option<LeaseInfo>> = BTreeMap::new();
+    for e in state.locks() {
+        let LockBody::Foreign {
+            session: Some(s),
+            lease,
+            detail,
+            ..
+        } = &e.body
+        else {
+            continue;
+        };
+        let mutex = lease.is_some()
+            || detail
+                .as_deref()
+                .is_some_and(|d| matches!(d, FamilyDetail::EtcdMutex(_)));
+        if !mutex {
+            continue;
+        }
+        let slot = out.entry(s.clone()).or_default();
+        if slot.is_none() {
+            *slot = lease.as_deref().cloned();
+        }
+        for w in state.waiters_of(&e.name) {
+            out.entry(w.to_string()).or_default();
+        }
+    }
+    out
 }
 
 /// Puts `waiters` (session ids, with whatever goes with each) into `entry`'s
@@ -99,5 +137,47 @@ mod tests {
         let mut ws2 = ws.clone();
         assert_eq!(order_waiters(Some(&plain), &mut ws2), [None; 4]);
         assert_eq!(ws2, ws, "other families keep their order");
+    }
+
+    #[test]
+    fn every_lease_holding_or_waiting_is_a_session_with_its_ttl_where_read() {
+        use crate::fleet::{FleetEvent, Snapshot, Waiter};
+        let lease = |id: &str| LeaseInfo {
+            id: id.into(),
+            granted_s: 10,
+            ttl_s: 7,
+            read_at: 1,
+            keys: vec![format!("/mx/a/{id}"), format!("/mx/b/{id}")],
+            keys_total: 2,
+        };
+        let held = |name: &str, id: &str| {
+            let mut e = LockEntry::foreign(name.into(), 3, 3, Some(id.into()), None);
+            if let LockBody::Foreign { lease: l, .. } = &mut e.body {
+                *l = Some(Box::new(lease(id)));
+            }
+            e
+        };
+        let mut s = FleetState::default();
+        s.apply(FleetEvent::Reset(Snapshot {
+            revision: 9,
+            locks: vec![
+                held("a", "f1"),
+                held("b", "f1"),
+                LockEntry::foreign("scylla".into(), 1, 1, Some("not-a-lease".into()), None),
+            ],
+            waiters: vec![Waiter {
+                lock: "a".into(),
+                session: "e2".into(),
+            }],
+            ..Snapshot::default()
+        }));
+        let got = lease_sessions(&s);
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            ["e2", "f1"],
+            "a foreign lock without a lease is not one"
+        );
+        assert_eq!(got["f1"], Some(lease("f1")));
+        assert_eq!(got["e2"], None, "a lease that only waits was not read: unknown");
     }
 }

@@ -229,10 +229,38 @@ async fn a_lock_by_the_python_gateway_client_through_the_api() {
     // An `etcdctl lock` waits behind it; the guarded release of the fence
     // shown ends the Python client's hold and the waiter proceeds.
     let mut waiter = Etcdctl::lock(&ep, "/mx/py");
-    lock_at_until(srv.addr, "py", |_, b| {
+    let (_, lock, _) = lock_at_until(srv.addr, "py", |_, b| {
         b["waiters"].as_array().is_some_and(|w| w.len() == 1)
     })
     .await;
+    let waiting = lock["waiters"][0]["session"].as_str().unwrap().to_string();
+
+    // The sessions page: one row per lease, the locks it holds and waits for,
+    // its TTL where read (docs/operations.md: "the sessions page lists one row
+    // per lease").
+    let (status, sessions) = call(srv.addr, "GET", &format!("/api/v1/fleets/{F}/sessions"), "").await;
+    assert_eq!(status, 200, "{sessions}");
+    let rows = sessions["rows"].as_array().expect("rows");
+    let row = |id: &str| {
+        rows.iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("{id}: {sessions}"))
+    };
+    let held = row(&lease);
+    assert_eq!(
+        (&held["is_lease"], &held["locks_held"]),
+        (&Value::Bool(true), &Value::from(1)),
+        "{held}"
+    );
+    assert_eq!(held["lease"]["granted_s"], 30, "{held}");
+    assert_eq!(held["lease"]["keys"][0], holder.key.as_str(), "{held}");
+    let waits = row(&waiting);
+    assert_eq!(waits["waiting_for"], serde_json::json!(["py"]), "{waits}");
+    assert_eq!(
+        (&waits["is_lease"], &waits["locks_held"]),
+        (&Value::Bool(true), &Value::from(0)),
+        "{waits}"
+    );
     let body = format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-2: stuck gateway client"}}"#);
     let (status, body) = call(srv.addr, "POST", &format!("/api/v1/fleets/{F}/locks/py/release"), &body).await;
     assert_eq!((status, &body["released"]), (200, &Value::Bool(true)), "{body}");
