@@ -307,3 +307,65 @@ async fn a_redisson_lock_through_the_api() {
         "{end:#?}"
     );
 }
+
+/// A Redlock fleet over three masters through the whole server: a lock on
+/// all three reads "3 of 3"; with one master killed its page says "2 of 3"
+/// and that master is unreachable; two tokens on different masters are shown
+/// split with the reason; a stale fence is a 409 with the current holder, the
+/// fence shown deletes the token's key where it still matches.
+#[tokio::test]
+async fn a_redlock_lock_through_the_api_and_page() {
+    const RL: &str = "/api/v1/fleets/cache/locks/rl%3Ajob";
+    let mut masters = vec![
+        RedisServer::start().await,
+        RedisServer::start().await,
+        RedisServer::start().await,
+    ];
+    let hosts: Vec<String> = masters.iter().map(|m| format!("127.0.0.1:{}", m.port())).collect();
+    let spec = StoreSpec::parse(&format!("redlock+redis://{}?match=rl:*", hosts.join(","))).unwrap();
+    let (addr, _audit, _history, _dir, _stop) = serve(&spec).await;
+    let ttl = Duration::from_secs(30);
+    for m in &masters {
+        assert!(m.set_nx("rl:job", "tok-A", ttl).await);
+    }
+    let (_, lock, _) = lock_until(addr, RL, |s, b| {
+        s == 200 && b["entry"]["body"]["detail"]["redlock"]["agree"] == 3
+    })
+    .await;
+    let fence = lock["entry"]["fence"].as_i64().unwrap();
+
+    masters[2].stop();
+    lock_until(addr, RL, |s, b| {
+        s == 200 && b["entry"]["body"]["detail"]["redlock"]["agree"] == 2
+    })
+    .await;
+    let html = page(addr, "/lock?fleet=cache&name=rl%3Ajob").await;
+    for said in [
+        "2 of 3 (quorum 2)",
+        &format!("{}: unreachable", hosts[2]),
+        "Redis has no sessions to end",
+    ] {
+        assert!(html.contains(said), "{said:?} not on the page");
+    }
+
+    assert!(masters[0].set_nx("rl:split", "tok-X", ttl).await);
+    assert!(masters[1].set_nx("rl:split", "tok-Y", ttl).await);
+    lock_until(addr, "/api/v1/fleets/cache/locks/rl%3Asplit", |s, b| {
+        s == 200 && b["entry"]["body"]["detail"]["redlock"]["split"].is_string()
+    })
+    .await;
+    let html = page(addr, "/lock?fleet=cache&name=rl%3Asplit").await;
+    assert!(
+        html.contains("detail-redlock-split") && html.contains("tok-X on 1, tok-Y on 1"),
+        "split not on the page"
+    );
+
+    let release = |fence: i64| format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-4"}}"#);
+    let path = format!("{RL}/release");
+    let (status, body) = call(addr, "POST", &path, &release(fence + 1)).await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["current"]["fence"], fence, "{body}");
+    let (status, body) = call(addr, "POST", &path, &release(fence)).await;
+    assert_eq!((status, &body["released"]), (200, &Value::Bool(true)), "{body}");
+    lock_until(addr, RL, |s, _| s == 404).await;
+}

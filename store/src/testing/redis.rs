@@ -93,6 +93,23 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// `SET key token NX PX ttl`, as redsync and node-redlock take a lock on
+    /// one master; `true`: taken.
+    pub async fn set_nx(&self, key: &str, token: &str, ttl: Duration) -> bool {
+        let client = ::redis::Client::open(self.url()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let ok: Option<String> = ::redis::cmd("SET")
+            .arg(key)
+            .arg(token)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        ok.is_some()
+    }
+
     /// Kills the server (SIGKILL: its data is gone).
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {

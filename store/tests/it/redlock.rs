@@ -36,16 +36,11 @@ async fn con(server: &RedisServer) -> ::redis::aio::MultiplexedConnection {
 
 /// `SET key token NX PX 30000` on one master, as redsync's acquire does.
 async fn set_nx(server: &RedisServer, key: &str, token: &str) {
-    let ok: Option<String> = ::redis::cmd("SET")
-        .arg(key)
-        .arg(token)
-        .arg("NX")
-        .arg("PX")
-        .arg(30_000)
-        .query_async(&mut con(server).await)
-        .await
-        .unwrap();
-    assert_eq!(ok.as_deref(), Some("OK"), "{key} taken on {}", server.url());
+    assert!(
+        server.set_nx(key, token, Duration::from_secs(30)).await,
+        "{key} taken on {}",
+        server.url()
+    );
 }
 
 async fn get(server: &RedisServer, key: &str) -> Option<String> {
