@@ -24,7 +24,7 @@ pub const ZK_NO_BLACKLIST: &str = "Blacklist: not possible. ZooKeeper cannot end
 /// What ZooKeeper does not keep.
 pub const ZK_UNKNOWN: &str = "Not kept by ZooKeeper, so unknown: the holder's service, host and pid (unless a \
      node's data names them), the purpose, when the holder got the lock (its node's creation is when it began \
-     to contend), and its session's timeout (told only to its own client).";
+     to contend).";
 
 /// The library a recipe name stands for, for people.
 pub fn recipe_text(r: ZkRecipe) -> &'static str {
@@ -81,10 +81,10 @@ pub fn record(entry: &LockEntry, lock: &ZkLock, d: &LockDetail, now: Millis) -> 
         .as_ref()
         .map(|n| absolute_and_relative(n.ctime, now))
         .unwrap_or_else(|| "unknown".into());
-    let timeout = lock
-        .holder_timeout_ms
-        .map(|t| human_duration(t))
-        .unwrap_or_else(|| "unknown (ZooKeeper tells a session's timeout only to its own client)".into());
+    let timeout = lock.holder_timeout_ms.map(|t| human_duration(t)).unwrap_or_else(|| {
+        "unknown (ZooKeeper tells a session's timeout only to its own client, and the servers' cons is not allowed)"
+            .into()
+    });
     view! {
         <section class="record foreign">
             <h3>"ZooKeeper lock"</h3>

@@ -136,6 +136,8 @@ pub(crate) struct Table {
     locks: HashMap<String, BTreeMap<(i64, String), ZkNode>>,
     /// The entry and waiters last sent per lock.
     shown: HashMap<String, (LockEntry, BTreeSet<String>)>,
+    /// Sessions' negotiated timeouts, where the servers tell them ([`super::cons`]).
+    timeouts: super::cons::Timeouts,
 }
 
 impl Table {
@@ -144,6 +146,7 @@ impl Table {
             root: root.to_string(),
             locks: HashMap::new(),
             shown: HashMap::new(),
+            timeouts: Default::default(),
         }
     }
 
@@ -181,10 +184,49 @@ impl Table {
         removed
     }
 
-    /// Lock `name` as it stands now.
+    /// Lock `name` as it stands now, with its holder's session timeout if known.
     pub(crate) fn derive(&self, name: &str) -> Option<(LockEntry, BTreeSet<String>)> {
         let nodes = self.locks.get(name)?;
-        derive(name, &self.path_of(name), nodes.values().cloned().collect())
+        let (mut entry, waiters) = derive(name, &self.path_of(name), nodes.values().cloned().collect())?;
+        if let LockBody::Foreign {
+            session: Some(s),
+            detail: Some(d),
+            ..
+        } = &mut entry.body
+        {
+            let FamilyDetail::Zookeeper(lock) = &mut **d else {
+                return Some((entry, waiters));
+            };
+            lock.holder_timeout_ms = self.timeouts.get(s.as_str()).copied();
+        }
+        Some((entry, waiters))
+    }
+
+    /// The holder's session of lock `name`.
+    fn holder_session(&self, name: &str) -> Option<&str> {
+        Some(self.locks.get(name)?.values().next()?.session.as_str())
+    }
+
+    /// Whether some holder's timeout is unknown.
+    pub(crate) fn holder_timeout_unknown(&self, name: &str) -> bool {
+        self.holder_session(name)
+            .is_some_and(|s| !self.timeouts.contains_key(s))
+    }
+
+    /// Takes the sessions' timeouts as read now; returns the locks whose
+    /// holder's timeout changed (to be settled).
+    pub(crate) fn set_timeouts(&mut self, timeouts: super::cons::Timeouts) -> Vec<String> {
+        let changed = self
+            .locks
+            .keys()
+            .filter(|name| {
+                self.holder_session(name)
+                    .is_some_and(|s| self.timeouts.get(s) != timeouts.get(s))
+            })
+            .cloned()
+            .collect();
+        self.timeouts = timeouts;
+        changed
     }
 
     /// The events that bring the dashboard from what it was told of `names`

@@ -10,7 +10,8 @@
 //! the node's ctime; the other contenders wait, in order. Each node's data is
 //! kept where a library writes some (kazoo: the contender's identifier). What
 //! ZooKeeper does not tell a third party (the holders' service, host, pid,
-//! their sessions' timeouts) is unknown, never invented. The observer
+//! their sessions' timeouts unless the servers' `cons` tells them: [`cons`])
+//! is unknown, never invented. The observer
 //! ([`observer`]) keeps it live with one persistent recursive watch on ROOT.
 //!
 //! Admin actions ([`ZkFleet`]): a guarded force-release deletes the holder's
@@ -22,6 +23,7 @@
 //! refused: ZooKeeper cannot end another client's session. The unlocker never
 //! acts here: these locks end with their sessions.
 
+mod cons;
 mod layout;
 mod observer;
 

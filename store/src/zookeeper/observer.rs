@@ -13,6 +13,10 @@
 //! the tree afresh (likewise after this session's own expiry). The liveness
 //! probe is an `exists` of ROOT's parent on the observer's session
 //! ([`crate::liveness`]).
+//!
+//! Holders' session timeouts come from the servers' `cons` ([`super::cons`]):
+//! read with the tree, then every [`CONS_EVERY`], and within 1 s when a lock
+//! gets a holder whose timeout is not known yet (only while `cons` answers).
 
 use std::time::Duration;
 
@@ -21,6 +25,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use zookeeper_client::{AddWatchMode, Client, Error as ZkError, EventType, SessionState};
 
+use super::cons::{self, CONS_EVERY};
 use super::layout::{self, Table};
 use super::{store_error, timed, ZkTarget, IN_FLIGHT};
 use crate::backoff::Backoff;
@@ -102,6 +107,12 @@ impl ZkObserver {
         // Watched before the read, so no change after it goes unseen.
         let mut watcher = timed(client.watch(&self.target.root, AddWatchMode::PersistentRecursive)).await?;
         self.read(&client).await?;
+        let timeouts = cons::read(&self.target.hosts).await;
+        let mut told = !timeouts.is_empty();
+        self.table.set_timeouts(timeouts);
+        let mut last_cons = tokio::time::Instant::now();
+        // A holder whose timeout is unknown: the servers are asked again within 1 s.
+        let mut unknown = false;
         let revision = self.next_revision();
         if link.reset(self.table.snapshot(revision)).await.is_err() {
             return Ok(());
@@ -110,7 +121,27 @@ impl ZkObserver {
             return Ok(());
         }
         loop {
-            let event = watcher.changed().await;
+            let soon = if told && unknown {
+                Duration::from_secs(1)
+            } else {
+                CONS_EVERY
+            };
+            let event = tokio::select! {
+                event = watcher.changed() => event,
+                _ = tokio::time::sleep_until(last_cons + soon) => {
+                    let timeouts = cons::read(&self.target.hosts).await;
+                    (told, unknown, last_cons) = (!timeouts.is_empty(), false, tokio::time::Instant::now());
+                    let names = self.table.set_timeouts(timeouts);
+                    if !names.is_empty() {
+                        let revision = self.next_revision();
+                        let events = self.table.settle(names, revision);
+                        if !events.is_empty() && link.events(events).await.is_err() {
+                            return Ok(());
+                        }
+                    }
+                    continue;
+                }
+            };
             self.beat.saw();
             let path = match event.event_type {
                 EventType::Session => match event.session_state {
@@ -149,6 +180,7 @@ impl ZkObserver {
             if !changed {
                 continue;
             }
+            unknown |= self.table.holder_timeout_unknown(&name);
             let revision = self.next_revision();
             let events = self.table.settle([name], revision);
             if !events.is_empty() && link.events(events).await.is_err() {

@@ -63,6 +63,16 @@ async fn kazoo_and_recipe_locks_are_shown_handed_over_expired_and_guarded_releas
         w.state.waiters_of("jobs/nightly").collect::<Vec<_>>(),
         [b.session.as_str()]
     );
+    // docs/operations.md: "its session's negotiated timeout, where the servers allow the `cons`
+    // four-letter word" (the harness's servers do): kazoo asked for 1 s.
+    let t0 = Instant::now();
+    w.until("the holder's session timeout", |s| {
+        s.get("jobs/nightly")
+            .and_then(zk_lock)
+            .is_some_and(|l| l.holder_timeout_ms == Some(1000))
+    })
+    .await;
+    assert!(t0.elapsed() < 2 * SECOND, "timeout shown after {:?}", t0.elapsed());
 
     // The documented recipe: `lock-<seq>` nodes, three sessions in order.
     let r1 = RecipeLock::create(&zk, "/locks/raw/a").await;

@@ -1,0 +1,80 @@
+//! The sessions' negotiated timeouts, where the servers tell them: ZooKeeper
+//! tells a session's timeout only to its own client, but each server's `cons`
+//! four-letter word lists the connections it serves, each with its session id
+//! (`sid=0x…`) and negotiated timeout (`to=…` ms). `cons` answers only where
+//! `4lw.commands.whitelist` allows it (not by default since 3.5); elsewhere
+//! every timeout stays unknown. Read every [`CONS_EVERY`] from every server.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How often the servers are asked.
+pub const CONS_EVERY: Duration = Duration::from_secs(10);
+
+/// How long one server may take to answer (connect and read).
+const CONS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The most of one answer read (about 200 bytes a connection).
+const CONS_MAX_BYTES: u64 = 64 << 20;
+
+/// Session (hex, as [`super::layout::session_hex`] writes it) → negotiated timeout in ms.
+pub(crate) type Timeouts = HashMap<String, i64>;
+
+/// What one `cons` answer says: each connection's session and timeout.
+pub(crate) fn parse(answer: &str) -> Timeouts {
+    let mut out = Timeouts::new();
+    for line in answer.lines() {
+        let field = |name: &str| {
+            line.split(['(', ',', ')'])
+                .find_map(|f| f.trim().strip_prefix(name))
+                .map(str::to_string)
+        };
+        let (Some(sid), Some(to)) = (field("sid="), field("to=")) else {
+            continue;
+        };
+        let Some(id) = sid.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok()) else {
+            continue;
+        };
+        if let Ok(to) = to.parse::<i64>() {
+            out.insert(super::layout::session_hex(id as i64), to);
+        }
+    }
+    out
+}
+
+/// Every server's `cons`, merged; a server that does not answer (down, or
+/// `cons` not allowed) adds nothing.
+pub(crate) async fn read(hosts: &[String]) -> Timeouts {
+    let mut all = Timeouts::new();
+    for host in hosts {
+        let ask = async {
+            let mut s = TcpStream::connect(host.as_str()).await?;
+            s.write_all(b"cons").await?;
+            let mut answer = String::new();
+            s.take(CONS_MAX_BYTES).read_to_string(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer)
+        };
+        match tokio::time::timeout(CONS_TIMEOUT, ask).await {
+            Ok(Ok(answer)) => all.extend(parse(&answer)),
+            Ok(Err(e)) => tracing::debug!(%host, error = %e, "zookeeper cons not read"),
+            Err(_) => tracing::debug!(%host, "zookeeper cons not answered in time"),
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cons_answer_is_sessions_and_timeouts() {
+        let answer = " /127.0.0.1:51234[1](queued=0,recved=9,sent=9,sid=0x1000156e1e40000,lop=PING,est=1795702794851,to=2000,lcxid=0x3,lzxid=0x4,lresp=1795702795851,llat=0,minlat=0,avglat=0,maxlat=1)\n \
+             /127.0.0.1:51240[0](queued=0,recved=1,sent=0)\n\n";
+        assert_eq!(parse(answer), Timeouts::from([("0x1000156e1e40000".to_string(), 2000)]));
+        assert!(parse("cons is not executed because it is not in the whitelist.\n").is_empty());
+    }
+}
