@@ -1,9 +1,10 @@
-//! One lock's timeline on the history page: a horizontal UTC time axis over the
-//! query's range, a bar per acquisition (acquired → its end, or the range's end
-//! if still held), the waits as thin bars below, and labelled markers for
-//! force-releases, auto-releases and blacklistings; a window where the
-//! fleet's history is incomplete (a recorded gap) is a dashed band labelled
-//! "gap", its words in its title.
+//! One lock's timeline on the history page: a horizontal time axis (in the
+//! display zone, named at its left) over the query's range, a bar per
+//! acquisition (acquired → its end, or the range's end if still held), the
+//! waits as thin bars below, and labelled markers for force-releases,
+//! auto-releases and blacklistings; a window where the fleet's history is
+//! incomplete (a recorded gap) is a dashed band labelled "gap", its words in
+//! its title.
 //!
 //! Hand-written SVG: no chart crate draws Gantt-style intervals (the contention
 //! charts, which are series, will use one). [`lanes`] turns events into what is
@@ -15,7 +16,7 @@ use std::collections::HashMap;
 
 use leptos::prelude::*;
 use lockscope_model::history::{Gap, HistoryEvent, Kind};
-use lockscope_model::time::{datetime, hms, human_duration, tick_label, Millis};
+use lockscope_model::time::{datetime, hms, human_duration, tick_label, zone_label, Millis};
 
 use crate::rows::short;
 
@@ -312,6 +313,11 @@ pub fn Timeline(
     let marks_y = WAIT_Y + lanes.wait_rows.max(1) as f64 * WAIT_ROW + 10.0;
     let height = marks_y + 2.0 * 14.0 + 6.0;
     let (ticks, step) = ticks(from, to);
+    // The ticks' zone, beside them ("UTC+1→UTC+2" over a daylight-saving change).
+    let zone = match (zone_label(from), zone_label(to)) {
+        (a, b) if a == b => a,
+        (a, b) => format!("{a}→{b}"),
+    };
     let axis = ticks
         .into_iter()
         .map(|t| {
@@ -409,6 +415,7 @@ pub fn Timeline(
                 <title>{summary}</title>
                 {axis}
                 {gap_bands}
+                <text class="lane" x="0" y="12" data-testid="timeline-zone">{zone}</text>
                 <text class="lane" x="0" y=px(HOLD_Y + 16.0)>"held"</text>
                 <text class="lane" x="0" y=px(WAIT_Y + 6.0)>"waits"</text>
                 <text class="lane" x="0" y=px(marks_y + 10.0)>"events"</text>

@@ -275,6 +275,10 @@ test.describe('time zone', () => {
     await hydrated(page);
     await expect(page.getByTestId('pref-zone')).toHaveValue('local');
     await expect(firstTime).toContainText(`${local} UTC+1 (`);
+    // The timeline's axis names its zone.
+    await page.goto(`${stack.url}/history?fleet=embedded&lock=${encodeURIComponent(LOCK)}`);
+    await hydrated(page);
+    await expect(page.getByTestId('timeline-zone')).toHaveText('UTC+1');
     // A live page re-drawn in the chosen zone stays live.
     await page.goto(`${stack.url}${LOCK_PAGE}`);
     await hydrated(page);

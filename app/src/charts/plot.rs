@@ -1,5 +1,5 @@
 //! The time charts, drawn by leptos-chartistry: one line per source over the
-//! window's buckets, UTC tick labels from [`tick_label`], grid lines, a legend
+//! window's buckets, tick labels in the display zone from [`tick_label`] (the axis title names it), grid lines, a legend
 //! where a chart has several lines, the unit in the Y axis title, and a hover
 //! tooltip with the bucket's span and each line's value in its unit.
 //!
