@@ -284,6 +284,11 @@ test.describe('time zone', () => {
     await hydrated(page);
     await expect(page.getByTestId('connection')).toHaveAttribute('data-state', 'live');
     await expect(footer).toContainText('shown in your time zone, UTC+1 now');
+    await page.goto(`${stack.url}/?fleet=embedded`);
+    await hydrated(page);
+    await expect(page.getByTestId('connection')).toHaveAttribute('data-state', 'live');
+    await expect(page.getByTestId('lock-row').first()).toBeVisible();
+    await expect(page.getByTestId('held-for').first()).toHaveAttribute('title', /UTC\+1/);
     await page.goto(`${stack.url}/audit`);
     await hydrated(page);
     await page.getByTestId('pref-zone').selectOption('utc');
