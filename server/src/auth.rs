@@ -17,7 +17,7 @@ use argon2::Argon2;
 use axum::http::{header, HeaderMap, StatusCode};
 use lockscope_model::admin::{Role, Viewer};
 
-use crate::audit::{AuditError, AuditLog, NewSession};
+use crate::remember::audit::{AuditError, AuditLog, NewSession};
 use crate::settings::{AuthFile, Limits, TokenFile};
 
 pub mod limit;
@@ -423,12 +423,7 @@ fn viewer(identity: &Identity, headers: &HeaderMap, set: impl Fn(&str) -> String
     (viewer, set)
 }
 
-/// `n` random bytes from the operating system, hex-encoded.
-pub fn random_hex(n: usize) -> String {
-    let mut bytes = vec![0u8; n];
-    getrandom::fill(&mut bytes).expect("the operating system's random source");
-    hex::encode(bytes)
-}
+use crate::client::random_hex;
 
 /// A new API token for `name` and the `[[auth.tokens]]` entry that accepts it
 /// (`lockscope token`). The token is shown once; the file keeps its hash.

@@ -5,18 +5,16 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use lockscope::audit::AuditLog;
+use lockscope::act::unlocker::{Deps, UnlockerConfig};
 use lockscope::auth::Auth;
-use lockscope::config::{parse_fleet, Cli, Command, DemoArgs, LockArgs, ServeArgs, TokenArgs, UnlockArgs};
-use lockscope::demo::DemoConfig;
-use lockscope::history::{History, Recorder, Retention};
-use lockscope::http::AppState;
-use lockscope::hub::{Fleets, HubHandle};
+use lockscope::cli::args::{parse_fleet, Cli, Command, DemoArgs, ServeArgs, TokenArgs};
+use lockscope::cli::demo::DemoConfig;
+use lockscope::live::hub::{Fleets, HubHandle};
+use lockscope::remember::audit::AuditLog;
+use lockscope::remember::history::{History, Recorder, Retention};
 use lockscope::settings::FileConfig;
-use lockscope::unlocker::{Deps, UnlockerConfig};
+use lockscope::web::AppState;
 use lockscope_model::unlock::{Mode, DEFAULT_GRACE_MS};
-use lockscope_store::client::{LockOptions, Session, SessionConfig};
-use lockscope_store::fleet::Release;
 use lockscope_store::spec::StoreSpec;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
@@ -76,12 +74,12 @@ async fn run() -> anyhow::Result<()> {
         .init();
     match cli.command {
         None => serve(cli.serve).await,
-        Some(Command::Lock(args)) => lock(args).await,
-        Some(Command::Unlock(args)) => unlock(args).await,
+        Some(Command::Lock(args)) => lockscope::cli::locks::lock(args).await,
+        Some(Command::Unlock(args)) => lockscope::cli::locks::unlock(args).await,
         Some(Command::Demo(args)) => demo(args).await,
         Some(Command::Token(args)) => token(args),
-        Some(Command::Admin(args)) => lockscope::remote::run(args).await,
-        Some(Command::History(args)) => lockscope::history::cli::run(args).await,
+        Some(Command::Admin(args)) => lockscope::cli::admin::run(args).await,
+        Some(Command::History(args)) => lockscope::cli::history::run(args).await,
     }
 }
 
@@ -118,7 +116,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if !args.etcd.is_empty() {
         fleets.insert(
             0,
-            lockscope::config::FleetSpec {
+            lockscope::cli::args::FleetSpec {
                 name: args.fleet.clone(),
                 store: StoreSpec::Etcd {
                     endpoints: args.etcd.clone(),
@@ -212,7 +210,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             audit: state.audit.clone(),
             metrics: state.metrics.clone(),
         };
-        unlockers.push(tokio::spawn(lockscope::unlocker::run(
+        unlockers.push(tokio::spawn(lockscope::act::unlocker::run(
             hub.clone(),
             store,
             cfg,
@@ -329,7 +327,7 @@ async fn embedded_default(
             let until_stop = async move {
                 let _ = stop.wait_for(|s| *s).await.map(|_| ());
             };
-            match lockscope::demo::run(locks, DemoConfig::default(), until_stop).await {
+            match lockscope::cli::demo::run(locks, DemoConfig::default(), until_stop).await {
                 Ok(stats) => tracing::info!(%stats, "demo fleet stopped"),
                 Err(e) => tracing::error!(error = %e, "demo fleet failed"),
             }
@@ -353,134 +351,11 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
-/// Takes a lock through the client library and exits holding it (its session
-/// stops heartbeating, as a dead worker's would). A held lock is waited for —
-/// up to `--wait`, or until it is free — as a waiter the dashboard shows, and
-/// the session's counters (attempts, conflicts, waits) are published before exit.
-/// After the session's ttl the dashboard shows the lock as orphaned until
-/// `unlock` (or the unlocker) releases it.
-async fn lock(args: LockArgs) -> anyhow::Result<()> {
-    let spec = args.store.spec();
-    let store = spec.connect().await?;
-    let session = Session::open(store, SessionConfig::new(args.service)).await?;
-    let expected = Duration::from_secs(args.expected_runtime);
-    let opts = LockOptions::new(args.purpose, expected).auto_unlock_after(expected * 2);
-    let mut batch = session.try_lock_batch(&[&args.name], opts.clone()).await?;
-    let guard = match (batch.taken.pop(), batch.busy.pop()) {
-        (Some(guard), _) => guard,
-        (None, Some((_, holder))) => {
-            let who = holder.as_ref().map_or("someone".to_string(), holder_text);
-            if args.no_wait {
-                session.heartbeat_now().await;
-                bail!("{} is held by {who}", args.name);
-            }
-            let limit = args
-                .wait
-                .map_or("until it is free".into(), |d| format!("up to {}", human(d)));
-            eprintln!("{} is held by {who}; waiting {limit} (Ctrl-C gives up)", args.name);
-            let waited = wait_for(&session, &args.name, opts, args.wait).await;
-            session.heartbeat_now().await;
-            waited?
-        }
-        (None, None) => bail!("{}: the store answered neither acquired nor busy", args.name),
-    };
-    println!(
-        "acquired {} fence={} session={}",
-        args.name,
-        guard.fence(),
-        session.id()
-    );
-    session.heartbeat_now().await;
-    guard.abandon();
-    Ok(())
-}
-
-/// Waits for `name` (at most `limit`; `None`: until it is free), saying every
-/// 30 s that it still waits.
-async fn wait_for(
-    session: &Session<lockscope_store::spec::AnyLocks>,
-    name: &str,
-    opts: LockOptions,
-    limit: Option<Duration>,
-) -> anyhow::Result<lockscope_store::client::LockGuard<lockscope_store::spec::AnyLocks>> {
-    // Without a limit the client library's deadline is renewed daily: its
-    // wait stays one registration as a waiter, whatever the deadline.
-    const DAY: Duration = Duration::from_secs(86_400);
-    let started = tokio::time::Instant::now();
-    let mut tick = tokio::time::interval_at(started + Duration::from_secs(30), Duration::from_secs(30));
-    let attempt = async {
-        loop {
-            let deadline = limit.map_or(DAY, |l| l.saturating_sub(started.elapsed()));
-            match session.lock(name, opts.clone().deadline(deadline)).await {
-                Err(lockscope_store::StoreError::Deadline { .. }) if limit.is_none() => continue,
-                r => return r,
-            }
-        }
-    };
-    tokio::pin!(attempt);
-    loop {
-        tokio::select! {
-            r = &mut attempt => return r.map_err(|e| match e {
-                lockscope_store::StoreError::Deadline { .. } => {
-                    anyhow::anyhow!("{name} is still held after {}: gave up", human(started.elapsed()))
-                }
-                e => e.into(),
-            }),
-            _ = tick.tick() => eprintln!("still waiting for {name} ({})", human(started.elapsed())),
-            _ = tokio::signal::ctrl_c() => bail!("{name}: gave up waiting after {}", human(started.elapsed())),
-        }
-    }
-}
-
-/// `1m30s`-style text of a duration, to the second.
-fn human(d: Duration) -> String {
-    let s = d.as_secs();
-    match (s / 3600, s / 60 % 60, s % 60) {
-        (0, 0, s) => format!("{s}s"),
-        (0, m, s) => format!("{m}m{s:02}s"),
-        (h, m, _) => format!("{h}h{m:02}m"),
-    }
-}
-
-/// Who holds a lock, as the CLI says it.
-fn holder_text(h: &lockscope_model::LockEntry) -> String {
-    match h.record() {
-        Some(r) => format!(
-            "{}@{}:{} (session {}), fence {}",
-            r.service, r.host, r.pid, r.session, h.fence
-        ),
-        None => match h.holder_session() {
-            Some(s) => format!("session {s} (foreign schema), fence {}", h.fence),
-            None if matches!(h.body, lockscope_model::LockBody::Foreign { .. }) => {
-                format!("an unknown session (foreign schema), fence {}", h.fence)
-            }
-            None => format!("a malformed record, fence {}", h.fence),
-        },
-    }
-}
-
-async fn unlock(args: UnlockArgs) -> anyhow::Result<()> {
-    let store = args.store.spec().open()?;
-    match store.release(&args.name, args.fence).await? {
-        Release::Released(_) => {
-            println!("released {} fence={}", args.name, args.fence);
-            Ok(())
-        }
-        Release::NotHeld => bail!("{} was not released: it is not held", args.name),
-        Release::Changed(now) => bail!(
-            "{} was not released: it is no longer the acquisition with fence {} (now fence {})",
-            args.name,
-            args.fence,
-            now.fence
-        ),
-    }
-}
-
 async fn demo(args: DemoArgs) -> anyhow::Result<()> {
     let spec = args.store.spec();
     tracing::info!(store = %spec.source(), "demo fleet");
     let locks = spec.connect().await?;
-    let stats = lockscope::demo::run(locks, args.demo_config(), shutdown_signal())
+    let stats = lockscope::cli::demo::run(locks, args.demo_config(), shutdown_signal())
         .await
         .context("demo fleet")?;
     println!("demo finished: {stats}");

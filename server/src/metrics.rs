@@ -1,15 +1,15 @@
-//! `GET /metrics`: every fleet's numbers for Prometheus, in the OpenMetrics text
+//! Every fleet's numbers for Prometheus (served at `GET /metrics` by [`crate::web`]), in the OpenMetrics text
 //! format, made with `prometheus-client` (the Prometheus project's Rust client).
 //! Every metric is named `lockscope_…` and labelled by `fleet`; each one is
 //! documented in `docs/operations.md` ("Metrics").
 //!
 //! Where the numbers come from — nothing is counted or scanned per scrape:
 //! - lock counts and the store status: the summary each hub already publishes
-//!   ([`crate::hub::HubHandle::summary`]), read at scrape time;
+//!   ([`crate::live::hub::HubHandle::summary`]), read at scrape time;
 //! - the oldest lock, contention counters and the wait histogram, store
-//!   reconnects, websocket connections and lag drops: each hub's [`FleetStats`],
-//!   written by the hub task ([`HubFeed`]) and by websocket connections;
-//! - the lock history's writer: its [`crate::history::HistoryStats`];
+//!   reconnects, websocket connections and lag drops: each hub's [`crate::live::stats::FleetStats`],
+//!   written by the hub task ([`crate::live::stats::HubFeed`]) and by websocket connections;
+//! - the lock history's writer: its [`crate::remember::history::HistoryStats`];
 //! - the limits on what clients can make the server hold (`limits.rs`):
 //!   counted by the websocket registry, [`crate::auth::Auth`] and the audit
 //!   log's tallies;
@@ -20,7 +20,7 @@
 //! `AppState::metrics`); [`Metrics::new`] holds the unlocker's metrics alone.
 //!
 //! Layout: the model's `contention` turns the sessions' cumulative counters into
-//! counters that never go down; `fleet.rs` is the hub's side ([`HubFeed`], [`FleetStats`]);
+//! counters that never go down; the hub's side is [`crate::live::stats`];
 //! `collect.rs` encodes the per-fleet families at scrape time.
 //!
 //! With authentication configured, a scrape needs an identity like the read API
@@ -28,25 +28,15 @@
 //! server is on loopback only and `/metrics` is open.
 
 mod collect;
-mod fleet;
 mod limits;
 
-use axum::extract::State;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::Router;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-pub use fleet::{CounterCharts, FleetStats, HubFeed, StatsNow, WebsocketOpen};
-
-use crate::api::Caller;
-use crate::http::AppState;
-use crate::hub::Fleets;
+use crate::live::hub::Fleets;
 
 /// What `/metrics` answers with (the format `prometheus-client` writes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -148,7 +138,7 @@ impl Metrics {
     }
 
     /// With the lock history's writer numbers too.
-    pub fn with_history(mut self, stats: std::sync::Arc<crate::history::HistoryStats>) -> Metrics {
+    pub fn with_history(mut self, stats: std::sync::Arc<crate::remember::history::HistoryStats>) -> Metrics {
         self.registry
             .register_collector(Box::new(collect::HistoryCollector { stats }));
         self
@@ -159,8 +149,8 @@ impl Metrics {
     pub fn with_limits(
         mut self,
         auth: std::sync::Arc<crate::auth::Auth>,
-        sockets: std::sync::Arc<crate::ws::limit::Sockets>,
-        audit: crate::audit::AuditLog,
+        sockets: std::sync::Arc<crate::live::subscriber::limit::Sockets>,
+        audit: crate::remember::audit::AuditLog,
     ) -> Metrics {
         self.registry
             .register_collector(Box::new(limits::LimitsCollector { auth, sockets, audit }));
@@ -205,25 +195,6 @@ fn reason_labels(fleet: &str, reason: &str) -> ReasonLabels {
     ReasonLabels {
         fleet: fleet.into(),
         reason: reason.into(),
-    }
-}
-
-pub fn routes() -> Router<AppState> {
-    Router::new().route("/metrics", get(scrape))
-}
-
-/// `GET /metrics`: with authentication configured, for any identity (a
-/// Prometheus bearer token); without, open (the server is on loopback only).
-async fn scrape(State(state): State<AppState>, caller: Caller) -> Response {
-    if let Err(r) = caller.reader() {
-        return r.into_response();
-    }
-    match state.metrics.encode() {
-        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
-        Err(_) => {
-            tracing::error!("encoding the metrics failed");
-            crate::api::error(StatusCode::INTERNAL_SERVER_ERROR, "encoding the metrics failed")
-        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! `lockscope.toml`: the fleet list, where the audit log lives, and who may do
 //! what. Flags and environment variables override the file (see
-//! [`crate::config::ServeArgs`]); `docs/operations.md` documents every key.
+//! `ServeArgs` in `cli/args.rs`); `docs/operations.md` documents every key.
 //!
 //! ```toml
 //! listen = "0.0.0.0:3000"
@@ -146,8 +146,33 @@ impl Limits {
     }
 }
 
+/// The limits of history exports (`[history_exports]` in `lockscope.toml`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportLimits {
+    /// Running exports per identity (`per_identity`, default 2).
+    pub per_identity: usize,
+    /// Running exports in all (`total`, default 8).
+    pub total: usize,
+    /// A download whose client has taken nothing for this long is ended
+    /// (`idle_secs`, default 30).
+    pub idle: std::time::Duration,
+    /// Connections of the exports' own pool (`connections`, default 2).
+    pub connections: u32,
+}
+
+impl Default for ExportLimits {
+    fn default() -> Self {
+        ExportLimits {
+            per_identity: 2,
+            total: 8,
+            idle: std::time::Duration::from_secs(30),
+            connections: 2,
+        }
+    }
+}
+
 /// `[history_exports]`: limits of the history's CSV/NDJSON exports (see
-/// [`crate::history::ExportLimits`] for the defaults).
+/// [`ExportLimits`] for the defaults).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryExportsFile {
@@ -167,9 +192,9 @@ pub const HISTORY_EXPORTS_MAX: (usize, usize, u64, u32) = (1024, 1024, 86_400, 6
 
 impl HistoryExportsFile {
     /// The limits, defaults filled in (the file is checked when parsed).
-    pub fn limits(&self) -> crate::history::ExportLimits {
-        let d = crate::history::ExportLimits::default();
-        crate::history::ExportLimits {
+    pub fn limits(&self) -> ExportLimits {
+        let d = ExportLimits::default();
+        ExportLimits {
             per_identity: self.per_identity.unwrap_or(d.per_identity).max(1),
             total: self.total.unwrap_or(d.total).max(1),
             idle: self
@@ -400,7 +425,7 @@ mod tests {
         );
         assert_eq!(
             HistoryExportsFile::default().limits(),
-            crate::history::ExportLimits::default(),
+            ExportLimits::default(),
             "an absent [history_exports] keeps the defaults"
         );
         let auth = c.auth.unwrap();

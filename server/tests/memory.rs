@@ -11,7 +11,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use lockscope::views::{Now, Views};
+use lockscope::live::views::{Now, Views};
 use lockscope_model::record::RECORD_VERSION;
 use lockscope_model::view::ViewSpec;
 use lockscope_model::{FleetEvent, FleetState, LockBody, LockEntry, LockRecord, Snapshot};

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use futures::stream::{self, StreamExt};
-use lockscope::audit::AuditLog;
+use lockscope::remember::audit::AuditLog;
 use lockscope_model::admin::{AuditEntry, AuditQuery, Outcome, MAX_AUDIT_ROWS};
 use lockscope_store::fleet::{FleetStore, UnlockerInfo};
 use lockscope_store::protocol::{Attempt, LockStore};

@@ -18,18 +18,7 @@ use tokio::time::Instant;
 /// How long a source's failures are counted together.
 pub const WINDOW: Duration = Duration::from_secs(60);
 
-/// Where a request came from, as the limits count it: the peer address, an
-/// IPv6 peer's /64 (an IPv4 address mapped into IPv6 is that IPv4 address).
-/// `None`: unknown (a request that did not come over a socket).
-pub fn source(peer: Option<IpAddr>) -> Option<IpAddr> {
-    Some(match peer? {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => IpAddr::V4(v4),
-            None => IpAddr::V6((u128::from(v6) & !((1u128 << 64) - 1)).into()),
-        },
-    })
-}
+pub(crate) use crate::client::source;
 
 /// A source's failures in its current window.
 #[derive(Clone, Copy, Debug)]

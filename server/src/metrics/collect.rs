@@ -15,8 +15,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
 
-use super::fleet::StatsNow;
-use crate::hub::Fleets;
+use crate::live::hub::Fleets;
+use crate::live::stats::StatsNow;
 
 /// Encodes every fleet's families (registered with the [`super::Metrics`] registry).
 #[derive(Clone)]
@@ -252,7 +252,7 @@ impl Collector for FleetCollector {
 /// stalled, and the exports' limits.
 #[derive(Debug)]
 pub(super) struct HistoryCollector {
-    pub(super) stats: std::sync::Arc<crate::history::HistoryStats>,
+    pub(super) stats: std::sync::Arc<crate::remember::history::HistoryStats>,
 }
 
 impl Collector for HistoryCollector {

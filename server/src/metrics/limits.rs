@@ -15,9 +15,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 
-use crate::audit::AuditLog;
 use crate::auth::Auth;
-use crate::ws::limit::{Sockets, Which};
+use crate::live::subscriber::limit::{Sockets, Which};
+use crate::remember::audit::AuditLog;
 
 /// Encodes the limits' families (registered with the [`super::Metrics`] registry).
 pub(super) struct LimitsCollector {
@@ -96,7 +96,7 @@ impl Collector for LimitsCollector {
             let m = enc.encode_descriptor(&name, &help, None, MetricType::Gauge)?;
             ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(m)?;
         }
-        // The audit spool (crate::audit::spool): entries the audit database
+        // The audit spool (crate::remember::audit::spool): entries the audit database
         // has not taken yet, and its fixed bound.
         let (spooled, queued) = self.audit.spool_counts();
         let gauges = [
@@ -108,7 +108,7 @@ impl Collector for LimitsCollector {
             (
                 "audit_spool_max",
                 "The most entries the audit spool holds; when full, admin actions are refused (503) before they act",
-                crate::audit::spool::SPOOL_MAX as i64,
+                crate::remember::audit::spool::SPOOL_MAX as i64,
             ),
         ];
         for (name, help, value) in gauges {

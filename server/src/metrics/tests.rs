@@ -11,7 +11,7 @@ use prometheus_parse::{Scrape, Value};
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::hub::HubHandle;
+use crate::live::hub::HubHandle;
 
 fn lock(name: &str, rev: i64, acquired_at: i64) -> LockEntry {
     let rec = LockRecord {

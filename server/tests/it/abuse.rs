@@ -83,7 +83,7 @@ async fn start() -> Running {
 /// stays running (past what the socket's buffers take) until its idle timeout.
 async fn seed_history(path: &std::path::Path) {
     use lockscope_model::history::{Draft, HistoryEvent, Kind};
-    let history = lockscope::history::History::open(&format!("sqlite:{}", path.display()), None)
+    let history = lockscope::remember::history::History::open(&format!("sqlite:{}", path.display()), None)
         .await
         .unwrap();
     let start = lockscope_store::now_ms() - 3_600_000;

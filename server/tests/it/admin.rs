@@ -31,7 +31,7 @@ enum Ask<'a> {
 /// Sends `action` on `target` through the API or (`form`) the browser's form.
 async fn ask(s: &Server, how: Ask<'_>, form: bool, action: Action, target: &str, fence: i64) -> Reply {
     // Form values are form-encoded; a path segment never is.
-    let enc = lockscope::http::encode;
+    let enc = lockscope::web::pages::encode;
     let seg = lockscope_model::url::segment;
     let mut headers: Vec<(&str, String)> = Vec::new();
     let csrf_field = match how {

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use lockscope::demo::{self, DemoConfig, DemoStats, Keyspace};
+use lockscope::cli::demo::{self, DemoConfig, DemoStats, Keyspace};
 use lockscope_model::record::{BlacklistRecord, SessionRecord};
 use lockscope_model::{LockBody, LockRecord};
 use lockscope_store::etcd::{EtcdConfig, EtcdLocks};

@@ -23,12 +23,12 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::Router;
 use http_body_util::BodyExt;
-use lockscope::audit::AuditLog;
 use lockscope::auth::{new_token, Auth};
-use lockscope::history::History;
-use lockscope::http::AppState;
-use lockscope::hub::{Fleets, HubHandle};
+use lockscope::live::hub::{Fleets, HubHandle};
+use lockscope::remember::audit::AuditLog;
+use lockscope::remember::history::History;
 use lockscope::settings::{AuthFile, ProxyFile, TokenFile, UserFile};
+use lockscope::web::AppState;
 use lockscope_model::admin::{AuditQuery, Outcome, Role};
 use lockscope_store::client::{Session, SessionConfig};
 use lockscope_store::protocol::LockStore;
@@ -118,7 +118,7 @@ impl Target {
             .await
             .unwrap();
         let mut t = Target {
-            app: lockscope::http::app(state),
+            app: lockscope::web::app(state),
             auth,
             db,
             audit,
@@ -137,7 +137,7 @@ impl Target {
     /// client behind it, and registers one more session.
     async fn refill(&mut self) {
         for name in NAMES {
-            let owner = lockscope::auth::random_hex(16);
+            let owner = lockscope::client::random_hex(16);
             let record = lockscope_store::testing::record(&owner, "fuzz", lockscope_store::now_ms());
             self.store.try_acquire(name, &record).await.unwrap();
         }

@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use lockscope::history::History;
-use lockscope::hub::HubHandle;
+use lockscope::live::hub::HubHandle;
+use lockscope::remember::history::History;
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind};
 use lockscope_model::StoreStatus;
 use lockscope_store::client::{LockOptions, Session, SessionConfig};
@@ -179,10 +179,10 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 /// the table at an instant is capped at `MAX_TABLE_LOCKS` locks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn times_outside_the_range_are_refused_with_it_and_answers_are_capped() {
-    use lockscope::audit::AuditLog;
     use lockscope::auth::Auth;
-    use lockscope::http::AppState;
-    use lockscope::hub::Fleets;
+    use lockscope::live::hub::Fleets;
+    use lockscope::remember::audit::AuditLog;
+    use lockscope::web::AppState;
     use lockscope_model::history::{Draft, TableAt, MAX_TABLE_LOCKS};
     use lockscope_model::time::RANGE_HELP;
 

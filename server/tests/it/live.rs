@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use lockscope::audit::AuditLog;
 use lockscope::auth::Auth;
-use lockscope::http::AppState;
-use lockscope::hub::{Fleets, HubHandle};
+use lockscope::live::hub::{Fleets, HubHandle};
+use lockscope::remember::audit::AuditLog;
+use lockscope::web::AppState;
 use lockscope_model::view::{Sort, SortKey, ViewSpec};
 use lockscope_model::{ClientMsg, FleetSummary, ServerMsg, StoreStatus, Window, WindowFrame};
 use lockscope_store::etcd::{EtcdConfig, EtcdLocks};

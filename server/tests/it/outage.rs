@@ -19,11 +19,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockscope::audit::AuditLog;
-use lockscope::history::History;
-use lockscope::hub::{Fleets, HubHandle};
+use lockscope::act::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::live::hub::{Fleets, HubHandle};
 use lockscope::metrics::Metrics;
-use lockscope::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::remember::audit::AuditLog;
+use lockscope::remember::history::History;
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind};
 use lockscope_model::unlock::Mode;
 use lockscope_model::{FleetSummary, StoreStatus};

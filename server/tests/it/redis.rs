@@ -8,11 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use lockscope::audit::AuditLog;
 use lockscope::auth::Auth;
-use lockscope::history::History;
-use lockscope::http::AppState;
-use lockscope::hub::{Fleets, HubHandle};
+use lockscope::live::hub::{Fleets, HubHandle};
+use lockscope::remember::audit::AuditLog;
+use lockscope::remember::history::History;
+use lockscope::web::AppState;
 use lockscope_model::admin::AuditQuery;
 use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_store::spec::StoreSpec;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lockscope::history::History;
+use lockscope::remember::history::History;
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::{AnyLocks, StoreSpec};
@@ -435,7 +435,7 @@ async fn sqlite_restart_with_nothing_acquired_says_so() {
 /// as those events"; it only moves forward (on SQLite and on PostgreSQL).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cursor_moves_forward_with_the_events_on_both_databases() {
-    use lockscope::history::Cursor;
+    use lockscope::remember::history::Cursor;
     use lockscope_model::history::Draft;
     let dir = tempfile::tempdir().unwrap();
     let pg = lockscope_store::testing::PgServer::start().await;

@@ -11,11 +11,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockscope::audit::AuditLog;
-use lockscope::demo::{self, DemoConfig};
-use lockscope::hub::HubHandle;
+use lockscope::act::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::cli::demo::{self, DemoConfig};
+use lockscope::live::hub::HubHandle;
 use lockscope::metrics::Metrics;
-use lockscope::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::remember::audit::AuditLog;
 use lockscope_model::unlock::{Mode, DEFAULT_GRACE_MS};
 use lockscope_model::view::{Sort, SortKey, ViewSpec, MAX_WINDOW};
 use lockscope_store::now_ms;

@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use lockscope::audit::AuditLog;
+use lockscope::remember::audit::AuditLog;
 use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome};
 use lockscope_store::client::{Session, SessionConfig};
 use lockscope_store::protocol::LockStore;
@@ -133,7 +133,7 @@ impl Running {
 
     /// The audit log's file when none is configured.
     fn audit_file(&self) -> PathBuf {
-        lockscope::audit::default_file(&self.store_file())
+        lockscope::remember::audit::default_file(&self.store_file())
     }
 
     async fn store(&self) -> AnyLocks {

@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockscope::audit::AuditLog;
-use lockscope::history::History;
-use lockscope::hub::HubHandle;
+use lockscope::act::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::live::hub::HubHandle;
 use lockscope::metrics::Metrics;
-use lockscope::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::remember::audit::AuditLog;
+use lockscope::remember::history::History;
 use lockscope_model::admin::{AuditQuery, Outcome};
 use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_model::unlock::Mode;

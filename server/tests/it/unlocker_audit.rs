@@ -8,10 +8,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lockscope::audit::AuditLog;
-use lockscope::hub::HubHandle;
+use lockscope::act::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::live::hub::HubHandle;
 use lockscope::metrics::Metrics;
-use lockscope::unlocker::{self, Deps, UnlockerConfig};
+use lockscope::remember::audit::AuditLog;
 use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome};
 use lockscope_model::unlock::Mode;
 use lockscope_store::client::{LockOptions, Session, SessionConfig};
@@ -139,7 +139,7 @@ async fn with_no_place_for_its_entry_the_unlocker_releases_nothing() {
         detail: "d".into(),
         ..AuditEntry::default()
     };
-    for _ in 0..lockscope::audit::spool::SPOOL_MAX {
+    for _ in 0..lockscope::remember::audit::spool::SPOOL_MAX {
         let permit = f.audit.ready().unwrap();
         f.audit.record(&filler, permit).await.unwrap();
     }

@@ -15,7 +15,7 @@
 
 use std::path::PathBuf;
 
-use lockscope::history::History;
+use lockscope::remember::history::History;
 use lockscope_model::history::HistoryQuery;
 use lockscope_store::testing::TcpProxy;
 

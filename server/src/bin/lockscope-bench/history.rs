@@ -9,7 +9,7 @@
 use std::time::Instant;
 
 use futures::StreamExt;
-use lockscope::history::{stream_export, Format, History, CHECKPOINT_EVERY};
+use lockscope::remember::history::{stream_export, Format, History, CHECKPOINT_EVERY};
 use lockscope_model::fleet::{LockBody, LockEntry};
 use lockscope_model::history::{lock_events, HistoryEvent, HistoryQuery};
 use lockscope_model::session::Holder;

@@ -9,11 +9,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use lockscope::audit::AuditLog;
 use lockscope::auth::{new_token, Auth};
-use lockscope::http::AppState;
-use lockscope::hub::{Fleets, HubHandle};
+use lockscope::live::hub::{Fleets, HubHandle};
+use lockscope::remember::audit::AuditLog;
 use lockscope::settings::{AuthFile, TokenFile};
+use lockscope::web::AppState;
 use lockscope_model::admin::{AuditEntry, AuditQuery, Role};
 use lockscope_store::spec::{AnyLocks, StoreSpec};
 use tokio::sync::watch;
@@ -204,7 +204,7 @@ impl Server {
     }
 
     /// The hub's view of the fleet has caught up with the store.
-    pub(crate) async fn wait_hub(&self, ok: impl Fn(&lockscope::hub::SessionNow) -> bool, session: &str) {
+    pub(crate) async fn wait_hub(&self, ok: impl Fn(&lockscope::live::hub::SessionNow) -> bool, session: &str) {
         for _ in 0..200 {
             if ok(&self.hub.session_now(session).await.unwrap()) {
                 return;

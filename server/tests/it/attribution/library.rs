@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use lockscope::history::History;
-use lockscope::hub::HubHandle;
+use lockscope::live::hub::HubHandle;
+use lockscope::remember::history::History;
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind, ReleaseNote};
 use lockscope_model::StoreStatus;
 use lockscope_store::client::{LockOptions, Session, SessionConfig};

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{Client, EventType, GetOptions, WatchOptions};
 use futures::stream::{self, StreamExt};
-use lockscope::audit::AuditLog;
-use lockscope::history::History;
+use lockscope::remember::audit::AuditLog;
+use lockscope::remember::history::History;
 use lockscope_model::admin::{AuditQuery, Outcome, MAX_AUDIT_ROWS};
 use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_store::protocol::{Attempt, LockStore};

@@ -134,7 +134,7 @@ pub(super) fn generate(rng: &mut fastrand::Rng, t: &Target, now: &StoreState) ->
             let (n, f, o) = pick(rng, &held).clone();
             match rng.u8(..6) {
                 0 => (n, f + 1, o),
-                1 => (n, f, lockscope::auth::random_hex(16)),
+                1 => (n, f, lockscope::client::random_hex(16)),
                 2 => (n.replace(' ', "+"), f, o),
                 _ => (n, f, o),
             }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockscope::audit::{AuditLog, Recorded, AUDIT_WRITE_TIMEOUT};
+use lockscope::remember::audit::{AuditLog, Recorded, AUDIT_WRITE_TIMEOUT};
 use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::StoreSpec;

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use lockscope::audit::AuditLog;
+use lockscope::remember::audit::AuditLog;
 use lockscope_model::admin::{Action, AuditEntry, AuditQuery, Outcome};
 use lockscope_store::protocol::LockStore;
 
@@ -30,10 +30,13 @@ async fn with_the_spool_full_an_action_is_refused_before_it_acts() {
         detail: "d".into(),
         ..AuditEntry::default()
     };
-    let max = lockscope::audit::spool::SPOOL_MAX;
+    let max = lockscope::remember::audit::spool::SPOOL_MAX;
     for _ in 0..max {
         let kept = s.audit.record(&entry, s.audit.ready().unwrap()).await.unwrap();
-        assert!(matches!(kept, lockscope::audit::Recorded::Queued { .. }), "{kept:?}");
+        assert!(
+            matches!(kept, lockscope::remember::audit::Recorded::Queued { .. }),
+            "{kept:?}"
+        );
     }
     assert!(s.audit.ready().is_err(), "no place for a 1001st");
     // docs/operations.md: "When the spool holds 1000 entries, admin actions
@@ -226,7 +229,10 @@ async fn an_entry_the_database_refuses_for_its_content_is_not_queued() {
         ..entry
     };
     let kept = audit.record(&fine, audit.ready().unwrap()).await.unwrap();
-    assert!(matches!(kept, lockscope::audit::Recorded::Written(_)), "{kept:?}");
+    assert!(
+        matches!(kept, lockscope::remember::audit::Recorded::Written(_)),
+        "{kept:?}"
+    );
 }
 
 #[tokio::test]
@@ -271,7 +277,10 @@ async fn a_spool_written_again_leaves_one_entry_each() {
         ..AuditEntry::default()
     };
     let kept = audit.record(&entry, audit.ready().unwrap()).await.unwrap();
-    assert!(matches!(kept, lockscope::audit::Recorded::Queued { .. }), "{kept:?}");
+    assert!(
+        matches!(kept, lockscope::remember::audit::Recorded::Queued { .. }),
+        "{kept:?}"
+    );
     // The spool cannot be rewritten once its entries are in the log (a
     // directory has the name of its new file; in production, a full disk):
     // every flush writes them again.

@@ -1,0 +1,496 @@
+//! Admin actions (force-release, blacklist, lift a blacklist), whichever way
+//! they come (the JSON API, the browser's forms, the CLI through the API): one
+//! function checks each attempt — credentials, CSRF, fleet, role and scope,
+//! input, whether the store is writable — acts through the fleet's store
+//! handle, and records the attempt in the audit log, allowed or refused.
+//!
+//! A release names the acquisition the actor saw by its fencing token and its
+//! owner id (fresh per acquisition), and the store deletes the lock only if it
+//! is still exactly that one: otherwise nothing is deleted, and the answer says
+//! what is there now. A blacklisting is a create-if-absent in the store, and
+//! whether the fleet knows the session is the store's answer too: every
+//! decision is the store's, never the hub's view (which lags it).
+
+use axum::http::StatusCode;
+use lockscope_model::admin::{in_scope, whole_fleet, Action, AuditEntry, AuditQuery, Outcome, Role};
+use lockscope_model::history::{Kind, ReleaseNote};
+use lockscope_model::record::{BlacklistRecord, Stored};
+use lockscope_model::{LockBody, LockEntry};
+use lockscope_store::fleet::Release;
+use lockscope_store::protocol::Blacklisting;
+use lockscope_store::{now_ms, StoreError};
+
+use crate::auth::{Identity, Who, UNAUTHENTICATED};
+use crate::live::hub::Fleets;
+use crate::remember::audit::AuditLog;
+use crate::remember::audit::Recorded;
+
+pub use lockscope_model::admin::MAX_REASON_BYTES;
+/// Longest lock name or session id accepted (bytes).
+pub const MAX_TARGET_BYTES: usize = 512;
+
+/// What the door acts through and writes to: the fleets (their store
+/// handles and hubs) and the audit log.
+#[derive(Clone)]
+pub struct Door {
+    pub fleets: Fleets,
+    pub audit: AuditLog,
+}
+
+/// One attempt, as the request stated it.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub action: Action,
+    pub fleet: String,
+    /// Lock name (release) or session id.
+    pub target: String,
+    /// The fencing token the actor saw (release).
+    pub fence: Option<i64>,
+    /// The owner id of the acquisition the actor saw (release): `Some(None)`
+    /// when it showed none (a malformed value, a foreign schema's row); `None`:
+    /// not sent.
+    pub owner: Option<Option<String>>,
+    /// The store revision of the lock the actor saw, when the page sent it (for
+    /// the record: the release compares the fence, which a heartbeat does not change).
+    pub revision: Option<i64>,
+    pub reason: String,
+    /// "api" or "browser".
+    pub via: &'static str,
+    /// What was wrong with the request's body, if it could not be read (refused
+    /// with 400 once the caller is known to be allowed to act at all).
+    pub invalid: Option<String>,
+    /// The client's address (the web layer's `Caller::client`): attempts
+    /// without an identity are tallied per source and minute in the audit log ([`crate::remember::audit::AuditLog::tally`]).
+    pub source: Option<std::net::IpAddr>,
+}
+
+/// How an attempt ended: the HTTP status, the audit entry as stored, and for a
+/// release that found another acquisition, that acquisition.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub entry: AuditEntry,
+    pub current: Option<LockEntry>,
+    /// The answer's `audit_id` (docs/api.md): the entry's id; `Some(0)` when
+    /// a known caller's entry could not be written nor queued; `None` for an
+    /// attempt without an identity, which is tallied rather than written on
+    /// its own, and for an entry queued in the audit log's spool.
+    pub audit_id: Option<i64>,
+}
+
+impl Answer {
+    /// The JSON the API answers with.
+    pub fn json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "outcome": self.entry.outcome.map(|o| o.as_str()),
+            "detail": self.entry.detail,
+            "audit_id": self.audit_id,
+        });
+        if self.entry.action == Some(Action::Release) {
+            v["released"] = (self.entry.outcome == Some(Outcome::Done)).into();
+            if self.entry.outcome == Some(Outcome::Changed) {
+                v["current"] = serde_json::to_value(&self.current).unwrap_or_default();
+            }
+        }
+        v
+    }
+}
+
+/// Not done, and why.
+struct Refusal {
+    status: StatusCode,
+    outcome: Outcome,
+    why: String,
+    current: Option<LockEntry>,
+}
+
+fn refuse(status: StatusCode, why: impl Into<String>) -> Refusal {
+    Refusal {
+        status,
+        outcome: Outcome::Refused,
+        why: why.into(),
+        current: None,
+    }
+}
+
+fn changed(why: String, current: Option<LockEntry>) -> Refusal {
+    Refusal {
+        status: StatusCode::CONFLICT,
+        outcome: Outcome::Changed,
+        why,
+        current,
+    }
+}
+
+/// Checks, performs and records one attempt. `csrf` is the result of the
+/// request's CSRF check (`Ok` for requests that need none).
+pub async fn attempt(door: &Door, who: &Who, csrf: Result<(), String>, a: Attempt) -> Answer {
+    // In a task of its own, which the request awaits: hyper drops a request's
+    // future when its client goes away, and that must never fall between the
+    // store's act and the audit entry (docs/operations.md, issue 24).
+    let (door, who) = (door.clone(), who.clone());
+    match tokio::spawn(async move { attempt_here(&door, &who, csrf, a).await }).await {
+        Ok(answer) => answer,
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // Cancelled: only when the runtime shuts down, which drops this
+            // request too.
+            Err(_) => std::future::pending().await,
+        },
+    }
+}
+
+async fn attempt_here(door: &Door, who: &Who, csrf: Result<(), String>, a: Attempt) -> Answer {
+    let at = now_ms();
+    let mut permit = None;
+    let mut audit_full = None;
+    let result = match who.identity() {
+        Err((status, why)) => Err(refuse(status, why)),
+        Ok(id) => match csrf {
+            Err(why) => Err(refuse(StatusCode::FORBIDDEN, why)),
+            // An action must never happen unaudited: without a place for its
+            // entry (the audit log's spool full, or none in this process), it
+            // is refused before it acts (docs/operations.md).
+            Ok(()) => match door.audit.ready() {
+                Err(why) => {
+                    audit_full = Some(why.clone());
+                    Err(refuse(StatusCode::SERVICE_UNAVAILABLE, why))
+                }
+                Ok(p) => {
+                    permit = Some(p);
+                    act(door, id, &a, at).await
+                }
+            },
+        },
+    };
+    let (status, outcome, mut detail, current) = match result {
+        Ok(done) => (StatusCode::OK, Outcome::Done, done, None),
+        Err(r) => (r.status, r.outcome, r.why, r.current),
+    };
+    // A release that was not done says which acquisition it named (the fence
+    // has a column of its own; a done one names its owner already).
+    if let (Action::Release, Some(owner), false) = (a.action, &a.owner, outcome == Outcome::Done) {
+        let owner = owner.as_ref().map_or_else(
+            || "null".to_string(),
+            |o| format!("{:?}", cut(o.clone(), MAX_TARGET_BYTES)),
+        );
+        detail = format!("{detail} (named owner {owner})");
+    }
+    let (actor, role) = match who {
+        Who::Known(id) => (id.actor.clone(), Some(id.role)),
+        Who::Nobody(_) | Who::Ambiguous(_) => (UNAUTHENTICATED.to_string(), None),
+    };
+    // Anyone can make an attempt (and so an entry): what it stores is bounded.
+    let entry = AuditEntry {
+        id: 0,
+        at,
+        actor,
+        role,
+        via: a.via.into(),
+        action: Some(a.action),
+        fleet: cut(a.fleet, MAX_TARGET_BYTES),
+        target: cut(a.target, MAX_TARGET_BYTES),
+        fence: a.fence,
+        reason: cut(a.reason, MAX_REASON_BYTES),
+        outcome: Some(outcome),
+        detail: cut(detail, MAX_REASON_BYTES),
+    };
+    let stored = match who {
+        // The database busy or down, the entry waits in the spool: the answer
+        // says so and carries no id yet (docs/api.md).
+        Who::Known(_) => record(door, &entry, permit).await.map(|r| match r {
+            Recorded::Written(e) => (Some(e.id), e),
+            Recorded::Queued { mut entry, why } => {
+                entry.detail = format!(
+                    "{} — the audit entry is queued ({why}) and written to the audit log when it takes writes again",
+                    entry.detail
+                );
+                (None, entry)
+            }
+        }),
+        // Anyone can make these: one row per source and minute, with a count,
+        // written when the minute is over: their answers carry no id.
+        _ => Ok((None, door.audit.tally(&entry, a.source))),
+    };
+    match stored {
+        Ok((audit_id, entry)) => Answer {
+            status,
+            entry,
+            current,
+            audit_id,
+        },
+        Err(e) => {
+            // The action (if any) happened; say so, and that it is unrecorded.
+            tracing::error!(error = %e, ?entry, "the audit log could not be written");
+            let mut entry = entry;
+            entry.detail = format!("{} — but the audit log could not be written: {e}", entry.detail);
+            Answer {
+                // Refused for a full audit spool, nothing was done: the
+                // refusal stands (it cannot be audited; logged above).
+                status: if audit_full.is_some() {
+                    status
+                } else {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                },
+                entry,
+                current,
+                // docs/api.md: "If writing it fails, the answer is `500` with the same JSON, `audit_id: 0`".
+                audit_id: Some(0),
+            }
+        }
+    }
+}
+
+/// Records a known caller's entry: in the place reserved before acting, or
+/// (refused before that) in one asked for now, if there is one.
+async fn record(
+    door: &Door,
+    entry: &AuditEntry,
+    permit: Option<crate::remember::audit::Permit>,
+) -> Result<Recorded, crate::remember::audit::AuditError> {
+    match permit.map_or_else(|| door.audit.ready(), Ok) {
+        Ok(permit) => door.audit.record(entry, permit).await,
+        // No place: a refusal (nothing was done) written if the database
+        // takes it, logged otherwise.
+        Err(_) => door.audit.append_within(entry, None).await.map(Recorded::Written),
+    }
+}
+
+/// Whether `id` may read the audit log (admins only; the API and the audit
+/// page both ask here). `Err`: why not, to show the caller.
+pub fn may_read_audit(id: &Identity) -> Result<(), String> {
+    if id.role < Role::Admin {
+        return Err(format!(
+            "reading the audit log needs the admin role; {} is {}",
+            id.actor,
+            id.role.as_str()
+        ));
+    }
+    Ok(())
+}
+
+/// The audit entries `q` selects that `id` may read: a scoped admin sees the
+/// fleets of their scope (the limit counts what they see). `None`: the log
+/// cannot be read now (logged).
+pub async fn audit_for(audit: &AuditLog, id: &Identity, q: &AuditQuery) -> Option<Vec<AuditEntry>> {
+    let result = if id.scope.is_empty() {
+        audit.query(q).await
+    } else {
+        let fleets: Vec<String> = id.scope.iter().map(|(f, _)| f.clone()).collect();
+        audit.query_fleets(q, &fleets).await
+    };
+    result
+        .map_err(|e| tracing::error!(error = %e, "reading the audit log"))
+        .ok()
+}
+
+/// Everything after authentication: `Ok` says what was done.
+async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Result<String, Refusal> {
+    let hub = door
+        .fleets
+        .get(Some(&a.fleet))
+        .ok_or_else(|| refuse(StatusCode::NOT_FOUND, door.fleets.unknown(&a.fleet)))?;
+    if id.role < a.action.needs() {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} needs the {} role; {} is {}",
+                a.action.as_str(),
+                a.action.needs().as_str(),
+                id.actor,
+                id.role.as_str()
+            ),
+        ));
+    }
+    if let Some(why) = &a.invalid {
+        return Err(refuse(StatusCode::BAD_REQUEST, why.clone()));
+    }
+    if a.target.is_empty() || a.target.len() > MAX_TARGET_BYTES {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("name a lock or session of 1 to {MAX_TARGET_BYTES} bytes"),
+        ));
+    }
+    let reason = a.reason.trim();
+    if reason.is_empty() || reason.len() > MAX_REASON_BYTES {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            format!("give a reason (1 to {MAX_REASON_BYTES} bytes): it goes in the audit log"),
+        ));
+    }
+    let out_of_scope = |what: String| {
+        refuse(
+            StatusCode::FORBIDDEN,
+            format!("{what} is outside {}'s scope on fleet {}", id.actor, a.fleet),
+        )
+    };
+    let store = hub
+        .store()
+        .ok_or_else(|| refuse(StatusCode::CONFLICT, "this fleet has no store handle to act through"))?;
+    match a.action {
+        Action::Release => {
+            if !in_scope(&id.scope, &a.fleet, Some(&a.target)) {
+                return Err(out_of_scope(format!("lock {:?}", a.target)));
+            }
+            let fence = a
+                .fence
+                .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "give the fencing token you saw (fence)"))?;
+            let owner = a.owner.as_ref().ok_or_else(|| {
+                refuse(
+                    StatusCode::BAD_REQUEST,
+                    "give the owner id of the acquisition you saw (owner: the lock's entry.body.owner, null when it has none)",
+                )
+            })?;
+            // The history credits the store's delete to this force-release
+            // only if the store says this compare-and-delete made it.
+            let note = ReleaseNote {
+                kind: Kind::ForceReleased,
+                actor: id.actor.clone(),
+                reason: a.reason.clone(),
+            };
+            let release = store.release_seen(&a.target, fence, owner.as_deref());
+            let released = hub.release_as(&a.target, fence, note, release, Release::removed).await;
+            match released.map_err(store_failed(a.action))? {
+                Release::Released(_) => Ok(format!(
+                    "released fence {fence} of {}{}{}",
+                    a.target,
+                    owner.as_ref().map_or_else(String::new, |o| format!(" (owner {o})")),
+                    seen(a.revision)
+                )),
+                Release::NotHeld => Err(changed(format!("{} is not held now", a.target), None)),
+                Release::Changed(now) => {
+                    let other = if now.fence == fence {
+                        " — another acquisition than the one you saw (its owner differs)"
+                    } else {
+                        ""
+                    };
+                    Err(changed(
+                        format!("{} is now {}{other}", a.target, describe(&now)),
+                        Some(now),
+                    ))
+                }
+            }
+        }
+        Action::Blacklist | Action::Unblacklist => {
+            let session = hub
+                .session_now(&a.target)
+                .await
+                .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"))?;
+            // A session acts on every lock it holds or will take: no prefix
+            // bounds that, so session actions need the whole fleet in scope.
+            if !whole_fleet(&id.scope, &a.fleet) {
+                return Err(out_of_scope("a session action (it covers the whole fleet)".into()));
+            }
+            if a.action == Action::Blacklist {
+                // The view only ever lags the store: what it shows (registered,
+                // holding a lock, blacklisted) was so; what it does not show
+                // yet, the store answers (a session registered a moment ago).
+                let in_view = session.known || !session.locks.is_empty() || session.blacklist.is_some();
+                if !in_view
+                    && !store
+                        .session_registered(&a.target)
+                        .await
+                        .map_err(store_failed(a.action))?
+                {
+                    return Err(refuse(
+                        StatusCode::NOT_FOUND,
+                        format!("fleet {} knows no session {:?}", a.fleet, a.target),
+                    ));
+                }
+                let record = BlacklistRecord::new(&a.target, &id.actor, reason, at);
+                if let Blacklisting::Exists(there) = store.blacklist(&record).await.map_err(store_failed(a.action))? {
+                    let by = match &there {
+                        Some(Stored::Record(r)) => format!(" by {} for {:?}", r.by, r.reason),
+                        Some(Stored::Malformed { .. }) => " (a malformed entry)".to_string(),
+                        None => String::new(),
+                    };
+                    return Err(changed(format!("already blacklisted{by}"), None));
+                }
+                let n = session.locks.len();
+                Ok(format!(
+                    "blacklisted session {} (holding {n} lock{})",
+                    a.target,
+                    if n == 1 { "" } else { "s" }
+                ))
+            } else if store.lift_blacklist(&a.target).await.map_err(store_failed(a.action))? {
+                Ok(format!("lifted the blacklist of session {}", a.target))
+            } else {
+                Err(changed(format!("session {} is not blacklisted", a.target), None))
+            }
+        }
+    }
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), marked when cut.
+/// NULs become U+FFFD: PostgreSQL's `TEXT` takes none, and an entry it could
+/// never store must not be written nor queued as it is.
+fn cut(s: String, max: usize) -> String {
+    let mut s = if s.contains('\0') {
+        s.replace('\0', "\u{FFFD}")
+    } else {
+        s
+    };
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push_str("… (cut)");
+    }
+    s
+}
+
+fn seen(revision: Option<i64>) -> String {
+    revision.map_or_else(String::new, |r| format!(" (seen at revision {r})"))
+}
+
+/// The refusal of `action` when the store failed: nothing was done.
+fn store_failed(action: Action) -> impl Fn(StoreError) -> Refusal {
+    move |e| match e {
+        StoreError::ReadOnly { .. } | StoreError::Unsupported(_) => refuse(StatusCode::CONFLICT, e.to_string()),
+        StoreError::InvalidName { .. } => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        // docs/operations.md ("A busy store"): another writer held the store's
+        // write lock past the busy timeout; the statement wrote nothing.
+        StoreError::Busy { ref what, .. } => {
+            let nothing = match action {
+                Action::Release => "nothing released",
+                Action::Blacklist => "nothing blacklisted",
+                Action::Unblacklist => "nothing lifted",
+            };
+            refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "store busy, {nothing}: {what} (waited {} s); try again when it frees up",
+                    lockscope_store::sql::ADMIN_BUSY_TIMEOUT.as_secs()
+                ),
+            )
+        }
+        e => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("nothing done: the store failed: {}", e.describe()),
+        ),
+    }
+}
+
+/// "fence 7 held by svc@host:1 (session s)" / "fence 7 holding a malformed record" /
+/// "fence 7 held by session s (foreign schema)".
+fn describe(e: &LockEntry) -> String {
+    match &e.body {
+        LockBody::Held(r) => format!("fence {} held by {} (session {})", e.fence, r.holder(), r.session),
+        LockBody::Malformed { .. } => format!("fence {} holding a malformed record", e.fence),
+        LockBody::Foreign { session: Some(s), .. } => format!("fence {} held by session {s} (foreign schema)", e.fence),
+        LockBody::Foreign { session: None, .. } => {
+            format!("fence {} held by an unknown session (foreign schema)", e.fence)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn what_an_entry_stores_is_bounded_and_storable() {
+        assert_eq!(super::cut("a\0b".into(), 10), "a\u{FFFD}b");
+        assert_eq!(super::cut("ééé".into(), 3), "é… (cut)");
+    }
+}

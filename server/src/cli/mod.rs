@@ -1,0 +1,13 @@
+//! The `lockscope` binary's command line and its subcommands other than `serve`.
+//!
+//! - [`args`]: the command line (every flag with its environment fallback).
+//! - [`admin`]: `lockscope admin`, the admin actions through a server's JSON API.
+//! - [`history`]: `lockscope history export`, read from the history's database.
+//! - [`locks`]: `lockscope lock` and `lockscope unlock`, from the shell through the store.
+//! - [`demo`]: `lockscope demo`, a simulated fleet of workers over the client library.
+
+pub mod admin;
+pub mod args;
+pub mod demo;
+pub mod history;
+pub mod locks;

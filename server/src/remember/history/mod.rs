@@ -1,0 +1,491 @@
+//! The lock history: every event the hubs derive, kept in SQL (a SQLite file of
+//! its own by default, PostgreSQL when replicas share it), queried and exported
+//! for incident reviews, and replayed into the lock table at any instant.
+//!
+//! Writing never blocks a hub: each hub's [`Recorder`] puts events on one
+//! bounded queue without waiting, and a writer task inserts them in batches
+//! (`INSERT … ON CONFLICT (id) DO NOTHING`: ids come from what the store said,
+//! so replicas and restarts never duplicate). A full queue drops the events and
+//! counts them ([`HistoryStats::dropped`], shown on the page and in
+//! `/metrics`): the history says it has a gap rather than slowing the live view.
+//!
+//! Readers never starve the writer: the writer has a connection of its own
+//! (a pool of one no reader uses); pages, charts and time travel read on
+//! [`READ_CONNECTIONS`]; exports on a small pool of their own, a page at a
+//! time, admitted under per-identity and total caps (`admit`).
+//!
+//! Time travel: the writer stores a checkpoint of each fleet's table every
+//! [`CHECKPOINT_EVERY`] events (or the table's size, if larger, so checkpoints
+//! cost O(1) per event); the table at T is the checkpoint before T plus the
+//! events after it up to T ([`History::table_at`]).
+//!
+//! Layout: here, [`History`] (open, query, time travel); `retention`; `writer`
+//! (the queue, batches, checkpoints); `resync` (a first snapshot's ends, a
+//! restart's gap); `cursor` (how far each fleet's history goes); `sql`
+//! (tables, statements, rows);
+//! `export` (CSV and NDJSON, streamed); `admit` (the exports' limits);
+//! `charts` (what the charts count); `health` (the writer's numbers, whether
+//! it is recording, and the gaps it records when it could not).
+
+mod admit;
+mod charts;
+mod cursor;
+mod export;
+pub mod health;
+mod resync;
+mod retention;
+mod sql;
+mod writer;
+
+pub use crate::settings::ExportLimits;
+pub use admit::{ExportPermit, Refused, RETRY_AFTER};
+pub use cursor::{Cursor, Unseen};
+pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
+pub use health::HistoryStats;
+pub use retention::Retention;
+pub use writer::Recorder;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, TryFutureExt};
+use lockscope_model::history::{HistoryEvent, HistoryQuery, Replay, TableAt, DEFAULT_HISTORY_ROWS};
+use lockscope_model::time::Millis;
+use lockscope_store::sql::Dialect;
+use sqlx::any::AnyPoolOptions;
+use sqlx::{AnyPool, Row};
+
+/// How far before its checkpoint a table's replay starts (clock differences
+/// between replicas up to this much cannot hide an end).
+pub const REPLAY_OVERLAP_MS: Millis = 60_000;
+
+/// Events between two checkpoints of a fleet (at least).
+pub const CHECKPOINT_EVERY: u64 = 10_000;
+
+/// The most a query's events ([`History::query`]: the JSON answer, the
+/// review page's list and timeline) may take, counted as
+/// [`export::event_bytes`]; past it the query fails with
+/// [`HistoryError::TooLarge`] (exports stream pages instead).
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// Connections of the pool that pages, charts, time travel, checkpoints and
+/// the retention read on (the writer and the exports have their own).
+pub const READ_CONNECTIONS: u32 = 4;
+
+/// What went wrong with the history. Database errors keep sqlx's error as the
+/// source; no message shows the database password.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("history: {0}")]
+    Config(String),
+    #[error("history: {what}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("history in {db}: {what} failed")]
+    Database {
+        db: String,
+        what: &'static str,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("history in {db}: migrating the tables failed")]
+    Migrate {
+        db: String,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// Asked for an instant before the oldest one kept.
+    #[error("history: {0}")]
+    OutOfRange(String),
+    /// An export ended before its end (its client took nothing for too long).
+    #[error("history export: {0}")]
+    Export(String),
+    /// A query's events past [`MAX_ANSWER_BYTES`]: `fit` of them fit.
+    #[error(
+        "the answer would be larger than {} MiB (lock records can be 256 KiB each): the first {fit} events fit; \
+         ask limit={fit} or less, narrow the range, or export with format=ndjson or csv, which streams any size",
+        MAX_ANSWER_BYTES >> 20
+    )]
+    TooLarge { fit: usize },
+}
+
+/// The history (cheap to clone).
+#[derive(Clone)]
+pub struct History {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Pages, charts, time travel, checkpoints, the retention.
+    pool: AnyPool,
+    /// The writer's batches only: one connection no reader can take.
+    write: AnyPool,
+    /// Exports' pages ([`ExportLimits::connections`]).
+    export: AnyPool,
+    exports: Arc<admit::Exports>,
+    dialect: Dialect,
+    shown: String,
+    stats: Arc<HistoryStats>,
+    queue: tokio::sync::mpsc::Sender<writer::Item>,
+    /// SQLite's `max_page_count` for the writer ([`History::cap_pages`]; 0: never set).
+    cap: std::sync::atomic::AtomicU32,
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("History").field("db", &self.inner.shown).finish()
+    }
+}
+
+impl History {
+    /// Opens (creating and migrating) the history in `sqlite:PATH` or
+    /// `postgres://…`, and starts its writer and, if given, its retention (a
+    /// server applies one; a tool that only reads, such as an export, does not,
+    /// though opening still creates and migrates the tables: it needs a role
+    /// that may).
+    pub async fn open(url: &str, retention: Option<Retention>) -> Result<History, HistoryError> {
+        History::open_with(url, retention, ExportLimits::default()).await
+    }
+
+    /// [`History::open`] with the exports' limits.
+    pub async fn open_with(
+        url: &str,
+        retention: Option<Retention>,
+        limits: ExportLimits,
+    ) -> Result<History, HistoryError> {
+        let target = crate::remember::audit::sql::target(url).map_err(HistoryError::Config)?;
+        target
+            .create_dir()
+            .map_err(|(what, source)| HistoryError::Io { what, source })?;
+        sqlx::any::install_default_drivers();
+        let db = target.shown.clone();
+        if target.dialect == Dialect::Postgres {
+            // The schema must exist before a connection can point at it.
+            let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&target.url)
+                .await
+                .map_err(|source| db_error(&db, "opening the database", source))?;
+            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", sql::PG_SCHEMA))
+                .execute(&mut conn)
+                .await
+                .map_err(|source| db_error(&db, "creating its schema", source))?;
+        }
+        // Time travel replays a fleet's events in one long statement: sqlx's
+        // statement log (and its slow-statement warning) is off.
+        let connect: sqlx::any::AnyConnectOptions = target
+            .url
+            .parse()
+            .map_err(|source| db_error(&db, "reading its URL", source))?;
+        let connect = sqlx::ConnectOptions::disable_statement_logging(connect);
+        let open = |max: u32| {
+            pool_options(target.dialect, max)
+                .connect_with(connect.clone())
+                .map_err(|source| db_error(&db, "opening the database", source))
+        };
+        let pool = open(READ_CONNECTIONS).await?;
+        let write = open(1).await?;
+        let export = open(limits.connections.max(1)).await?;
+        sql::migrator(target.dialect)
+            .run(&pool)
+            .await
+            .map_err(|source| HistoryError::Migrate { db: db.clone(), source })?;
+        let stats = Arc::new(HistoryStats {
+            limits,
+            ..HistoryStats::default()
+        });
+        let (queue, rx) = tokio::sync::mpsc::channel(writer::QUEUE_BATCHES);
+        let history = History {
+            inner: Arc::new(Inner {
+                pool,
+                write,
+                export,
+                exports: Arc::new(admit::Exports::new(stats.clone())),
+                dialect: target.dialect,
+                shown: db,
+                stats,
+                queue,
+                cap: Default::default(),
+            }),
+        };
+        tokio::spawn(writer::run(history.clone(), rx));
+        if let Some(retention) = retention {
+            tokio::spawn(retention::keep(history.clone(), retention));
+        }
+        Ok(history)
+    }
+
+    /// A recorder for `fleet`'s hub.
+    pub fn recorder(&self, fleet: &str) -> Recorder {
+        Recorder::new(fleet, self.clone())
+    }
+
+    pub fn stats(&self) -> &Arc<HistoryStats> {
+        &self.inner.stats
+    }
+
+    /// The database, without credentials.
+    pub fn shown(&self) -> &str {
+        &self.inner.shown
+    }
+
+    fn error(&self, what: &'static str, source: sqlx::Error) -> HistoryError {
+        db_error(&self.inner.shown, what, source)
+    }
+
+    fn sql<'q>(&self, q: &'q str) -> std::borrow::Cow<'q, str> {
+        crate::remember::audit::sql::sql(self.inner.dialect, q)
+    }
+
+    /// Waits until every event queued before this call is written (or
+    /// dropped), for at most `within`: whether it was. A count that follows
+    /// sees all this server had seen when it started.
+    pub async fn flush(&self, within: Duration) -> bool {
+        let (done, written) = tokio::sync::oneshot::channel();
+        let wait = async { self.inner.queue.send(writer::Item::Flush(done)).await.is_ok() && written.await.is_ok() };
+        tokio::time::timeout(within, wait).await.unwrap_or(false)
+    }
+
+    /// The events matching `q`, oldest first, at most its limit; an error
+    /// ([`HistoryError::TooLarge`], saying how many fit) rather than more than
+    /// [`MAX_ANSWER_BYTES`] of them.
+    pub async fn query(&self, q: &HistoryQuery) -> Result<Vec<HistoryEvent>, HistoryError> {
+        self.query_within(q, MAX_ANSWER_BYTES).await
+    }
+
+    /// [`History::query`] with a byte budget of `budget`.
+    pub async fn query_within(&self, q: &HistoryQuery, budget: usize) -> Result<Vec<HistoryEvent>, HistoryError> {
+        let limit = q.limit.unwrap_or(DEFAULT_HISTORY_ROWS);
+        let mut events = std::pin::pin!(self.events(q, Some(limit)));
+        let (mut out, mut bytes) = (Vec::new(), 0);
+        while let Some(ev) = events.next().await {
+            let ev = ev?;
+            bytes += export::event_bytes(&ev);
+            if bytes > budget {
+                return Err(HistoryError::TooLarge { fit: out.len() });
+            }
+            out.push(ev);
+        }
+        Ok(out)
+    }
+
+    /// The events matching `q`, oldest first, as the database streams them
+    /// (memory stays flat however many there are). The statement holds a read
+    /// connection until the stream ends: for readers that keep up (time
+    /// travel); exports page instead (`export.rs`).
+    pub fn events(
+        &self,
+        q: &HistoryQuery,
+        limit: Option<u32>,
+    ) -> impl Stream<Item = Result<HistoryEvent, HistoryError>> + Send + 'static {
+        let (clause, binds) = sql::filter(q);
+        let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        let text = self
+            .sql(&format!(
+                "SELECT {} FROM history_events WHERE {clause} ORDER BY at, seq{limit}",
+                sql::COLUMNS
+            ))
+            .into_owned();
+        let this = self.clone();
+        // The query borrows its text: the stream owns both (and the pool).
+        async_stream(move |tx| async move {
+            let mut rows = sql::bind(sqlx::query(&text), binds).fetch(&this.inner.pool);
+            while let Some(row) = rows.next().await {
+                let item = row
+                    .and_then(|r| sql::event(&r))
+                    .map_err(|e| this.error("reading events", e));
+                let stop = item.is_err();
+                if tx.send(item).await.is_err() || stop {
+                    break;
+                }
+            }
+        })
+    }
+
+    /// Fault tests: caps a SQLite history's file at `pages` pages (SQLite's
+    /// `max_page_count` on the writer's connection, never below the file's
+    /// size now), as a full disk would; `None` lifts the cap. PostgreSQL: no effect.
+    pub fn cap_pages(&self, pages: Option<u32>) {
+        // SQLite's largest page count, its default.
+        let pages = pages.unwrap_or(4_294_967_294).max(1);
+        self.inner.cap.store(pages, Ordering::Relaxed);
+    }
+
+    /// Appends `events` (one transaction, with their fleets' [`Cursor`]s;
+    /// events already there are skipped).
+    pub async fn write(&self, events: Vec<HistoryEvent>) -> Result<u64, HistoryError> {
+        let what = "writing events";
+        let mut conn = self.inner.write.acquire().await.map_err(|e| self.error(what, e))?;
+        let cap = self.inner.cap.load(Ordering::Relaxed);
+        if cap > 0 && self.inner.dialect == Dialect::Sqlite {
+            sqlx::query(&format!("PRAGMA max_page_count = {cap}"))
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| self.error(what, e))?;
+        }
+        let written = async {
+            let mut tx = sqlx::Connection::begin(&mut *conn)
+                .await
+                .map_err(|e| self.error(what, e))?;
+            let far = History::reach(&events);
+            let mut added = 0;
+            let mut rows = events.into_iter().peekable();
+            while rows.peek().is_some() {
+                let chunk: Vec<HistoryEvent> = rows.by_ref().take(sql::INSERT_ROWS).collect();
+                let text = sql::insert(self.inner.dialect, chunk.len());
+                let binds = chunk.into_iter().flat_map(sql::values).collect();
+                added += sql::bind(sqlx::query(&text), binds)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| self.error(what, e))?
+                    .rows_affected();
+            }
+            self.advance_cursors(&mut tx, far).await?;
+            tx.commit().await.map_err(|e| self.error(what, e))?;
+            Ok(added)
+        }
+        .await;
+        if written.is_err() {
+            // Not used again: after a failed statement or commit SQLite may
+            // have rolled the whole transaction back itself (SQLITE_FULL
+            // does), and sqlx, not knowing, then answers the next batch's
+            // begin and commit with a savepoint and its release inside a
+            // transaction that never commits: batches "written" that no
+            // other connection sees, until a restart drops them all.
+            conn.close_on_drop();
+        }
+        written
+    }
+
+    /// The lock table of `fleet` as it stood at `at`: the checkpoint before it,
+    /// then every event after that up to `at`.
+    pub async fn table_at(&self, fleet: &str, at: Millis) -> Result<TableAt, HistoryError> {
+        if let Some(floor) = self.floor(fleet).await? {
+            if at < floor {
+                return Err(HistoryError::OutOfRange(format!(
+                    "{} is before the oldest history kept for {fleet} ({})",
+                    lockscope_model::time::rfc3339(at),
+                    lockscope_model::time::rfc3339(floor)
+                )));
+            }
+        }
+        let (checkpoint, mut replay) = match self.checkpoint_before(fleet, at).await? {
+            Some(t) => (Some(t.at), Replay::from_table(t)),
+            None => (None, Replay::default()),
+        };
+        // From a little before the checkpoint: replicas' clocks differ, so an
+        // acquisition and its end can sit on either side of it; replaying both
+        // again is harmless (see `Replay`), missing one end is a ghost lock.
+        let q = HistoryQuery {
+            fleet: fleet.to_string(),
+            from: checkpoint.map(|c| c - REPLAY_OVERLAP_MS),
+            to: Some(at),
+            ..HistoryQuery::default()
+        };
+        let mut replayed = 0;
+        let mut events = std::pin::pin!(self.events(&q, None));
+        while let Some(ev) = events.next().await {
+            replay.apply(&ev?);
+            replayed += 1;
+        }
+        Ok(replay.table(fleet, at, checkpoint, replayed))
+    }
+
+    async fn checkpoint_before(&self, fleet: &str, at: Millis) -> Result<Option<TableAt>, HistoryError> {
+        let q = self.sql("SELECT body FROM history_checkpoints WHERE fleet = $1 AND at <= $2 ORDER BY at DESC LIMIT 1");
+        let row = sqlx::query(&q)
+            .bind(fleet)
+            .bind(at)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| self.error("reading a checkpoint", e))?;
+        let Some(row) = row else { return Ok(None) };
+        let body: String = row.try_get("body").map_err(|e| self.error("reading a checkpoint", e))?;
+        serde_json::from_str(&body)
+            .map(Some)
+            .map_err(|e| self.error("reading a checkpoint", sqlx::Error::Decode(e.into())))
+    }
+
+    /// The oldest instant whose table can be rebuilt, once the retention has
+    /// removed events (before that, history starts at its first event).
+    async fn floor(&self, fleet: &str) -> Result<Option<Millis>, HistoryError> {
+        let q = self.sql("SELECT at FROM history_floor WHERE fleet = $1");
+        let row = sqlx::query(&q)
+            .bind(fleet)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| self.error("reading the retention floor", e))?;
+        row.map(|r| r.try_get::<i64, _>("at"))
+            .transpose()
+            .map_err(|e| self.error("reading the retention floor", e))
+    }
+
+    /// Stores `fleet`'s table at `at` as a checkpoint (computed from history).
+    pub async fn checkpoint(&self, fleet: &str, at: Millis) -> Result<usize, HistoryError> {
+        let table = self.table_at(fleet, at).await?;
+        let size = table.locks.len() + table.waiters.len();
+        let body = serde_json::to_string(&table).expect("tables serialise");
+        let q = self.sql(
+            "INSERT INTO history_checkpoints (fleet, at, body) VALUES ($1, $2, $3) ON CONFLICT (fleet, at) DO NOTHING",
+        );
+        sqlx::query(&q)
+            .bind(fleet)
+            .bind(at)
+            .bind(body)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| self.error("writing a checkpoint", e))?;
+        Ok(size)
+    }
+
+    /// Events written so far (for tests and the bench).
+    pub fn written(&self) -> u64 {
+        self.inner.stats.written.load(Ordering::Relaxed)
+    }
+}
+
+/// A pool of `max` connections to the history (WAL for SQLite; PostgreSQL's
+/// `search_path` on the history's schema).
+fn pool_options(dialect: Dialect, max: u32) -> AnyPoolOptions {
+    let opts = AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(5));
+    match dialect {
+        Dialect::Sqlite => crate::remember::audit::sql::sqlite_wal(opts),
+        Dialect::Postgres => opts.after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query(&format!("SET search_path TO {}", sql::PG_SCHEMA))
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(())
+            })
+        }),
+    }
+}
+
+/// A stream fed by a task (a query's rows outlive no borrow this way).
+fn async_stream<T, F, Fut>(f: F) -> impl Stream<Item = T> + Send + 'static
+where
+    T: Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Sender<T>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    // A small channel: the producer runs at most this far ahead of the reader
+    // (64 events: 16 MiB at most, each record being at most 256 KiB).
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(f(tx));
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|t| (t, rx)) })
+}
+
+fn db_error(db: &str, what: &'static str, source: sqlx::Error) -> HistoryError {
+    HistoryError::Database {
+        db: db.to_string(),
+        what,
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests;

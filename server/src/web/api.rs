@@ -1,0 +1,259 @@
+//! The JSON API under `/api/v1` (documented in `docs/api.md`): fleets, one
+//! lock, sessions, the admin actions, the audit log with CSV and NDJSON
+//! export, the lock history (`history`: events, exports, time travel) and the
+//! contention charts (`charts`). Scripts and `lockscope admin` authenticate with
+//! `Authorization: Bearer`; a browser's cookie works too, with the CSRF token in
+//! `X-CSRF-Token` on every state-changing request.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use lockscope_model::admin::{Action, AuditQuery};
+use serde::Deserialize;
+
+use super::caller::{retry_after, Caller};
+use super::error::error;
+use super::state::AppState;
+use crate::act::admin::{self, Attempt};
+use crate::remember::audit::{to_csv, to_ndjson};
+
+mod charts;
+mod history;
+
+/// Largest request body the API reads.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// The answer's format: `?format=`, else what `Accept` asks for, else JSON.
+fn format<'a>(pairs: &'a [(String, String)], headers: &HeaderMap) -> &'a str {
+    let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok()).unwrap_or("");
+    match pairs.iter().find(|(k, _)| k == "format") {
+        Some((_, f)) => f.as_str(),
+        None if accept.contains("text/csv") => "csv",
+        None if accept.contains("application/x-ndjson") => "ndjson",
+        None => "json",
+    }
+}
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/api/v1/fleets", get(fleets))
+        .route("/api/v1/fleets/{fleet}/locks/{name}", get(lock))
+        .route("/api/v1/fleets/{fleet}/locks/{name}/release", post(release))
+        .route("/api/v1/fleets/{fleet}/sessions", get(sessions))
+        .route(
+            "/api/v1/fleets/{fleet}/sessions/{session}/blacklist",
+            post(blacklist).delete(unblacklist),
+        )
+        .route("/api/v1/audit", get(audit))
+        .route("/api/v1/fleets/{fleet}/history", get(history::events))
+        .route("/api/v1/fleets/{fleet}/table", get(history::table))
+        .route("/api/v1/fleets/{fleet}/charts", get(charts::charts))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+async fn fleets(State(state): State<AppState>, caller: Caller) -> Response {
+    if let Err(r) = caller.reader() {
+        return r.into_response();
+    }
+    Json(state.fleets.summaries()).into_response()
+}
+
+async fn lock(State(state): State<AppState>, caller: Caller, Path((fleet, name)): Path<(String, String)>) -> Response {
+    if let Err(r) = caller.reader() {
+        return r.into_response();
+    }
+    let Some(hub) = state.fleets.get(Some(&fleet)) else {
+        return no_fleet(&state, &fleet);
+    };
+    match hub.watch_lock(&name).await {
+        Ok(rx) => match rx.borrow().clone() {
+            Some(d) if d.entry.is_some() => Json(d).into_response(),
+            _ => error(StatusCode::NOT_FOUND, &format!("{name:?} is not held")),
+        },
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"),
+    }
+}
+
+async fn sessions(State(state): State<AppState>, caller: Caller, Path(fleet): Path<String>) -> Response {
+    if let Err(r) = caller.reader() {
+        return r.into_response();
+    }
+    let Some(hub) = state.fleets.get(Some(&fleet)) else {
+        return no_fleet(&state, &fleet);
+    };
+    match hub.watch_sessions().await {
+        Ok(rx) => Json(rx.borrow().clone().unwrap_or_default()).into_response(),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"),
+    }
+}
+
+fn no_fleet(state: &AppState, fleet: &str) -> Response {
+    error(StatusCode::NOT_FOUND, &state.fleets.unknown(fleet))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    fence: i64,
+    /// Required, and `null` only for a lock that shows no owner (a malformed
+    /// value, a foreign schema's row): the fence and owner name one acquisition.
+    #[serde(deserialize_with = "present")]
+    owner: Option<String>,
+    reason: String,
+}
+
+/// A field that must be sent, possibly as `null` (serde takes a missing
+/// `Option` for `None` unless told otherwise; without `default` it is an error).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Option::<String>::deserialize(d)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReasonBody {
+    reason: String,
+}
+
+/// A JSON body, or why it is not one.
+fn parse<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> Result<T, String> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|c| c.to_str().ok())
+        .is_some_and(|c| c.split(';').next().is_some_and(|m| m.trim() == "application/json"));
+    if !json {
+        return Err("send the body as Content-Type: application/json".into());
+    }
+    serde_json::from_slice(body).map_err(|e| format!("the body is not what this call takes: {e}"))
+}
+
+async fn release(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let parsed = parse::<ReleaseBody>(&caller.headers, &body);
+    let (fence, owner, reason) = match &parsed {
+        Ok(b) => (Some(b.fence), Some(b.owner.clone()), b.reason.clone()),
+        Err(_) => (None, None, String::new()),
+    };
+    let attempt = Attempt {
+        fence,
+        owner,
+        ..attempt(Action::Release, fleet, name, reason, parsed.err())
+    };
+    act(&state, &caller, attempt).await
+}
+
+async fn blacklist(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, session)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    session_action(state, caller, Action::Blacklist, fleet, session, body).await
+}
+
+async fn unblacklist(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, session)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    session_action(state, caller, Action::Unblacklist, fleet, session, body).await
+}
+
+async fn session_action(
+    state: AppState,
+    caller: Caller,
+    action: Action,
+    fleet: String,
+    session: String,
+    body: Bytes,
+) -> Response {
+    let parsed = parse::<ReasonBody>(&caller.headers, &body);
+    let reason = parsed.as_ref().map(|b| b.reason.clone()).unwrap_or_default();
+    act(&state, &caller, attempt(action, fleet, session, reason, parsed.err())).await
+}
+
+/// An API attempt on `target`, without a fence or owner.
+fn attempt(action: Action, fleet: String, target: String, reason: String, invalid: Option<String>) -> Attempt {
+    Attempt {
+        action,
+        fleet,
+        target,
+        fence: None,
+        owner: None,
+        revision: None,
+        reason,
+        via: "api",
+        invalid,
+        source: None,
+    }
+}
+
+async fn act(state: &AppState, caller: &Caller, attempt: Attempt) -> Response {
+    let attempt = Attempt {
+        source: caller.client,
+        ..attempt
+    };
+    let answer = admin::attempt(&state.door(), &caller.who, caller.csrf(), attempt).await;
+    let status = caller.limited(answer.status);
+    retry_after(
+        (status, Json(answer.json())).into_response(),
+        status,
+        caller.retry_after,
+    )
+}
+
+/// `GET /api/v1/audit`: JSON (an array), CSV or NDJSON by `?format=` or
+/// `Accept`. Admins only; a scoped admin sees the fleets of their scope.
+async fn audit(State(state): State<AppState>, caller: Caller, Query(pairs): Query<Vec<(String, String)>>) -> Response {
+    let id = match caller.reader() {
+        Ok(id) => id,
+        Err(r) => return r.into_response(),
+    };
+    if let Err(why) = admin::may_read_audit(id) {
+        return error(StatusCode::FORBIDDEN, &why);
+    }
+    let query = match AuditQuery::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
+        Ok(q) => q,
+        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
+    };
+    let format = format(&pairs, &caller.headers);
+    let Some(entries) = admin::audit_for(&state.audit, id, &query).await else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "the audit log cannot be read now");
+    };
+    match format {
+        "json" => Json(entries).into_response(),
+        "csv" => (
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"lockscope-audit.csv\"",
+                ),
+            ],
+            to_csv(&entries),
+        )
+            .into_response(),
+        "ndjson" => (
+            [
+                (header::CONTENT_TYPE, "application/x-ndjson"),
+                (
+                    header::CONTENT_DISPOSITION,
+                    "attachment; filename=\"lockscope-audit.ndjson\"",
+                ),
+            ],
+            to_ndjson(&entries),
+        )
+            .into_response(),
+        other => error(
+            StatusCode::BAD_REQUEST,
+            &format!("format={other:?}: use json, csv or ndjson"),
+        ),
+    }
+}

@@ -1,0 +1,90 @@
+//! `/ws`: the websocket upgrade and its glue to axum; the subscriber protocol
+//! itself is [`crate::live::subscriber`].
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, StreamExt};
+
+use super::caller::Caller;
+use super::error::AppError;
+use super::state::{AppState, FleetQuery};
+use crate::live::hub::HubHandle;
+use crate::live::subscriber::limit::{Refused, Slot};
+use crate::live::subscriber::{serve_subscriber, WsIn, WsOut};
+
+/// `/ws`: the live feed ([`crate::live::subscriber`]). A socket past a limit of
+/// `[limits]` (per identity, per address, in all) is accepted and closed at
+/// once, `1008` or `1013`, with a reason naming the limit (a browser's script
+/// can read that, not a refused upgrade's status); counted in `/metrics`.
+pub(super) async fn ws_upgrade(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<FleetQuery>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Result<Response, AppError> {
+    // A page on another site must not read the lock table through the visitor's browser.
+    crate::auth::same_origin(&headers).map_err(AppError::Forbidden)?;
+    let actor = match caller.reader() {
+        Ok(id) => id.actor.clone(),
+        Err(r) => return Ok(r.into_response()),
+    };
+    let hub = state.fleet(&q)?.clone();
+    // The place is taken before the upgrade, so a burst cannot overshoot.
+    let slot = state.sockets.open(&actor, caller.client);
+    if let Err(refused) = &slot {
+        tracing::warn!(%actor, client = ?caller.client, reason = %refused.reason(), "websocket refused");
+    }
+    Ok(upgrade
+        .max_message_size(crate::live::subscriber::MAX_MESSAGE_BYTES)
+        .max_frame_size(crate::live::subscriber::MAX_MESSAGE_BYTES)
+        // tungstenite's defaults hold 128 KiB each way per socket from the
+        // start; ours grow with what is read, and every message is flushed.
+        .read_buffer_size(crate::live::subscriber::READ_BUFFER_BYTES)
+        .write_buffer_size(0)
+        .on_upgrade(move |socket| subscriber(state, hub, socket, slot)))
+}
+
+async fn subscriber(state: AppState, hub: HubHandle, socket: WebSocket, slot: Result<Slot, Refused>) {
+    let (sink, stream) = socket.split();
+    let mut sink = Box::pin(sink.with(|out: WsOut| async move {
+        Ok::<_, axum::Error>(match out {
+            WsOut::Text(t) => Message::Text(t.as_ref().into()),
+            WsOut::Close { code, reason } => Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })),
+        })
+    }));
+    let _slot = match slot {
+        Ok(slot) => slot,
+        Err(refused) => {
+            let close = WsOut::Close {
+                code: refused.code(),
+                reason: refused.reason(),
+            };
+            let _ = sink.send(close).await;
+            return;
+        }
+    };
+    let stream = stream.filter_map(|m| async move {
+        match m {
+            Ok(Message::Text(t)) => Some(WsIn::Text(t.to_string())),
+            Ok(Message::Binary(_)) => Some(WsIn::Binary),
+            Err(e) if too_big(&e) => Some(WsIn::TooBig),
+            Ok(Message::Close(_)) | Err(_) => Some(WsIn::Close),
+            Ok(Message::Ping(_) | Message::Pong(_)) => None,
+        }
+    });
+    serve_subscriber(hub, state.fleets, sink, Box::pin(stream), state.shutdown).await;
+}
+
+/// Whether reading stopped at a message or frame past
+/// [`crate::live::subscriber::MAX_MESSAGE_BYTES`].
+fn too_big(e: &axum::Error) -> bool {
+    use tokio_tungstenite::tungstenite::Error;
+    let inner = std::error::Error::source(e).and_then(|s| s.downcast_ref::<Error>());
+    matches!(inner, Some(Error::Capacity(_)))
+}
