@@ -11,7 +11,6 @@
 //! whether the fleet knows the session is the store's answer too: every
 //! decision is the store's, never the hub's view (which lags it).
 
-use axum::http::StatusCode;
 use lockscope_model::admin::{in_scope, whole_fleet, Action, AuditEntry, AuditQuery, Outcome, Role};
 use lockscope_model::history::{Kind, ReleaseNote};
 use lockscope_model::record::{BlacklistRecord, Stored};
@@ -64,11 +63,11 @@ pub struct Attempt {
     pub source: Option<std::net::IpAddr>,
 }
 
-/// How an attempt ended: the HTTP status, the audit entry as stored, and for a
+/// How an attempt ended: its [`Verdict`], the audit entry as stored, and for a
 /// release that found another acquisition, that acquisition.
 #[derive(Clone, Debug)]
 pub struct Answer {
-    pub status: StatusCode,
+    pub verdict: Verdict,
     pub entry: AuditEntry,
     pub current: Option<LockEntry>,
     /// The answer's `audit_id` (docs/api.md): the entry's id; `Some(0)` when
@@ -96,17 +95,41 @@ impl Answer {
     }
 }
 
+/// How an attempt ended, in the door's terms; each protocol says it its own
+/// way (the web layer as an HTTP status).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Done, and recorded (or queued) in the audit log.
+    Done,
+    /// No identity (an API's 401).
+    Unauthenticated,
+    /// Credentials that name more than one identity (400).
+    Ambiguous,
+    /// The identity may not do this: its role or scope, or a failed CSRF check (403).
+    Forbidden,
+    /// The input is not a valid attempt (400).
+    Invalid,
+    /// No such fleet or session (404).
+    NotFound,
+    /// The target is not what the caller saw, or the fleet takes no such action (409).
+    Conflict,
+    /// Not now: the store, the hub or the audit log's spool (503).
+    Unavailable,
+    /// The audit log could not be written, so whether it was done is said but not recorded (500).
+    Unrecorded,
+}
+
 /// Not done, and why.
 struct Refusal {
-    status: StatusCode,
+    verdict: Verdict,
     outcome: Outcome,
     why: String,
     current: Option<LockEntry>,
 }
 
-fn refuse(status: StatusCode, why: impl Into<String>) -> Refusal {
+fn refuse(verdict: Verdict, why: impl Into<String>) -> Refusal {
     Refusal {
-        status,
+        verdict,
         outcome: Outcome::Refused,
         why: why.into(),
         current: None,
@@ -115,7 +138,7 @@ fn refuse(status: StatusCode, why: impl Into<String>) -> Refusal {
 
 fn changed(why: String, current: Option<LockEntry>) -> Refusal {
     Refusal {
-        status: StatusCode::CONFLICT,
+        verdict: Verdict::Conflict,
         outcome: Outcome::Changed,
         why,
         current,
@@ -144,17 +167,18 @@ async fn attempt_here(door: &Door, who: &Who, csrf: Result<(), String>, a: Attem
     let at = now_ms();
     let mut permit = None;
     let mut audit_full = None;
-    let result = match who.identity() {
-        Err((status, why)) => Err(refuse(status, why)),
-        Ok(id) => match csrf {
-            Err(why) => Err(refuse(StatusCode::FORBIDDEN, why)),
+    let result = match who {
+        Who::Nobody(why) => Err(refuse(Verdict::Unauthenticated, why.clone())),
+        Who::Ambiguous(why) => Err(refuse(Verdict::Ambiguous, why.clone())),
+        Who::Known(id) => match csrf {
+            Err(why) => Err(refuse(Verdict::Forbidden, why)),
             // An action must never happen unaudited: without a place for its
             // entry (the audit log's spool full, or none in this process), it
             // is refused before it acts (docs/operations.md).
             Ok(()) => match door.audit.ready() {
                 Err(why) => {
                     audit_full = Some(why.clone());
-                    Err(refuse(StatusCode::SERVICE_UNAVAILABLE, why))
+                    Err(refuse(Verdict::Unavailable, why))
                 }
                 Ok(p) => {
                     permit = Some(p);
@@ -163,9 +187,9 @@ async fn attempt_here(door: &Door, who: &Who, csrf: Result<(), String>, a: Attem
             },
         },
     };
-    let (status, outcome, mut detail, current) = match result {
-        Ok(done) => (StatusCode::OK, Outcome::Done, done, None),
-        Err(r) => (r.status, r.outcome, r.why, r.current),
+    let (verdict, outcome, mut detail, current) = match result {
+        Ok(done) => (Verdict::Done, Outcome::Done, done, None),
+        Err(r) => (r.verdict, r.outcome, r.why, r.current),
     };
     // A release that was not done says which acquisition it named (the fence
     // has a column of its own; a done one names its owner already).
@@ -214,7 +238,7 @@ async fn attempt_here(door: &Door, who: &Who, csrf: Result<(), String>, a: Attem
     };
     match stored {
         Ok((audit_id, entry)) => Answer {
-            status,
+            verdict,
             entry,
             current,
             audit_id,
@@ -227,10 +251,10 @@ async fn attempt_here(door: &Door, who: &Who, csrf: Result<(), String>, a: Attem
             Answer {
                 // Refused for a full audit spool, nothing was done: the
                 // refusal stands (it cannot be audited; logged above).
-                status: if audit_full.is_some() {
-                    status
+                verdict: if audit_full.is_some() {
+                    verdict
                 } else {
-                    StatusCode::INTERNAL_SERVER_ERROR
+                    Verdict::Unrecorded
                 },
                 entry,
                 current,
@@ -289,10 +313,10 @@ async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Result<String,
     let hub = door
         .fleets
         .get(Some(&a.fleet))
-        .ok_or_else(|| refuse(StatusCode::NOT_FOUND, door.fleets.unknown(&a.fleet)))?;
+        .ok_or_else(|| refuse(Verdict::NotFound, door.fleets.unknown(&a.fleet)))?;
     if id.role < a.action.needs() {
         return Err(refuse(
-            StatusCode::FORBIDDEN,
+            Verdict::Forbidden,
             format!(
                 "{} needs the {} role; {} is {}",
                 a.action.as_str(),
@@ -303,30 +327,30 @@ async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Result<String,
         ));
     }
     if let Some(why) = &a.invalid {
-        return Err(refuse(StatusCode::BAD_REQUEST, why.clone()));
+        return Err(refuse(Verdict::Invalid, why.clone()));
     }
     if a.target.is_empty() || a.target.len() > MAX_TARGET_BYTES {
         return Err(refuse(
-            StatusCode::BAD_REQUEST,
+            Verdict::Invalid,
             format!("name a lock or session of 1 to {MAX_TARGET_BYTES} bytes"),
         ));
     }
     let reason = a.reason.trim();
     if reason.is_empty() || reason.len() > MAX_REASON_BYTES {
         return Err(refuse(
-            StatusCode::BAD_REQUEST,
+            Verdict::Invalid,
             format!("give a reason (1 to {MAX_REASON_BYTES} bytes): it goes in the audit log"),
         ));
     }
     let out_of_scope = |what: String| {
         refuse(
-            StatusCode::FORBIDDEN,
+            Verdict::Forbidden,
             format!("{what} is outside {}'s scope on fleet {}", id.actor, a.fleet),
         )
     };
     let store = hub
         .store()
-        .ok_or_else(|| refuse(StatusCode::CONFLICT, "this fleet has no store handle to act through"))?;
+        .ok_or_else(|| refuse(Verdict::Conflict, "this fleet has no store handle to act through"))?;
     match a.action {
         Action::Release => {
             if !in_scope(&id.scope, &a.fleet, Some(&a.target)) {
@@ -334,10 +358,10 @@ async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Result<String,
             }
             let fence = a
                 .fence
-                .ok_or_else(|| refuse(StatusCode::BAD_REQUEST, "give the fencing token you saw (fence)"))?;
+                .ok_or_else(|| refuse(Verdict::Invalid, "give the fencing token you saw (fence)"))?;
             let owner = a.owner.as_ref().ok_or_else(|| {
                 refuse(
-                    StatusCode::BAD_REQUEST,
+                    Verdict::Invalid,
                     "give the owner id of the acquisition you saw (owner: the lock's entry.body.owner, null when it has none)",
                 )
             })?;
@@ -375,7 +399,7 @@ async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Result<String,
             let session = hub
                 .session_now(&a.target)
                 .await
-                .map_err(|_| refuse(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"))?;
+                .map_err(|_| refuse(Verdict::Unavailable, "the fleet hub is not running"))?;
             // A session acts on every lock it holds or will take: no prefix
             // bounds that, so session actions need the whole fleet in scope.
             if !whole_fleet(&id.scope, &a.fleet) {
@@ -393,7 +417,7 @@ async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Result<String,
                         .map_err(store_failed(a.action))?
                 {
                     return Err(refuse(
-                        StatusCode::NOT_FOUND,
+                        Verdict::NotFound,
                         format!("fleet {} knows no session {:?}", a.fleet, a.target),
                     ));
                 }
@@ -448,8 +472,8 @@ fn seen(revision: Option<i64>) -> String {
 /// The refusal of `action` when the store failed: nothing was done.
 fn store_failed(action: Action) -> impl Fn(StoreError) -> Refusal {
     move |e| match e {
-        StoreError::ReadOnly { .. } | StoreError::Unsupported(_) => refuse(StatusCode::CONFLICT, e.to_string()),
-        StoreError::InvalidName { .. } => refuse(StatusCode::BAD_REQUEST, e.to_string()),
+        StoreError::ReadOnly { .. } | StoreError::Unsupported(_) => refuse(Verdict::Conflict, e.to_string()),
+        StoreError::InvalidName { .. } => refuse(Verdict::Invalid, e.to_string()),
         // docs/operations.md ("A busy store"): another writer held the store's
         // write lock past the busy timeout; the statement wrote nothing.
         StoreError::Busy { ref what, .. } => {
@@ -459,7 +483,7 @@ fn store_failed(action: Action) -> impl Fn(StoreError) -> Refusal {
                 Action::Unblacklist => "nothing lifted",
             };
             refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
+                Verdict::Unavailable,
                 format!(
                     "store busy, {nothing}: {what} (waited {} s); try again when it frees up",
                     lockscope_store::sql::ADMIN_BUSY_TIMEOUT.as_secs()
@@ -467,7 +491,7 @@ fn store_failed(action: Action) -> impl Fn(StoreError) -> Refusal {
             )
         }
         e => refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
+            Verdict::Unavailable,
             format!("nothing done: the store failed: {}", e.describe()),
         ),
     }

@@ -12,12 +12,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lockscope_model::admin::{Action, AuditQuery};
+use lockscope_model::detail::{LockDetail, SessionList};
+use lockscope_model::FleetSummary;
 use serde::Deserialize;
 
-use super::caller::{retry_after, Caller};
-use super::error::error;
+use super::caller::Caller;
+use super::error::{retry_after, status_of, AppError};
 use super::state::AppState;
 use crate::act::admin::{self, Attempt};
+use crate::live::hub::{HubHandle, HubStopped};
 use crate::remember::audit::{to_csv, to_ndjson};
 
 mod charts;
@@ -54,44 +57,46 @@ pub fn routes() -> Router<AppState> {
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
-async fn fleets(State(state): State<AppState>, caller: Caller) -> Response {
-    if let Err(r) = caller.reader() {
-        return r.into_response();
-    }
-    Json(state.fleets.summaries()).into_response()
+async fn fleets(State(state): State<AppState>, caller: Caller) -> Result<Json<Vec<FleetSummary>>, AppError> {
+    caller.reader()?;
+    Ok(Json(state.fleets.summaries()))
 }
 
-async fn lock(State(state): State<AppState>, caller: Caller, Path((fleet, name)): Path<(String, String)>) -> Response {
-    if let Err(r) = caller.reader() {
-        return r.into_response();
-    }
-    let Some(hub) = state.fleets.get(Some(&fleet)) else {
-        return no_fleet(&state, &fleet);
-    };
-    match hub.watch_lock(&name).await {
-        Ok(rx) => match rx.borrow().clone() {
-            Some(d) if d.entry.is_some() => Json(d).into_response(),
-            _ => error(StatusCode::NOT_FOUND, &format!("{name:?} is not held")),
-        },
-        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"),
-    }
+async fn lock(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, name)): Path<(String, String)>,
+) -> Result<Json<LockDetail>, AppError> {
+    caller.reader()?;
+    let rx = hub(&state, &fleet)?.watch_lock(&name).await.map_err(hub_stopped)?;
+    let detail = rx.borrow().clone().filter(|d| d.entry.is_some());
+    detail
+        .map(Json)
+        .ok_or_else(|| AppError::api(StatusCode::NOT_FOUND, format!("{name:?} is not held")))
 }
 
-async fn sessions(State(state): State<AppState>, caller: Caller, Path(fleet): Path<String>) -> Response {
-    if let Err(r) = caller.reader() {
-        return r.into_response();
-    }
-    let Some(hub) = state.fleets.get(Some(&fleet)) else {
-        return no_fleet(&state, &fleet);
-    };
-    match hub.watch_sessions().await {
-        Ok(rx) => Json(rx.borrow().clone().unwrap_or_default()).into_response(),
-        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running"),
-    }
+async fn sessions(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(fleet): Path<String>,
+) -> Result<Json<SessionList>, AppError> {
+    caller.reader()?;
+    let rx = hub(&state, &fleet)?.watch_sessions().await.map_err(hub_stopped)?;
+    let sessions = rx.borrow().clone().unwrap_or_default();
+    Ok(Json(sessions))
 }
 
-fn no_fleet(state: &AppState, fleet: &str) -> Response {
-    error(StatusCode::NOT_FOUND, &state.fleets.unknown(fleet))
+/// The fleet an API path names, or its `404` (which says the fleets there are).
+fn hub<'a>(state: &'a AppState, fleet: &str) -> Result<&'a HubHandle, AppError> {
+    state
+        .fleets
+        .get(Some(fleet))
+        .ok_or_else(|| AppError::api(StatusCode::NOT_FOUND, state.fleets.unknown(fleet)))
+}
+
+/// The API's answer when a fleet's hub has stopped.
+fn hub_stopped(_: HubStopped) -> AppError {
+    AppError::api(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running")
 }
 
 #[derive(Deserialize)]
@@ -201,7 +206,7 @@ async fn act(state: &AppState, caller: &Caller, attempt: Attempt) -> Response {
         ..attempt
     };
     let answer = admin::attempt(&state.door(), &caller.who, caller.csrf(), attempt).await;
-    let status = caller.limited(answer.status);
+    let status = caller.limited(status_of(answer.verdict));
     retry_after(
         (status, Json(answer.json())).into_response(),
         status,
@@ -211,23 +216,20 @@ async fn act(state: &AppState, caller: &Caller, attempt: Attempt) -> Response {
 
 /// `GET /api/v1/audit`: JSON (an array), CSV or NDJSON by `?format=` or
 /// `Accept`. Admins only; a scoped admin sees the fleets of their scope.
-async fn audit(State(state): State<AppState>, caller: Caller, Query(pairs): Query<Vec<(String, String)>>) -> Response {
-    let id = match caller.reader() {
-        Ok(id) => id,
-        Err(r) => return r.into_response(),
-    };
-    if let Err(why) = admin::may_read_audit(id) {
-        return error(StatusCode::FORBIDDEN, &why);
-    }
-    let query = match AuditQuery::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))) {
-        Ok(q) => q,
-        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
-    };
+async fn audit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Response, AppError> {
+    let id = caller.reader()?;
+    admin::may_read_audit(id).map_err(|why| AppError::api(StatusCode::FORBIDDEN, why))?;
+    let query = AuditQuery::from_query(pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|why| AppError::api(StatusCode::BAD_REQUEST, why))?;
     let format = format(&pairs, &caller.headers);
-    let Some(entries) = admin::audit_for(&state.audit, id, &query).await else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "the audit log cannot be read now");
-    };
-    match format {
+    let entries = admin::audit_for(&state.audit, id, &query)
+        .await
+        .ok_or_else(|| AppError::api(StatusCode::SERVICE_UNAVAILABLE, "the audit log cannot be read now"))?;
+    Ok(match format {
         "json" => Json(entries).into_response(),
         "csv" => (
             [
@@ -251,9 +253,9 @@ async fn audit(State(state): State<AppState>, caller: Caller, Query(pairs): Quer
             to_ndjson(&entries),
         )
             .into_response(),
-        other => error(
-            StatusCode::BAD_REQUEST,
-            &format!("format={other:?}: use json, csv or ndjson"),
-        ),
-    }
+        other => {
+            let why = format!("format={other:?}: use json, csv or ndjson");
+            return Err(AppError::api(StatusCode::BAD_REQUEST, why));
+        }
+    })
 }

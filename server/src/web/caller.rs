@@ -1,14 +1,12 @@
 //! Who sent a request ([`Caller`]): resolved once per request from its headers
-//! and peer, for pages, the API, the forms and the websocket alike; and the
-//! answer to a request without an identity ([`Unauthorized`]).
+//! and peer, for pages, the API, the forms and the websocket alike.
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
 use lockscope_store::now_ms;
 
-use super::error::error;
+use super::error::AppError;
 use super::state::AppState;
 use crate::auth::{check_csrf, Identity, TokenRefused, Via, Who, CSRF_HEADER};
 
@@ -71,10 +69,13 @@ impl FromRequestParts<AppState> for Caller {
 }
 
 impl Caller {
-    /// The identity of a read request, or the 401 (400: ambiguous
-    /// credentials) that refuses it.
-    pub fn reader(&self) -> Result<&Identity, Unauthorized> {
-        self.who.identity().map_err(|(status, why)| Unauthorized {
+    /// The identity of a read request, or the API's refusal: 401, or 400 when
+    /// its credentials are ambiguous ([`Who::identity`]), or 429 with
+    /// `Retry-After` when its source failed too often ([`Caller::retry_after`]),
+    /// or 503 with `Retry-After` when its token could not be checked
+    /// ([`Caller::busy`]).
+    pub fn reader(&self) -> Result<&Identity, AppError> {
+        self.who.identity().map_err(|(status, why)| AppError::Api {
             status: self.limited(status),
             why,
             retry_after: self.retry_after,
@@ -109,29 +110,4 @@ impl Caller {
         let sent = self.headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
         check_csrf(id, &self.headers, sent)
     }
-}
-
-/// A request without an identity, and why: answered 401, or 400 when its
-/// credentials are ambiguous ([`Who::identity`]), or 429 with `Retry-After`
-/// when its source failed too often ([`Caller::retry_after`]), or 503 with
-/// `Retry-After` when its token could not be checked ([`Caller::busy`]).
-pub struct Unauthorized {
-    pub status: StatusCode,
-    pub why: String,
-    pub retry_after: Option<u64>,
-}
-
-impl IntoResponse for Unauthorized {
-    fn into_response(self) -> Response {
-        retry_after(error(self.status, &self.why), self.status, self.retry_after)
-    }
-}
-
-/// `response` with `Retry-After: secs` when `status` is `429` or `503`.
-pub(crate) fn retry_after(mut response: Response, status: StatusCode, secs: Option<u64>) -> Response {
-    let later = [StatusCode::TOO_MANY_REQUESTS, StatusCode::SERVICE_UNAVAILABLE].contains(&status);
-    if let (true, Some(secs)) = (later, secs) {
-        response.headers_mut().insert(header::RETRY_AFTER, secs.into());
-    }
-    response
 }

@@ -20,6 +20,7 @@ use serde::Deserialize;
 use crate::act::admin::{self, Attempt};
 use crate::auth::{check_csrf, constant_time_eq, cookie, Identity, Via, Who, CSRF_COOKIE, SESSION_COOKIE};
 use crate::web::caller::Caller;
+use crate::web::error::status_of;
 use crate::web::pages::{encode, render};
 use crate::web::state::AppState;
 
@@ -140,7 +141,7 @@ async fn act(
                 Some(Outcome::Changed) if queued => ("⚠", "Not done, the target changed; its audit entry queued"),
                 _ => ("⚠", "Not recorded"),
             };
-            let status = answer.status;
+            let status = status_of(answer.verdict);
             let body = format!(
                 "<!doctype html><meta charset=utf-8><title>{word} · lockscope</title>\
                  <p role=alert>{icon} {word} ({status}): {}</p><p><a href=\"{}\">Back</a></p>",

@@ -41,7 +41,7 @@ use tokio::sync::watch;
 
 use crate::auth::Who;
 use caller::Caller;
-use error::error;
+use error::AppError;
 use listener::{check_exposure, drop_stalled_peer_after};
 pub use state::AppState;
 
@@ -96,15 +96,16 @@ async fn healthz(State(state): State<AppState>, caller: Caller) -> Json<serde_js
 
 /// `GET /metrics` ([`crate::metrics`]): with authentication configured, for any
 /// identity (a Prometheus bearer token); without, open (the server is on loopback only).
-async fn scrape(State(state): State<AppState>, caller: Caller) -> Response {
-    if let Err(r) = caller.reader() {
-        return r.into_response();
-    }
+async fn scrape(State(state): State<AppState>, caller: Caller) -> Result<Response, AppError> {
+    caller.reader()?;
     match state.metrics.encode() {
-        Ok(body) => ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response(),
+        Ok(body) => Ok(([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body).into_response()),
         Err(_) => {
             tracing::error!("encoding the metrics failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "encoding the metrics failed")
+            Err(AppError::api(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "encoding the metrics failed",
+            ))
         }
     }
 }

@@ -4,7 +4,7 @@
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures::{SinkExt, StreamExt};
 
 use super::caller::Caller;
@@ -27,10 +27,7 @@ pub(super) async fn ws_upgrade(
 ) -> Result<Response, AppError> {
     // A page on another site must not read the lock table through the visitor's browser.
     crate::auth::same_origin(&headers).map_err(AppError::Forbidden)?;
-    let actor = match caller.reader() {
-        Ok(id) => id.actor.clone(),
-        Err(r) => return Ok(r.into_response()),
-    };
+    let actor = caller.reader()?.actor.clone();
     let hub = state.fleet(&q)?.clone();
     // The place is taken before the upgrade, so a burst cannot overshoot.
     let slot = state.sockets.open(&actor, caller.client);

@@ -5,12 +5,12 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use axum::Json;
-use lockscope_model::charts::ChartWindow;
+use lockscope_model::charts::{ChartWindow, Charts};
 
-use super::{error, no_fleet, Caller};
+use super::{hub, Caller};
 use crate::web::charts::build;
+use crate::web::error::AppError;
 use crate::web::state::AppState;
 
 pub(super) async fn charts(
@@ -18,22 +18,16 @@ pub(super) async fn charts(
     caller: Caller,
     Path(fleet): Path<String>,
     Query(pairs): Query<Vec<(String, String)>>,
-) -> Response {
-    if let Err(refused) = caller.reader() {
-        return refused.into_response();
-    }
-    let Some(hub) = state.fleets.get(Some(&fleet)) else {
-        return no_fleet(&state, &fleet);
-    };
-    let window = match ChartWindow::from_query(pairs.iter().find(|(k, _)| k == "window").map(|(_, v)| v.as_str())) {
-        Ok(w) => w,
-        Err(why) => return error(StatusCode::BAD_REQUEST, &why),
-    };
+) -> Result<Json<Charts>, AppError> {
+    caller.reader()?;
+    let hub = hub(&state, &fleet)?;
+    let window = ChartWindow::from_query(pairs.iter().find(|(k, _)| k == "window").map(|(_, v)| v.as_str()))
+        .map_err(|why| AppError::api(StatusCode::BAD_REQUEST, why))?;
     match build(&state, hub.stats(), &fleet, window).await {
-        Ok(charts) => Json(charts).into_response(),
+        Ok(charts) => Ok(Json(charts)),
         Err(e) => {
             tracing::warn!(error = %e, "history read for the charts failed");
-            error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string())
+            Err(AppError::api(StatusCode::SERVICE_UNAVAILABLE, e.to_string()))
         }
     }
 }
