@@ -8,7 +8,10 @@
 //!
 //! Channels, not a shared lock: one task owns the state, so nothing waits on a
 //! lock; subscribers talk to it by commands and receive frames on their own small
-//! channel, which can never fill because frames in flight are bounded by acks.
+//! channel (`SUBSCRIBER_QUEUE` frames). Window frames in flight are bounded by acks, so
+//! only a subscriber whose socket is no longer read fills it (status messages
+//! are not paced): the hub never waits on it, and drops that subscriber
+//! (counted in `/metrics` as a lag drop).
 //! The fleet's headline numbers are published on a `watch` channel, so the
 //! overview never asks the hub anything.
 

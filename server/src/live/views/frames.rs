@@ -1,0 +1,282 @@
+//! The subscribers' side of the views: who looks at what ([`Sub`]), and the
+//! frames each is sent — the difference between what it holds and its window
+//! now, paced by its acknowledgements and the frame interval — and one-off
+//! page renders.
+
+use super::*;
+
+/// One subscriber's view and what it holds.
+pub(super) struct Sub {
+    pub(super) view_id: u32,
+    pub(super) spec: ViewSpec,
+    pub(super) index: IndexSpec,
+    /// Frames sent; the last one acknowledged.
+    pub(super) seq: u64,
+    pub(super) acked: u64,
+    /// Pacing times below are on the monotonic clock.
+    pub(super) last_sent: Option<Millis>,
+    /// The index generation and aggregates generation the last frame reflected.
+    pub(super) index_gen: u64,
+    pub(super) aggregates_gen: u64,
+    pub(super) aggregates_sent_at: Option<Millis>,
+    /// When the first change not yet sent happened (server clock).
+    pub(super) dirty_since: Option<Millis>,
+    /// Nothing is due before this (aggregates held back by their rate limit).
+    pub(super) not_before: Millis,
+    /// What the subscriber holds: names in window order and their versions.
+    pub(super) order: Vec<Arc<str>>,
+    pub(super) versions: HashMap<Arc<str>, u64>,
+    pub(super) total: u64,
+    pub(super) offset: u64,
+    /// Nothing sent yet on this connection.
+    pub(super) fresh: bool,
+    /// A page render's ([`Views::render`]): its one frame is taken by
+    /// [`Views::render_sub`], never sent by [`Views::due_frames`].
+    pub(super) one_off: bool,
+}
+
+impl Views {
+    /// Adds a subscriber looking at `spec`; its first frame is due at once.
+    pub fn subscribe(&mut self, view_id: u32, spec: ViewSpec, now: Now) -> SubId {
+        let id = self.next_sub;
+        self.next_sub += 1;
+        let index = self.attach(&spec);
+        self.subs.insert(
+            id,
+            Sub {
+                view_id,
+                spec,
+                index,
+                seq: 0,
+                acked: 0,
+                last_sent: None,
+                index_gen: 0,
+                aggregates_gen: 0,
+                aggregates_sent_at: None,
+                dirty_since: Some(now.mono),
+                not_before: 0,
+                order: Vec::new(),
+                versions: HashMap::new(),
+                total: 0,
+                offset: 0,
+                fresh: true,
+                one_off: false,
+            },
+        );
+        id
+    }
+
+    /// Points a subscriber at another view; what it holds stays, so the next frame
+    /// carries only rows it does not have.
+    pub fn set_view(&mut self, id: SubId, view_id: u32, spec: ViewSpec, now: Now) {
+        let Some(old) = self.subs.get(&id).map(|s| s.index.clone()) else {
+            return;
+        };
+        let index = IndexSpec::of(&spec);
+        if index != old {
+            self.attach(&spec);
+            self.detach(&old);
+        }
+        let sub = self.subs.get_mut(&id).expect("checked above");
+        sub.view_id = view_id;
+        sub.spec = spec;
+        sub.index = index;
+        sub.index_gen = 0; // whatever the generation, the window must be rebuilt
+        sub.dirty_since.get_or_insert(now.mono);
+    }
+
+    pub fn unsubscribe(&mut self, id: SubId) {
+        if let Some(sub) = self.subs.remove(&id) {
+            self.detach(&sub.index);
+        }
+    }
+
+    /// Records that the subscriber has applied every frame up to `seq`.
+    pub fn ack(&mut self, id: SubId, seq: u64) {
+        if let Some(sub) = self.subs.get_mut(&id) {
+            sub.acked = sub.acked.max(seq.min(sub.seq));
+        }
+    }
+
+    /// Frames sent to `id` and not yet acknowledged.
+    pub fn in_flight(&self, id: SubId) -> u64 {
+        self.subs.get(&id).map_or(0, |s| s.seq - s.acked)
+    }
+
+    pub fn subscribers(&self) -> usize {
+        self.subs.len()
+    }
+
+    /// Notes, for every subscriber whose window or aggregates may have changed,
+    /// since when it has had something unsent. Call after a batch of changes.
+    pub fn mark_dirty(&mut self, now: Now) {
+        self.refresh_aggregates();
+        for sub in self.subs.values_mut() {
+            let gen = self.indexes.get(&sub.index).map_or(0, |i| i.generation);
+            if gen != sub.index_gen {
+                // Rows may have changed: due now, even if aggregates owed
+                // alone were being held back by their rate limit.
+                sub.not_before = 0;
+                sub.dirty_since.get_or_insert(now.mono);
+            } else if self.aggregates_gen != sub.aggregates_gen {
+                sub.dirty_since.get_or_insert(now.mono);
+            }
+        }
+    }
+
+    /// When (monotonic) the earliest subscriber may next be sent a frame (`None`: nobody has
+    /// anything to send, or everybody with something has too many frames unacked).
+    pub fn next_send(&self) -> Option<Millis> {
+        self.subs
+            .values()
+            .filter(|s| self.index_ready(&s.index))
+            .filter_map(Sub::ready_at)
+            .min()
+    }
+
+    /// Builds the frames due at `now`: for each subscriber with unsent changes,
+    /// fewer than [`MAX_IN_FLIGHT`] frames unacknowledged, and none sent within
+    /// [`MIN_FRAME_INTERVAL_MS`].
+    pub fn due_frames(&mut self, state: &FleetState, now: Now) -> Vec<(SubId, WindowFrame)> {
+        let due: Vec<SubId> = self
+            .subs
+            .iter()
+            .filter(|(_, s)| s.ready_at().is_some_and(|at| at <= now.mono) && self.index_ready(&s.index))
+            .map(|(id, _)| *id)
+            .collect();
+        due.into_iter()
+            .filter_map(|id| self.frame(state, id, now).map(|f| (id, f)))
+            .collect()
+    }
+
+    /// Recounts the published aggregates if anything they count changed; their
+    /// generation moves only if they differ.
+    fn refresh_aggregates(&mut self) {
+        if std::mem::take(&mut self.aggregates_touched) {
+            let fresh = self.aggregates();
+            if fresh != self.published {
+                self.published = fresh;
+                self.aggregates_gen += 1;
+            }
+        }
+    }
+
+    /// The frame that brings subscriber `id` up to date, if anything changed for it.
+    pub fn frame(&mut self, state: &FleetState, id: SubId, now: Now) -> Option<WindowFrame> {
+        self.refresh_aggregates();
+        let (wall, now) = (now.wall, now.mono);
+        let aggregates_gen = self.aggregates_gen;
+        let send_aggregates = {
+            let sub = self.subs.get(&id)?;
+            sub.aggregates_gen != aggregates_gen
+                && sub.aggregates_sent_at.is_none_or(|at| now - at >= AGGREGATES_EVERY_MS)
+        };
+        let aggregates = send_aggregates.then(|| self.published.clone());
+        let sub = self.subs.get_mut(&id)?;
+        let index = self.indexes.get(&sub.index).filter(|i| i.unbuilt.is_none())?;
+        let window = window_of(index, &sub.spec);
+        let dirty_since = sub.dirty_since.take().unwrap_or(now);
+        sub.index_gen = index.generation;
+        if aggregates.is_some() {
+            sub.aggregates_gen = aggregates_gen;
+            sub.aggregates_sent_at = Some(now);
+        } else if sub.aggregates_gen != aggregates_gen {
+            // Held back by the rate limit: still owed, but not before it allows.
+            sub.dirty_since = Some(dirty_since);
+            sub.not_before = sub.aggregates_sent_at.unwrap_or(now) + AGGREGATES_EVERY_MS;
+        }
+        let order_changed = window.names != sub.order;
+        let mut rows = Vec::new();
+        for name in &window.names {
+            let Some(meta) = self.meta.get(name) else { continue };
+            if sub.versions.get(name) != Some(&meta.version) {
+                // Every indexed lock is in the table (both follow the same changes).
+                let Some(entry) = state.get(name) else {
+                    debug_assert!(false, "{name} is indexed but not in the table");
+                    continue;
+                };
+                rows.push(WindowRow {
+                    entry: entry.clone(),
+                    holder: state.holder(entry),
+                    deadlock: state.deadlocks().locks.contains(&**name),
+                    waiters: state.waiters_of(name).map(str::to_string).collect(),
+                });
+            }
+        }
+        let moved = window.total != sub.total || window.offset != sub.offset;
+        if !sub.fresh && !order_changed && rows.is_empty() && !moved && aggregates.is_none() {
+            return None;
+        }
+        sub.versions = window
+            .names
+            .iter()
+            .filter_map(|n| self.meta.get(n).map(|m| (n.clone(), m.version)))
+            .collect();
+        let order = (order_changed || sub.fresh).then(|| window.names.iter().map(|n| n.to_string()).collect());
+        sub.order = window.names;
+        sub.total = window.total;
+        sub.offset = window.offset;
+        sub.seq += 1;
+        sub.last_sent = Some(now);
+        sub.not_before = 0;
+        let full = std::mem::take(&mut sub.fresh);
+        Some(WindowFrame {
+            seq: sub.seq,
+            view_id: sub.view_id,
+            server_time: wall,
+            waited_ms: (now - dirty_since).max(0) as u64,
+            full,
+            total: window.total,
+            offset: window.offset,
+            order,
+            rows,
+            aggregates,
+        })
+    }
+
+    /// A one-off window of `spec` (for a server-rendered page): the first frame a
+    /// new subscriber would get, or, while its index is being built, the
+    /// subscriber to pass to [`Views::render_sub`] once [`Views::is_ready`].
+    pub fn render(&mut self, state: &FleetState, spec: &ViewSpec, now: Now) -> Result<WindowFrame, SubId> {
+        let id = self.subscribe(0, spec.clone(), now);
+        self.subs.get_mut(&id).expect("just made").one_off = true;
+        match self.is_ready(id) {
+            true => Ok(self.render_sub(state, id, now)),
+            false => Err(id),
+        }
+    }
+
+    /// The first frame of a subscriber made by [`Views::render`], which it ends.
+    pub fn render_sub(&mut self, state: &FleetState, id: SubId, now: Now) -> WindowFrame {
+        let mut frame = self
+            .frame(state, id, now)
+            .expect("a fresh subscriber with its index built always gets a frame");
+        self.unsubscribe(id);
+        frame.aggregates.get_or_insert_with(|| self.aggregates());
+        frame
+    }
+
+    /// The names of `spec`'s window, in order (for tests and recounts); `None`
+    /// if nobody looks at it or its index is being built.
+    pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
+        let index = self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none())?;
+        let w = window_of(index, spec);
+        Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
+    }
+}
+
+impl Sub {
+    /// When this subscriber may be sent its next frame, if it has anything unsent
+    /// and room for another frame in flight.
+    pub(super) fn ready_at(&self) -> Option<Millis> {
+        if self.one_off {
+            return None;
+        }
+        let since = self.dirty_since?;
+        if self.seq - self.acked >= MAX_IN_FLIGHT {
+            return None;
+        }
+        let earliest = self.last_sent.map_or(since, |t| t + MIN_FRAME_INTERVAL_MS as i64);
+        Some(since.max(earliest).max(self.not_before))
+    }
+}
