@@ -9,10 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use lockscope::audit::AuditLog;
 use lockscope::auth::Auth;
-use lockscope::http::AppState;
-use lockscope::hub::{Fleets, HubHandle};
+use lockscope::live::hub::{Fleets, HubHandle};
+use lockscope::remember::audit::AuditLog;
+use lockscope::web::AppState;
 use lockscope_model::admin::{AuditQuery, Outcome};
 use lockscope_store::pg_advisory::fence_of;
 use lockscope_store::spec::StoreSpec;
