@@ -22,6 +22,14 @@
 #                         locks are counted, and `fill` writes LOCKS locks into it)
 #   PROFILE=debug         use the debug build instead of the release build
 #   BROWSER=0             skip the Chromium probe (no built site needed)
+#   NO_BUILD=1            use the binaries already in target/PROFILE (say, a debug build made
+#                         with `cargo build --workspace --bins`) rather than building them
+#   LAYOUT=etcd-mutex     etcd's native mutexes instead (STORE=etcd only): fill LOCKS mutex
+#                         keys (`lockscope-bench mutex fill`, 16 per lease), serve them as an
+#                         `etcd-mutex:` fleet, then hand RATE locks over per second for SECONDS
+#                         (`lockscope-bench mutex load`), one write in 200 timed to its row in
+#                         the API; no viewers or browser probe (their stamps are a lockscope
+#                         record's purpose, which a mutex key has not)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCKS=${1:-1000}
@@ -32,9 +40,10 @@ STORE=${STORE:-etcd}
 PROFILE=${PROFILE:-release}
 BROWSER=${BROWSER:-1}
 
+build=cargo; [ "${NO_BUILD:-0}" = 0 ] || build=true
 case $PROFILE in
-  release) cargo build --release -p lockscope --bins; bin=target/release ;;
-  debug) cargo build -p lockscope --bins; bin=target/debug ;;
+  release) $build build --release -p lockscope --bins; bin=target/release ;;
+  debug) $build build -p lockscope --bins; bin=target/debug ;;
   *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
 esac
 if [ "$BROWSER" != 0 ] && [ ! -f target/site/pkg/lockscope.wasm ]; then
@@ -74,6 +83,30 @@ case $STORE in
     ;;
   *) echo "STORE=$STORE: etcd, sqlite or a postgres:// URL" >&2; exit 1 ;;
 esac
+if [ "${LAYOUT:-lockscope}" = etcd-mutex ]; then
+  [ "$STORE" = etcd ] || { echo "LAYOUT=etcd-mutex needs STORE=etcd" >&2; exit 1; }
+  mx=(--etcd "http://127.0.0.1:$client" --prefix /mx/ --locks "$LOCKS")
+  $bin/lockscope-bench mutex fill "${mx[@]}"
+  t0=$(date +%s%N)
+  $bin/lockscope --store "bench=etcd-mutex:http://127.0.0.1:$client#/mx/" --unlocker bench=off \
+    --listen "127.0.0.1:$listen" --site-root target/site --log warn >"$dir/server.log" 2>&1 &
+  server=$!
+  pids+=($server)
+  until curl -s "http://127.0.0.1:$listen/healthz" | grep -q "\"held\":$LOCKS"; do sleep 0.1; done
+  t1=$(date +%s%N)
+  rss_loaded=$(awk '/VmRSS/ {print $2}' "/proc/$server/status")
+  cpu() { awk '{print $14 + $15}' "/proc/$server/stat"; }
+  cpu0=$(cpu); w0=$(date +%s%N)
+  out=$($bin/lockscope-bench mutex load "${mx[@]}" --rate "$RATE" --seconds "$SECS" --url "http://127.0.0.1:$listen")
+  cpu1=$(cpu); w1=$(date +%s%N)
+  echo
+  echo "== lockscope etcd-mutex fleet: $LOCKS etcd native mutexes in $where, $RATE hand-offs/s for $SECS s ($PROFILE build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  echo "server start -> live with every lock:  $(( (t1 - t0) / 1000000 )) ms"
+  echo "load:                                   $out"
+  echo "server CPU during the load:             $(echo "scale=0; 100 * ($cpu1 - $cpu0) / $(getconf CLK_TCK) / (($w1 - $w0) / 1000000000)" | bc) % of one core"
+  echo "server RSS:                             $(( rss_loaded / 1024 )) MiB loaded ($(( rss_loaded * 1024 / LOCKS )) bytes per lock incl. the empty server), $(( $(awk '/VmRSS/ {print $2}' "/proc/$server/status") / 1024 )) MiB after the load"
+  exit 0
+fi
 $bin/lockscope-bench fill "${bench_store[@]}" --locks "$LOCKS"
 
 t0=$(date +%s%N)

@@ -27,6 +27,7 @@
 
 mod handoff;
 mod history;
+mod mutex;
 mod store;
 mod viewers;
 
@@ -76,6 +77,8 @@ enum Command {
     History(history::Args),
     /// Measure lock hand-off: holder's release → next waiter's acquisition.
     Handoff(handoff::Args),
+    /// Fill and load a fleet of etcd native mutexes (`etcd-mutex:` layout).
+    Mutex(mutex::Args),
 }
 
 /// The fleet `fill` writes and `load` rewrites.
@@ -129,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Viewers(args) => viewers::run(args).await,
         Command::History(args) => history::run(args).await,
         Command::Handoff(args) => handoff::run(args).await,
+        Command::Mutex(args) => mutex::run(args).await,
     }
 }
 
