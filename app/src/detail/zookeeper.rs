@@ -104,6 +104,9 @@ pub fn record(entry: &LockEntry, lock: &ZkLock, d: &LockDetail, now: Millis) -> 
             </dl>
             <h4>"Contenders, in order"</h4>
             <ol class="zk-nodes" data-testid="detail-zk-nodes">{nodes}</ol>
+            {(lock.nodes_total as usize > lock.nodes.len()).then(|| view! {
+                <p class="hint">{format!("{} more contenders not listed (the first {} are).", lock.nodes_total as usize - lock.nodes.len(), lock.nodes.len())}</p>
+            })}
             <p data-testid="detail-zk-release">{ZK_RELEASE}</p>
             <p data-testid="detail-zk-no-blacklist">{ZK_NO_BLACKLIST}</p>
             <p class="unknown" data-testid="detail-unknown">{ZK_UNKNOWN}</p>
@@ -134,6 +137,7 @@ mod tests {
             path: "/l/a".into(),
             nodes: vec![n("r1", 1, true), n("r2", 2, true), n("w3", 3, false)],
             holders: 2,
+            nodes_total: 3,
             holder_timeout_ms: None,
         };
         let now = 1_005_000;

@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::time::Millis;
 
+/// The most contenders kept per lock in [`ZkLock::nodes`] (the first, in
+/// order: the holders and the next waiters); every waiter's session is still
+/// a waiter of the lock.
+pub const ZK_NODES_KEPT: usize = 100;
+
 /// Longest znode data kept per contender (the rest is cut on a char boundary).
 pub const ZK_DATA_KEEP_BYTES: usize = 256;
 
@@ -52,9 +57,13 @@ pub struct ZkLock {
     /// The lock's znode, absolute (`ROOT/NAME`).
     pub path: String,
     /// Contenders in sequence order: the first `holders` hold the lock (one,
-    /// or every reader ahead of the first writer), the rest wait.
+    /// or every reader ahead of the first writer), the rest wait. At most
+    /// [`ZK_NODES_KEPT`]: `nodes_total` says how many there are.
     pub nodes: Vec<ZkNode>,
     pub holders: u32,
+    /// How many contenders the lock has (`nodes` may list fewer).
+    #[serde(default)]
+    pub nodes_total: u32,
     /// The holder session's negotiated timeout in ms, where the server says it
     /// (`None`: unknown: ZooKeeper tells a session's timeout only to its client).
     #[serde(default, skip_serializing_if = "Option::is_none")]

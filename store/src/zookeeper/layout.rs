@@ -15,7 +15,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use lockscope_model::fleet::zookeeper::{ZkLock, ZkNode, ZkRecipe, ZK_DATA_KEEP_BYTES};
+use lockscope_model::fleet::zookeeper::{ZkLock, ZkNode, ZkRecipe, ZK_DATA_KEEP_BYTES, ZK_NODES_KEPT};
 use lockscope_model::fleet::FamilyDetail;
 use lockscope_model::{FleetEvent, LockBody, LockEntry, Snapshot, Waiter};
 
@@ -102,15 +102,19 @@ pub(crate) fn holders(nodes: &[ZkNode]) -> u32 {
 
 /// Lock `name` (at znode `path`) as its contenders make it, and the sessions
 /// waiting for it (`None`: no contender).
-pub(crate) fn derive(name: &str, path: &str, nodes: Vec<ZkNode>) -> Option<(LockEntry, BTreeSet<String>)> {
+pub(crate) fn derive(name: &str, path: &str, mut nodes: Vec<ZkNode>) -> Option<(LockEntry, BTreeSet<String>)> {
     let holder = nodes.first()?.clone();
+    let holding = holders(&nodes);
+    let waiters = nodes[holding as usize..].iter().map(|n| n.session.clone()).collect();
+    let nodes_total = nodes.len() as u32;
+    nodes.truncate(ZK_NODES_KEPT);
     let lock = ZkLock {
         path: path.to_string(),
-        holders: holders(&nodes),
+        holders: holding,
         nodes,
+        nodes_total,
         holder_timeout_ms: None,
     };
-    let waiters = lock.waiting().iter().map(|n| n.session.clone()).collect();
     let entry = LockEntry {
         name: name.to_string(),
         fence: holder.czxid,

@@ -126,3 +126,18 @@ fn settling_says_what_changed() {
     let snap = t.snapshot(5);
     assert!(snap.locks.is_empty() && snap.waiters.is_empty());
 }
+
+#[test]
+fn a_long_queue_keeps_its_first_contenders_and_every_waiter() {
+    // ZK_NODES_KEPT bounds what one entry carries; the waiters stay whole.
+    let nodes: Vec<ZkNode> = (0..150)
+        .map(|i| node(&format!("lock-{i:010}"), 0x100 + i, 10 + i))
+        .collect();
+    let (entry, waiters) = derive("q", "/r/q", nodes).unwrap();
+    let LockBody::Foreign { detail: Some(d), .. } = &entry.body else {
+        panic!()
+    };
+    let FamilyDetail::Zookeeper(l) = &**d else { panic!() };
+    assert_eq!((l.nodes.len(), l.nodes_total), (ZK_NODES_KEPT, 150));
+    assert_eq!(waiters.len(), 149);
+}
