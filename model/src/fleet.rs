@@ -155,7 +155,13 @@ impl FleetState {
             FleetEvent::Upsert(mut entry) => {
                 self.revision = self.revision.max(entry.revision);
                 match self.get(&entry.name) {
-                    Some(old) if old.revision >= entry.revision => Vec::new(),
+                    // Older is stale. At the same revision only a different
+                    // body is news: what an observer learned beside the
+                    // store's writes (an etcd mutex holder's lease TTL, read
+                    // again) as of the last revision it applied.
+                    Some(old) if old.revision > entry.revision || (old.revision == entry.revision && *old == entry) => {
+                        Vec::new()
+                    }
                     _ => {
                         self.shared.intern(&mut entry);
                         let name = entry.name.clone();

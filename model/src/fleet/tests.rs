@@ -72,6 +72,19 @@ fn reducer_table() {
             names_after: vec!["a"],
         },
         Case {
+            name: "an upsert at the same revision with news (a lease read again) is applied",
+            start: vec![up("a", 5, 5)],
+            event: {
+                let mut e = held("a", 5, 5);
+                if let LockBody::Held(r) = &mut e.body {
+                    r.purpose = "read again".into();
+                }
+                FleetEvent::Upsert(e)
+            },
+            changes: vec![lock("a")],
+            names_after: vec!["a"],
+        },
+        Case {
             name: "stale upsert is ignored",
             start: vec![up("a", 5, 7)],
             event: up("a", 5, 6),

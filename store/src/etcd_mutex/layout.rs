@@ -200,6 +200,15 @@ impl Table {
         names.into_iter().filter_map(|n| self.holder(n)).map(|h| h.1).collect()
     }
 
+    /// The locks held now by any of `leases` (one pass over the table).
+    pub(crate) fn names_held_by(&self, leases: &BTreeSet<i64>) -> Vec<String> {
+        self.groups
+            .keys()
+            .filter(|n| self.holder(n).is_some_and(|h| leases.contains(&h.1)))
+            .cloned()
+            .collect()
+    }
+
     /// The leases holding any lock now.
     pub(crate) fn all_holder_leases(&self) -> BTreeSet<i64> {
         self.holder_leases(self.groups.keys().map(String::as_str))

@@ -13,8 +13,8 @@
 //! of its TTL (60 s by default: every 20 s), so a renewal shows within 5 s,
 //! and the observer sends etcd at most 20 lease reads a second whatever the
 //! fleet's size. A read that finds a lease renewed or gone (its expiry moved
-//! by more than 1.5 s) sends the table again as a reset, which the hub's
-//! reducer turns into just the rows that changed.
+//! by more than 1.5 s), or whose keys changed, sends the locks that lease
+//! holds again, as of the last revision applied, and only those.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -114,9 +114,17 @@ impl MutexObserver {
                 let resp = tokio::select! {
                     resp = stream.message() => resp?,
                     _ = poll.tick() => {
-                        if self.poll_leases(&mut client).await? {
+                        let moved = self.poll_leases(&mut client).await?;
+                        if !moved.is_empty() {
+                            // Only the locks those leases hold are sent again, as
+                            // of the last revision applied (the reducer takes a
+                            // changed body at the same revision). A reset of the
+                            // whole table every poll kept a 100,000-lock fleet's
+                            // rows seconds behind (docs/performance.md).
                             let rev = self.resume.unwrap_or(from);
-                            if link.reset(self.table.snapshot(rev)).await.is_err() {
+                            let names = self.table.names_held_by(&moved);
+                            let events = self.table.settle(names, rev);
+                            if !events.is_empty() && link.events(events).await.is_err() {
                                 return Ok(());
                             }
                         }
@@ -215,16 +223,17 @@ impl MutexObserver {
     }
 
     /// Reads up to [`LEASE_POLL_MAX`] holders' leases, least recently read
-    /// first; `true` if one was renewed or ended (the table must be resent).
+    /// first; returns those renewed, ended or with other keys (their locks must
+    /// be sent again).
     /// Leases that hold nothing any more are forgotten first (one pass over
     /// the table per poll, not per change).
-    async fn poll_leases(&mut self, client: &mut Client) -> Result<bool, StoreError> {
+    async fn poll_leases(&mut self, client: &mut Client) -> Result<BTreeSet<i64>, StoreError> {
         let holders = self.table.all_holder_leases();
         self.table.leases.retain(|id, _| holders.contains(id));
         let mut due: Vec<(i64, i64)> = self.table.leases.iter().map(|(id, l)| (l.read_at, *id)).collect();
         due.sort_unstable();
         let ids: Vec<i64> = due.into_iter().take(LEASE_POLL_MAX).map(|(_, id)| id).collect();
-        let mut moved = false;
+        let mut moved = BTreeSet::new();
         for (id, info) in self.lease_infos(client, &ids).await? {
             let expiry = |l: &LeaseInfo| l.read_at + l.ttl_s * 1000;
             let old = self.table.leases.get(&id);
@@ -235,7 +244,7 @@ impl MutexObserver {
                     || (expiry(o) - expiry(&info)).abs() > MOVED_MS
             });
             if changed {
-                moved = true;
+                moved.insert(id);
                 self.table.leases.insert(id, info);
             }
         }
