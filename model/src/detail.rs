@@ -99,7 +99,7 @@ impl LockDetail {
             })
             .collect();
         // An etcd mutex grants its waiters in create-revision order, not by session.
-        let created = crate::fleet::etcd_mutex::order_waiters(entry.as_ref(), &mut waiters);
+        let created = crate::fleet::mutex_queue::order_waiters(entry.as_ref(), &mut waiters);
         LockDetail {
             name: name.to_string(),
             holder: entry.as_ref().map_or(Holder::Unknown, |e| state.holder(e)),
@@ -159,7 +159,7 @@ impl SessionList {
         // A store without lockscope sessions whose locks are etcd mutexes:
         // their leases are its sessions, one row each.
         if !sessions.tracked {
-            for (id, lease) in crate::fleet::etcd_mutex::lease_sessions(state) {
+            for (id, lease) in crate::fleet::mutex_queue::lease_sessions(state) {
                 rows.push(SessionRow {
                     holder: Holder::Unknown,
                     locks_held: locks_held(&id),

@@ -454,6 +454,7 @@ mod counts;
 mod entry;
 pub mod etcd_mutex;
 mod intern;
+pub mod mutex_queue;
 pub mod pg_advisory;
 pub mod redis;
 mod state;
