@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::live::stats::{FleetStats, HubFeed};
-use crate::live::views::{SubId, Views};
+use crate::live::views::{ListCursor, SubId, Views};
 use crate::remember::history::Recorder;
 use commands::Command;
 pub use commands::SessionNow;
@@ -252,8 +252,18 @@ impl HubHandle {
     /// The first frame of `view` as a new subscriber would get it, and the store
     /// status (for a server-rendered page).
     pub async fn render(&self, view: ViewSpec) -> Result<(WindowFrame, StoreStatus), HubStopped> {
+        self.render_after(view, None).await
+    }
+
+    /// [`HubHandle::render`] of the rows after `after` in `view`'s order (a list
+    /// API page; `view.offset` is not read then), and the store status.
+    pub async fn render_after(
+        &self,
+        view: ViewSpec,
+        after: Option<ListCursor>,
+    ) -> Result<(WindowFrame, StoreStatus), HubStopped> {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Render { view, reply }).await?;
+        self.send(Command::Render { view, after, reply }).await?;
         rx.await.map_err(|_| HubStopped)
     }
 

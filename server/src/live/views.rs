@@ -49,6 +49,10 @@ pub const AGGREGATES_EVERY_MS: i64 = 250;
 /// Identifies a subscriber within one hub.
 pub type SubId = u64;
 
+/// A position in a view's order, `(a, b, name)` as [`sort_key`] gives it: where
+/// a list API page ended (the next page starts after it).
+pub type ListCursor = (i64, i64, String);
+
 /// The time, twice: `wall` (unix ms) decides lock states; `mono` (ms on a
 /// monotonic clock) paces frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
-//! The JSON API under `/api/v1` (documented in `docs/api.md`): fleets, one
-//! lock, sessions, the admin actions, the audit log with CSV and NDJSON
+//! The JSON API under `/api/v1` (documented in `docs/api.md`): fleets, the
+//! lists of locks and sessions paged by cursor (`list`), one lock, the admin actions, the audit log with CSV and NDJSON
 //! export, the lock history (`history`: events, exports, time travel) and the
 //! contention charts (`charts`). Scripts and `lockscope admin` authenticate with
 //! `Authorization: Bearer`; a browser's cookie works too, with the CSRF token in
@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use lockscope_model::admin::{Action, AuditQuery};
-use lockscope_model::detail::{LockDetail, SessionList};
+use lockscope_model::detail::LockDetail;
 use lockscope_model::FleetSummary;
 use serde::Deserialize;
 
@@ -25,6 +25,7 @@ use crate::remember::audit::{to_csv, to_ndjson};
 
 mod charts;
 mod history;
+mod list;
 
 /// Largest request body the API reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -45,7 +46,8 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/fleets", get(fleets))
         .route("/api/v1/fleets/{fleet}/locks/{name}", get(lock))
         .route("/api/v1/fleets/{fleet}/locks/{name}/release", post(release))
-        .route("/api/v1/fleets/{fleet}/sessions", get(sessions))
+        .route("/api/v1/fleets/{fleet}/locks", get(list::locks))
+        .route("/api/v1/fleets/{fleet}/sessions", get(list::sessions))
         .route(
             "/api/v1/fleets/{fleet}/sessions/{session}/blacklist",
             post(blacklist).delete(unblacklist),
@@ -73,17 +75,6 @@ async fn lock(
     detail
         .map(Json)
         .ok_or_else(|| AppError::api(StatusCode::NOT_FOUND, format!("{name:?} is not held")))
-}
-
-async fn sessions(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(fleet): Path<String>,
-) -> Result<Json<SessionList>, AppError> {
-    caller.reader()?;
-    let rx = hub(&state, &fleet)?.watch_sessions().await.map_err(hub_stopped)?;
-    let sessions = rx.borrow().clone().unwrap_or_default();
-    Ok(Json(sessions))
 }
 
 /// The fleet an API path names, or its `404` (which says the fleets there are).

@@ -17,6 +17,7 @@ mod history;
 mod history_exports;
 mod history_faults;
 mod limits;
+mod list;
 mod live;
 mod metrics;
 mod outage;

@@ -10,7 +10,7 @@ use lockscope_store::fleet::Removed;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::Frame;
-use crate::live::views::SubId;
+use crate::live::views::{ListCursor, SubId};
 
 pub(super) enum Command {
     Subscribe {
@@ -31,6 +31,8 @@ pub(super) enum Command {
     Unsubscribe(SubId),
     Render {
         view: ViewSpec,
+        /// A list API page's cursor (`None` for a page render).
+        after: Option<ListCursor>,
         reply: oneshot::Sender<(WindowFrame, StoreStatus)>,
     },
     WatchLock {

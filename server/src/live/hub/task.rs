@@ -316,12 +316,14 @@ impl Hub {
             Command::SetView { id, view_id, view } => self.views.set_view(id, view_id, view, now),
             Command::Ack { id, seq } => self.views.ack(id, seq),
             Command::Unsubscribe(id) => self.drop_subscriber(id),
-            Command::Render { view, reply } => match self.views.render(&self.state, &view, now) {
-                Ok(frame) => {
-                    let _ = reply.send((frame, self.status.clone()));
+            Command::Render { view, after, reply } => {
+                match self.views.render_after(&self.state, &view, after.as_ref(), now) {
+                    Ok(frame) => {
+                        let _ = reply.send((frame, self.status.clone()));
+                    }
+                    Err(waiting) => self.renders.push((waiting, reply)),
                 }
-                Err(waiting) => self.renders.push((waiting, reply)),
-            },
+            }
             Command::WatchLock { name, reply } => {
                 let _ = reply.send(self.watchers.watch_lock(&self.state, &name));
             }

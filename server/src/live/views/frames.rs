@@ -33,6 +33,9 @@ pub(super) struct Sub {
     /// A page render's ([`Views::render`]): its one frame is taken by
     /// [`Views::render_sub`], never sent by [`Views::due_frames`].
     pub(super) one_off: bool,
+    /// A list API page's cursor: the window starts after this key
+    /// ([`window_of`]); `None` for every other subscriber.
+    pub(super) after: Option<Key>,
 }
 
 impl Views {
@@ -61,6 +64,7 @@ impl Views {
                 offset: 0,
                 fresh: true,
                 one_off: false,
+                after: None,
             },
         );
         id
@@ -174,7 +178,7 @@ impl Views {
         let aggregates = send_aggregates.then(|| self.published.clone());
         let sub = self.subs.get_mut(&id)?;
         let index = self.indexes.get(&sub.index).filter(|i| i.unbuilt.is_none())?;
-        let window = window_of(index, &sub.spec);
+        let window = window_of(index, &sub.spec, sub.after.as_ref());
         let dirty_since = sub.dirty_since.take().unwrap_or(now);
         sub.index_gen = index.generation;
         if aggregates.is_some() {
@@ -238,8 +242,22 @@ impl Views {
     /// new subscriber would get, or, while its index is being built, the
     /// subscriber to pass to [`Views::render_sub`] once [`Views::is_ready`].
     pub fn render(&mut self, state: &FleetState, spec: &ViewSpec, now: Now) -> Result<WindowFrame, SubId> {
+        self.render_after(state, spec, None, now)
+    }
+
+    /// [`Views::render`] of the rows after `after` (a list API cursor,
+    /// [`ListCursor`]) in the view's order.
+    pub fn render_after(
+        &mut self,
+        state: &FleetState,
+        spec: &ViewSpec,
+        after: Option<&ListCursor>,
+        now: Now,
+    ) -> Result<WindowFrame, SubId> {
         let id = self.subscribe(0, spec.clone(), now);
-        self.subs.get_mut(&id).expect("just made").one_off = true;
+        let sub = self.subs.get_mut(&id).expect("just made");
+        sub.one_off = true;
+        sub.after = after.map(|c| (c.0, c.1, Arc::from(c.2.as_str())));
         match self.is_ready(id) {
             true => Ok(self.render_sub(state, id, now)),
             false => Err(id),
@@ -260,7 +278,7 @@ impl Views {
     /// if nobody looks at it or its index is being built.
     pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
         let index = self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none())?;
-        let w = window_of(index, spec);
+        let w = window_of(index, spec, None);
         Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
     }
 }

@@ -272,10 +272,18 @@ pub(super) struct WindowNow {
 
 /// The rows of `spec`'s window in `index` now. An offset past the end shows the
 /// last rows, so a window never empties because the view shrank under it.
-pub(super) fn window_of(index: &Index, spec: &ViewSpec) -> WindowNow {
+/// With `after` (a list API cursor: a key of this index, present or not) the
+/// window starts at the first row after that key in view order instead, and
+/// is empty past the end: paging stays stable while rows come and go.
+pub(super) fn window_of(index: &Index, spec: &ViewSpec, after: Option<&Key>) -> WindowNow {
     let total = index.set.len();
     let limit = spec.limit as usize;
-    let offset = (spec.offset.min(usize::MAX as u64) as usize).min(total.saturating_sub(limit));
+    let offset = match after {
+        None => (spec.offset.min(usize::MAX as u64) as usize).min(total.saturating_sub(limit)),
+        // Keys before `after` in index order; a reversed view reads from the end.
+        Some(key) if spec.sort.reverse => total - index.set.rank(key),
+        Some(key) => index.set.rank(key) + usize::from(index.set.contains(key)),
+    };
     let end = (offset + limit).min(total);
     let names: Vec<Arc<str>> = if offset >= end {
         Vec::new()
