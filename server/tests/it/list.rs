@@ -116,7 +116,9 @@ async fn the_list_api_pages_filters_and_refuses_with_reasons() {
     }
     assert_eq!(hub.summary().counts.held, 250, "the fleet shows the 250 locks");
 
-    // "paged by a cursor … so paging is stable while rows change": after the
+    // docs/api.md: "The cursor names the last row's place in the order (its
+    // sort key and name), so a page never skips or repeats a lock because
+    // others were taken or released meanwhile": after the
     // first page, one of its locks is released and a new one taken; every lock
     // held throughout is still listed exactly once (an offset would skip one).
     let first = json(addr, &format!("/api/v1/fleets/{F}/locks?limit=100")).await;
@@ -161,7 +163,8 @@ async fn the_list_api_pages_filters_and_refuses_with_reasons() {
     .await;
     assert_eq!(names(&none).len(), 0, "{state:?} locks are not healthy: {none}");
 
-    // Bad input: a 400 that says why.
+    // Bad input: a 400 that says why (docs/api.md: "`limit` rows (1 to 1000,
+    // default 100)"; "Pages go by cursor, never by offset").
     for (query, why) in [
         ("limit=1001", "limit=1001: ask for 1 to 1000 rows"),
         ("limit=0", "ask for 1 to 1000"),
