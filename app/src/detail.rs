@@ -21,8 +21,8 @@ use crate::release::ReleaseSection;
 use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
 
-mod redis;
 mod pg_advisory;
+mod redis;
 mod zookeeper;
 
 /// The lock's state, if it is held.
