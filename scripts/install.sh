@@ -34,40 +34,39 @@ if [ "$want_tests" = 1 ]; then
 fi
 # npm: Playwright for the tests; binaryen's wasm-opt for the release site.
 command -v npm >/dev/null || pkgs+=(nodejs npm)
+# Installed without recommends (theirs are large and unused here):
+# - promtool for scripts/check-deploy.sh (the alert rules' checks and unit tests): Debian ships
+#   it only in `prometheus`, the server too (19 MB download, 96 MB installed, about 10 s);
+# - systemd-analyze (the unit's checks), in `systemd`, present on most Debian machines;
+# - ZooKeeper for the zk:// fleet's tests (each test file starts its own standalone server on
+#   a free port): about 45 Java library packages (10 s here) and, on a fresh machine, OpenJDK
+#   17's JRE through default-jre (a 44 MB download).
+lean=()
+if [ "$want_tests" = 1 ]; then
+  command -v promtool >/dev/null || lean+=(prometheus)
+  command -v systemd-analyze >/dev/null || lean+=(systemd)
+  [ -f /usr/share/java/zookeeper.jar ] || lean+=(zookeeper)
+fi
+if [ "${#pkgs[@]}" -gt 0 ] || [ "${#lean[@]}" -gt 0 ]; then
+  sudo_if_needed apt-get update -qq
+fi
 if [ "${#pkgs[@]}" -gt 0 ]; then
   say "apt-get install ${pkgs[*]}"
-  sudo_if_needed apt-get update -qq
   DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq "${pkgs[@]}" >/dev/null
 fi
-
-# promtool for scripts/check-deploy.sh (the alert rules' checks and unit tests): Debian ships it
-# only in `prometheus`, the server too (19 MB download, 96 MB installed, about 10 s). Where
-# services start on install (systemd, no policy-rc.d) its postinst starts that server: it is
-# stopped and disabled at once, only promtool is used. systemd-analyze (the unit's checks) is
-# in `systemd`, present on Debian machines.
-if [ "$want_tests" = 1 ] && ! command -v promtool >/dev/null; then
-  say "apt-get install prometheus (for promtool)"
-  sudo_if_needed apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+if [ "${#lean[@]}" -gt 0 ]; then
+  say "apt-get install --no-install-recommends ${lean[*]}"
+  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends "${lean[@]}" >/dev/null
+fi
+# Where services start on install (systemd, no policy-rc.d) prometheus's postinst starts its
+# server: stopped and disabled at once, only promtool is used.
+if [[ " ${lean[*]} " == *" prometheus "* ]]; then
   if [ -d /run/systemd/system ]; then
     sudo_if_needed systemctl disable --now prometheus.service >/dev/null 2>&1 || true
   else
     sudo_if_needed service prometheus stop >/dev/null 2>&1 || true
     sudo_if_needed update-rc.d prometheus disable >/dev/null 2>&1 || true
   fi
-fi
-if [ "$want_tests" = 1 ] && ! command -v systemd-analyze >/dev/null; then
-  say "apt-get install systemd (for systemd-analyze)"
-  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends systemd >/dev/null
-fi
-
-# ZooKeeper for the zk:// fleet's tests (each test file starts its own standalone server on a
-# free port): Debian's package, without recommends: about 45 Java library packages (10 s here)
-# and, on a fresh machine, OpenJDK 17's JRE through default-jre (a 44 MB download).
-if [ "$want_tests" = 1 ] && [ ! -f /usr/share/java/zookeeper.jar ]; then
-  say "apt-get install --no-install-recommends zookeeper"
-  [ "${#pkgs[@]}" -gt 0 ] || sudo_if_needed apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
 fi
 
 # Python's kazoo (PyPI `kazoo`): the tests hold ZooKeeper locks with its `Lock`, as services do.
