@@ -125,8 +125,11 @@ pub struct ServeArgs {
     /// `postgres://…`, `scylla:HOST[,HOST…][/KEYSPACE][?dc=…&serial=local&user=…&password_file=…&tls_ca=…&scan_ms=…]`
     /// (password of `user` also from LOCKSCOPE_SCYLLA_PASSWORD), or a read-only
     /// ShedLock table: `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`, or
-    /// etcd's native mutexes (`etcdctl lock`) under a prefix: `etcd-mutex:ENDPOINT[,…]#PREFIX`, or
-    /// Redis `SET NX PX` locks (redis-py's `Lock`): `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`. With no
+    /// etcd's native mutexes (`etcdctl lock`) under a prefix: `etcd-mutex:ENDPOINT[,…]#PREFIX`,
+    /// Redis `SET NX PX` locks (redis-py's `Lock`) and Redisson hashes: `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`,
+    /// Redlock over several masters: `redlock+redis://HOST:PORT,HOST:PORT,…[/DB][?match=PATTERN]`,
+    /// ZooKeeper lock recipes (kazoo, Curator): `zk://HOST:PORT[,HOST:PORT…]/ROOT`, or
+    /// PostgreSQL advisory locks: `advisory+postgres://…[#poll=1s&limit=10000&…]`. With no
     /// `--store` and no `--etcd`, lockscope runs on an embedded SQLite file with a
     /// demo fleet.
     #[arg(long = "store", env = "LOCKSCOPE_STORES", value_delimiter = ';', value_parser = parse_fleet)]
