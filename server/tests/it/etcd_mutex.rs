@@ -9,11 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use lockscope::auth::Auth;
-use lockscope::live::hub::{Fleets, HubHandle};
-use lockscope::remember::audit::AuditLog;
-use lockscope::remember::history::History;
-use lockscope::web::AppState;
 use lockscope_model::admin::AuditQuery;
 use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_store::spec::StoreSpec;
@@ -22,25 +17,9 @@ use lockscope_store::testing::etcdctl::{lease_in, Etcdctl};
 use lockscope_store::testing::EtcdServer;
 use serde_json::Value;
 
-const F: &str = "mx";
+use super::foreign::{self, call, Served};
 
-async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
-    use http_body_util::BodyExt;
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.to_string())))
-        .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no answer within 30 s"))
-        .unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
+const F: &str = "mx";
 
 /// Asks for the lock until `done` holds of the answer (5 s at most); returns
 /// it and how long that took.
@@ -54,56 +33,13 @@ async fn lock_at_until(
     name: &str,
     done: impl Fn(u16, &Value) -> bool,
 ) -> (u16, Value, Duration) {
-    let t0 = Instant::now();
-    loop {
-        let (status, body) = call(addr, "GET", &format!("/api/v1/fleets/{F}/locks/{name}"), "").await;
-        if done(status, &body) {
-            return (status, body, t0.elapsed());
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "never: {status} {body}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    foreign::lock_until(addr, &format!("/api/v1/fleets/{F}/locks/{name}"), done).await
 }
 
 /// A server with one `etcd-mutex:` fleet `F` over `ep` under `/mx/`.
-struct Served {
-    addr: std::net::SocketAddr,
-    audit: AuditLog,
-    history: History,
-    _dir: tempfile::TempDir,
-    _stop: tokio::sync::watch::Sender<bool>,
-}
-
 async fn serve(ep: &str) -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
-        .await
-        .unwrap();
-    let history = History::open(&format!("sqlite:{}", dir.path().join("history.db").display()), None)
-        .await
-        .unwrap();
     let spec = StoreSpec::parse(&format!("etcd-mutex:{ep}#/mx/")).unwrap();
-    let recorder = Some((history.recorder(F), "replica-1".to_string()));
-    let hub = HubHandle::spawn_recording(F, "etcd mutexes under test", spec.open().unwrap(), recorder);
-    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-    let state = AppState::new(
-        Fleets::new(vec![hub.clone()]),
-        "target/site".into(),
-        stop_rx.clone(),
-        audit.clone(),
-        Auth::new(None, audit.clone()),
-    )
-    .with_history(history.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
-    Served {
-        addr,
-        audit,
-        history,
-        _dir: dir,
-        _stop,
-    }
+    foreign::serve_recording(F, "etcd mutexes under test", &spec).await
 }
 
 #[tokio::test]
@@ -111,7 +47,7 @@ async fn an_etcdctl_lock_through_the_api() {
     let etcd = EtcdServer::start().await;
     let ep = etcd.endpoint();
     let srv = serve(&ep).await;
-    let (addr, audit, history) = (srv.addr, &srv.audit, &srv.history);
+    let (addr, audit, history) = (srv.addr, &srv.audit, srv.history());
     let (status, _, _) = lock_until(addr, |s, _| s == 404).await;
     assert_eq!(status, 404, "not held yet");
 

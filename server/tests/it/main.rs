@@ -12,6 +12,7 @@ mod cli;
 mod demo;
 mod deploy;
 mod etcd_mutex;
+mod foreign;
 mod fuzz;
 mod history;
 mod history_exports;

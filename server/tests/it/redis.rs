@@ -8,102 +8,17 @@
 
 use std::time::{Duration, Instant};
 
-use lockscope::auth::Auth;
-use lockscope::live::hub::{Fleets, HubHandle};
-use lockscope::remember::audit::AuditLog;
 use lockscope::remember::history::History;
-use lockscope::web::AppState;
 use lockscope_model::admin::AuditQuery;
 use lockscope_model::history::{HistoryQuery, Kind};
 use lockscope_store::spec::StoreSpec;
 use lockscope_store::testing::{PyLock, RedisServer, Redisson};
 use serde_json::Value;
 
+use super::foreign::{call, lock_until, page, serve_recording};
+
 const F: &str = "cache";
 const LOCK: &str = "/api/v1/fleets/cache/locks/jobs%3Anightly";
-
-async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
-    use http_body_util::BodyExt;
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.to_string())))
-        .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no answer within 30 s"))
-        .unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
-
-/// The page at `path`, as HTML.
-async fn page(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
-}
-
-/// Asks for the lock at `path` until `done` holds of the answer (5 s at
-/// most); returns it and how long that took.
-async fn lock_until(
-    addr: std::net::SocketAddr,
-    path: &str,
-    done: impl Fn(u16, &Value) -> bool,
-) -> (u16, Value, Duration) {
-    let t0 = Instant::now();
-    loop {
-        let (status, body) = call(addr, "GET", path, "").await;
-        if done(status, &body) {
-            return (status, body, t0.elapsed());
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "never: {status} {body}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// A server with one fleet `cache` on `spec`, recording its history: its
-/// address, audit log and history (and what keeps them up).
-async fn serve(
-    spec: &StoreSpec,
-) -> (
-    std::net::SocketAddr,
-    AuditLog,
-    History,
-    tempfile::TempDir,
-    tokio::sync::watch::Sender<bool>,
-) {
-    let dir = tempfile::tempdir().unwrap();
-    let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
-        .await
-        .unwrap();
-    let history = History::open(&format!("sqlite:{}", dir.path().join("history.db").display()), None)
-        .await
-        .unwrap();
-    let recorder = Some((history.recorder(F), "replica-1".to_string()));
-    let hub = HubHandle::spawn_recording(F, "redis locks under test", spec.open().unwrap(), recorder);
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let state = AppState::new(
-        Fleets::new(vec![hub.clone()]),
-        "target/site".into(),
-        stop_rx.clone(),
-        audit.clone(),
-        Auth::new(None, audit.clone()),
-    )
-    .with_history(history.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
-    (addr, audit, history, dir, stop)
-}
 
 /// The history's end of the hold with `fence` (5 s at most).
 async fn history_end(history: &History, fence: i64) -> lockscope_model::history::HistoryEvent {
@@ -131,7 +46,8 @@ async fn history_end(history: &History, fence: i64) -> lockscope_model::history:
 async fn a_redis_py_lock_through_the_api() {
     let server = RedisServer::start().await;
     let spec = StoreSpec::parse(&format!("{}?match=jobs:*", server.url())).unwrap();
-    let (addr, audit, history, _dir, _stop) = serve(&spec).await;
+    let srv = serve_recording(F, "redis locks under test", &spec).await;
+    let (addr, audit, history) = (srv.addr, &srv.audit, srv.history());
     let (status, _, _) = lock_until(addr, LOCK, |s, _| s == 404).await;
     assert_eq!(status, 404, "not held yet");
 
@@ -242,7 +158,8 @@ async fn a_redisson_lock_through_the_api() {
     const RS: &str = "/api/v1/fleets/cache/locks/rs%3Aorders";
     let server = RedisServer::start().await;
     let spec = StoreSpec::parse(&format!("{}?match=rs:*", server.url())).unwrap();
-    let (addr, audit, history, _dir, _stop) = serve(&spec).await;
+    let srv = serve_recording(F, "redis locks under test", &spec).await;
+    let (addr, audit, history) = (srv.addr, &srv.audit, srv.history());
     let lease = Duration::from_secs(30);
     let mut a = Redisson::connect(&server, "6f1bc9e2-5a70-4b7e-9d1e-0c2f3a4b5c6d").await;
     let mut b = Redisson::connect(&server, "0d9e8f7a-1111-4222-8333-944455556666").await;
@@ -323,7 +240,8 @@ async fn a_redlock_lock_through_the_api_and_page() {
     ];
     let hosts: Vec<String> = masters.iter().map(|m| format!("127.0.0.1:{}", m.port())).collect();
     let spec = StoreSpec::parse(&format!("redlock+redis://{}?match=rl:*", hosts.join(","))).unwrap();
-    let (addr, _audit, _history, _dir, _stop) = serve(&spec).await;
+    let srv = serve_recording(F, "redis locks under test", &spec).await;
+    let addr = srv.addr;
     let ttl = Duration::from_secs(30);
     for m in &masters {
         assert!(m.set_nx("rl:job", "tok-A", ttl).await);

@@ -6,61 +6,16 @@
 //! and deletes nothing, the one with the fence shown deletes exactly the
 //! holder's node; both are audited; a blacklist is refused with the reason.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lockscope::auth::Auth;
-use lockscope::live::hub::{Fleets, HubHandle};
-use lockscope::remember::audit::AuditLog;
-use lockscope::web::AppState;
 use lockscope_model::admin::{AuditQuery, Outcome};
 use lockscope_store::spec::StoreSpec;
 use lockscope_store::testing::{KazooLock, RecipeLock, ZkServer};
 use serde_json::Value;
 
+use super::foreign::{call, lock_until, page, serve};
+
 const LOCK: &str = "/api/v1/fleets/zk/locks/jobs%2Fnightly";
-
-async fn call(addr: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
-    use http_body_util::BodyExt;
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(hyper::body::Bytes::from(body.to_string())))
-        .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no answer within 30 s"))
-        .unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
-}
-
-/// The page at `path`, as HTML.
-async fn page(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
-}
-
-/// Asks for the lock until `done` holds of the answer (5 s at most).
-async fn lock_until(addr: std::net::SocketAddr, done: impl Fn(u16, &Value) -> bool) -> (Value, Duration) {
-    let t0 = Instant::now();
-    loop {
-        let (status, body) = call(addr, "GET", LOCK, "").await;
-        if done(status, &body) {
-            return (body, t0.elapsed());
-        }
-        assert!(t0.elapsed() < Duration::from_secs(5), "never: {status} {body}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 /// Whether a page offers the blacklist form's button.
 fn html_has_button(html: &str) -> bool {
@@ -76,29 +31,15 @@ fn nodes(lock: &Value) -> &Vec<Value> {
 #[tokio::test]
 async fn a_kazoo_lock_through_the_api() {
     let zk = ZkServer::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
-        .await
-        .unwrap();
     let spec = StoreSpec::parse(&zk.spec("/locks")).unwrap();
-    let hub = HubHandle::spawn("zk", "zookeeper locks under test", spec.open().unwrap());
-    let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-    let state = AppState::new(
-        Fleets::new(vec![hub.clone()]),
-        "target/site".into(),
-        stop_rx.clone(),
-        audit.clone(),
-        Auth::new(None, audit.clone()),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
-    lock_until(addr, |s, _| s == 404).await;
+    let srv = serve("zk", "zookeeper locks under test", &spec).await;
+    let (addr, audit) = (srv.addr, &srv.audit);
+    lock_until(addr, LOCK, |s, _| s == 404).await;
 
     let mut holder = KazooLock::contend(&zk, "/locks/jobs/nightly", "worker-a@host-1", Duration::from_secs(10));
     holder.wait_held();
     let waiter = RecipeLock::create(&zk, "/locks/jobs/nightly").await;
-    let (lock, took) = lock_until(addr, |s, b| {
+    let (_, lock, took) = lock_until(addr, LOCK, |s, b| {
         s == 200
             && b["entry"]["body"]["session"] == holder.session.as_str()
             && b["waiters"].to_string().contains(&waiter.session)
@@ -148,7 +89,7 @@ async fn a_kazoo_lock_through_the_api() {
     assert_eq!(status, 200, "{body}");
     assert!(client.check_stat(&holder_node).await.unwrap().is_none());
     assert!(client.check_stat(&waiter.node).await.unwrap().is_some());
-    lock_until(addr, |s, b| {
+    lock_until(addr, LOCK, |s, b| {
         s == 200 && b["entry"]["body"]["session"] == waiter.session.as_str()
     })
     .await;
