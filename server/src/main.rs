@@ -32,7 +32,10 @@ fn main() -> std::process::ExitCode {
             } else {
                 eprintln!("error: {e:#}");
             }
-            std::process::ExitCode::FAILURE
+            match e.downcast_ref::<lockscope::cli::get::Exit>() {
+                Some(exit) => std::process::ExitCode::from(exit.code),
+                None => std::process::ExitCode::FAILURE,
+            }
         }
     }
 }
@@ -80,6 +83,8 @@ async fn run() -> anyhow::Result<()> {
         Some(Command::Token(args)) => token(args),
         Some(Command::Admin(args)) => lockscope::cli::admin::run(args).await,
         Some(Command::History(args)) => lockscope::cli::history::run(args).await,
+        Some(Command::Get(args)) => lockscope::cli::get::get(args).await,
+        Some(Command::Describe(args)) => lockscope::cli::get::describe(args).await,
     }
 }
 

@@ -26,8 +26,8 @@ pub struct AdminArgs {
     /// The dashboard's URL, e.g. `http://127.0.0.1:3000`.
     #[arg(long, env = "LOCKSCOPE_SERVER", default_value = "http://127.0.0.1:3000")]
     pub server: String,
-    /// A file holding an API token (`lockscope token`); none: a server without
-    /// authentication.
+    /// A file holding an API token (`lockscope token`); none: the token in
+    /// `LOCKSCOPE_TOKEN`, else a server without authentication.
     #[arg(long, env = "LOCKSCOPE_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
     /// Send the token over plain HTTP to a host that is not this machine
@@ -73,31 +73,7 @@ pub enum AdminAction {
 /// Runs one admin action; the server's answer is printed, and a refusal or a
 /// changed lock is an error (exit status 1).
 pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
-    let token = match &args.token_file {
-        Some(f) => Some(
-            std::fs::read_to_string(f)
-                .with_context(|| format!("reading the token file {}", f.display()))?
-                .trim()
-                .to_string(),
-        ),
-        None => None,
-    };
-    let base = args.server.trim_end_matches('/');
-    let uri: hyper::Uri = base
-        .parse()
-        .with_context(|| format!("--server {base:?} is not a URL"))?;
-    if uri.scheme_str() != Some("http") {
-        bail!("--server {base}: lockscope admin speaks plain HTTP only (run it where the server is, or through an SSH tunnel)");
-    }
-    let host = uri.host().unwrap_or("").trim_matches(|c| c == '[' || c == ']');
-    let loopback =
-        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-    if token.is_some() && !loopback && !args.insecure_http {
-        bail!(
-            "--server {base}: refusing to send the token in clear to another host; use --insecure-http to do it anyway"
-        );
-    }
-    let remote = Remote { base, token };
+    let remote = Remote::connect(&args.server, args.token_file.as_deref(), args.insecure_http)?;
     let seg = lockscope_model::url::segment;
     let (method, path, body) = match &args.action {
         AdminAction::Release {
@@ -134,15 +110,54 @@ pub async fn run(args: AdminArgs) -> anyhow::Result<()> {
 }
 
 /// The server, and the token every request carries.
-struct Remote<'a> {
+pub(crate) struct Remote<'a> {
     base: &'a str,
     token: Option<String>,
 }
 
-impl Remote<'_> {
+impl<'a> Remote<'a> {
+    /// The server at `server` (plain HTTP only), with the token from
+    /// `token_file`, else from the environment's `LOCKSCOPE_TOKEN` (never a flag:
+    /// a flag's value shows in `ps`); a token goes in clear to another host
+    /// only when `insecure_http` says so.
+    pub(crate) fn connect(
+        server: &'a str,
+        token_file: Option<&std::path::Path>,
+        insecure_http: bool,
+    ) -> anyhow::Result<Remote<'a>> {
+        let token = match token_file {
+            Some(f) => Some(
+                std::fs::read_to_string(f)
+                    .with_context(|| format!("reading the token file {}", f.display()))?
+                    .trim()
+                    .to_string(),
+            ),
+            None => std::env::var("LOCKSCOPE_TOKEN")
+                .ok()
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty()),
+        };
+        let base = server.trim_end_matches('/');
+        let uri: hyper::Uri = base
+            .parse()
+            .with_context(|| format!("--server {base:?} is not a URL"))?;
+        if uri.scheme_str() != Some("http") {
+            bail!("--server {base}: lockscope speaks plain HTTP only (run it where the server is, or through an SSH tunnel)");
+        }
+        let host = uri.host().unwrap_or("").trim_matches(|c| c == '[' || c == ']');
+        let loopback =
+            host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if token.is_some() && !loopback && !insecure_http {
+            bail!(
+                "--server {base}: refusing to send the token in clear to another host; use --insecure-http to do it anyway"
+            );
+        }
+        Ok(Remote { base, token })
+    }
+
     /// Sends one request; the answer's status and JSON (a body that is not
     /// JSON becomes `{"detail": <its text>}`).
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: &str,
         path: &str,
@@ -203,7 +218,7 @@ impl Remote<'_> {
 }
 
 /// The reason an answer gives.
-fn why(answer: &serde_json::Value) -> &str {
+pub(crate) fn why(answer: &serde_json::Value) -> &str {
     answer["detail"]
         .as_str()
         .or(answer["error"].as_str())

@@ -52,6 +52,11 @@ pub enum Command {
     Admin(crate::cli::admin::AdminArgs),
     /// The lock history: `export` writes a query's events to stdout.
     History(crate::cli::history::HistoryArgs),
+    /// List a running server's locks or sessions (exit 0 found, 1 not found,
+    /// 2 usage, 3 unreachable, 4 refused).
+    Get(crate::cli::get::GetArgs),
+    /// One lock in full, as its page shows it (exit codes as `get`).
+    Describe(crate::cli::get::DescribeArgs),
 }
 
 #[derive(Debug, Args)]

@@ -82,7 +82,7 @@ async fn page_all(addr: std::net::SocketAddr, query: &str, mut between: impl Asy
     seen
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_list_api_pages_filters_and_refuses_with_reasons() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("l.db").display());
@@ -122,7 +122,11 @@ async fn the_list_api_pages_filters_and_refuses_with_reasons() {
     // first page, one of its locks is released and a new one taken; every lock
     // held throughout is still listed exactly once (an offset would skip one).
     let first = json(addr, &format!("/api/v1/fleets/{F}/locks?limit=100")).await;
-    let gone = names(&first)[10].clone();
+    let gone = names(&first)[10..]
+        .iter()
+        .find(|n| n.starts_with("jobs/"))
+        .unwrap()
+        .clone();
     let mut changed = false;
     let seen = page_all(addr, "", async || {
         if !changed {
@@ -235,4 +239,86 @@ async fn the_list_api_pages_filters_and_refuses_with_reasons() {
     }
     let (status, body) = get(addr, &format!("/api/v1/fleets/{F}/sessions?limit=5000"), "").await;
     assert!(status == 400 && body.contains("1 to 1000"), "{status} {body}");
+
+    cli(addr, &gone).await;
+}
+
+/// Runs the real `lockscope` binary: exit code, stdout, stderr.
+fn lockscope(args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("LOCKSCOPE_TOKEN")
+        .env("LOCKSCOPE_LOG", "warn")
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The read commands against the server at `addr` (the 250 locks less `gone`,
+/// and `late/lock`). docs/operations.md: "Exit codes: 0 found, 1 not found (no
+/// such lock or fleet), 2 usage (a bad flag, or a query the server refuses
+/// with 400 …), 3 unreachable"; "the table: fits 80 columns, ages relative".
+async fn cli(addr: std::net::SocketAddr, gone: &str) {
+    let server = format!("http://{addr}");
+    let run = |args: &[&str]| {
+        let mut all = vec![args[0], args[1], "--server", &server];
+        all.extend(&args[2..]);
+        tokio::task::block_in_place(|| lockscope(&all))
+    };
+    let (code, out, err) = run(&["get", "locks", "--prefix", "billing/"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 51, "a header and the 50 billing locks:\n{out}");
+    assert!(
+        lines[0].starts_with("NAME") && lines[1].starts_with("billing/lock-"),
+        "{out}"
+    );
+    assert!(
+        lines.iter().all(|l| l.chars().count() <= 80),
+        "the table fits 80 columns:\n{out}"
+    );
+    let (code, out, err) = run(&["get", "locks", "-o", "ndjson", "--fleet", F]);
+    assert_eq!(code, 0, "{err}");
+    let names: HashSet<String> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["entry"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(
+        (out.lines().count(), names.len()),
+        (250, 250),
+        "every lock once, over pages"
+    );
+    assert!(!names.contains(gone) && names.contains("late/lock"));
+    let (code, out, err) = run(&["get", "locks", "-o", "wide", "jobs/lock-001"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().nth(1).is_some_and(|l| l.starts_with("jobs/lock-001 ")),
+        "{out}"
+    );
+    let (code, out, err) = run(&["describe", "lock", "jobs/lock-001"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("Name:        jobs/lock-001") && out.contains("Acquired:"),
+        "{out}"
+    );
+    assert!(out.contains(" ago"), "times relative by default: {out}");
+    let (code, out, err) = run(&["get", "sessions"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("ID"), "{out}");
+
+    let (code, _, err) = run(&["describe", "lock", "no/such"]);
+    assert_eq!(code, 1, "not found: {err}");
+    let (code, _, err) = run(&["get", "locks", "--fleet", "nope"]);
+    assert_eq!(code, 1, "no such fleet: {err}");
+    let (code, _, err) = run(&["get", "locks", "--state", "asleep"]);
+    assert!(code == 2 && err.contains("not a state"), "usage: {code} {err}");
+    let (code, _, err) = tokio::task::block_in_place(|| lockscope(&["get", "locks", "--server", "http://127.0.0.1:1"]));
+    assert_eq!(code, 3, "unreachable: {err}");
 }
