@@ -13,6 +13,7 @@ use lockscope_store::spec::AnyLocks;
 mod answers;
 mod cli;
 mod harness;
+mod read_cli;
 use harness::Reply;
 pub(crate) use harness::Server;
 
