@@ -299,6 +299,41 @@ impl FleetStore for WritableFleet {
     }
 }
 
+/// The admin actions every foreign lock family (locks another library makes:
+/// `etcd_mutex`, `redis_set`, `redlock`, `zookeeper`, `pg_advisory`) refuses
+/// the same way, each with its own reason: the families' `FleetStore` impls
+/// answer those methods through one of these, so none writes the refusals
+/// again (and a writable fleet never inherits them by default).
+pub(crate) struct Foreign {
+    /// Why the unlocker never acts on these locks ([`StoreError::Config`]).
+    pub(crate) no_unlocker: &'static str,
+}
+
+impl Foreign {
+    /// Blacklisting, and asking whether a session is registered, where the
+    /// family has no sessions lockscope can end: refused with the reason `why`
+    /// ([`StoreError::Unsupported`]).
+    pub(crate) fn no_blacklist<T: Send + 'static>(why: &'static str) -> BoxFuture<'static, Result<T, StoreError>> {
+        Box::pin(async move { Err(StoreError::Unsupported(why)) })
+    }
+
+    /// Lifting a blacklist: there is never an entry to lift.
+    pub(crate) fn lift_blacklist(&self) -> BoxFuture<'static, Result<bool, StoreError>> {
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Campaigning for the unlocker role: refused with the family's reason.
+    pub(crate) fn campaign(&self) -> BoxFuture<'static, Result<Box<dyn Leadership>, StoreError>> {
+        let why = self.no_unlocker;
+        Box::pin(async move { Err(StoreError::Config(why.to_string())) })
+    }
+
+    /// Who holds the unlocker role: nobody, ever.
+    pub(crate) fn unlocker(&self) -> BoxFuture<'static, Result<Option<UnlockerInfo>, StoreError>> {
+        Box::pin(async { Ok(None) })
+    }
+}
+
 /// The owner id of the acquisition `entry` shows (`None`: a malformed value, a
 /// foreign schema's row).
 pub fn owner_of(entry: &LockEntry) -> Option<&str> {
@@ -389,5 +424,62 @@ impl FleetStore for ReadOnlyFleet {
 
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
         self.refuse()
+    }
+}
+
+#[cfg(test)]
+mod foreign_tests {
+    use lockscope_model::record::BlacklistRecord;
+
+    use crate::spec::StoreSpec;
+    use crate::StoreError;
+
+    /// Every foreign family answers the actions it cannot do through
+    /// [`super::Foreign`], with its own reason, without touching its store
+    /// (nothing listens on port 1).
+    #[tokio::test]
+    async fn foreign_families_refuse_the_unlocker_and_have_nothing_to_lift() {
+        for (spec, reason) in [
+            (
+                "zk://127.0.0.1:1/locks",
+                "the unlocker never acts on ZooKeeper locks: they end with their sessions",
+            ),
+            (
+                "redis://127.0.0.1:1",
+                "the unlocker never acts on Redis locks: they end with their TTL",
+            ),
+            (
+                "redlock+redis://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+                "the unlocker never acts on Redis locks: they end with their TTL",
+            ),
+            (
+                "etcd-mutex:127.0.0.1:1#/mx/",
+                "the unlocker never acts on etcd's native mutexes: they end with their leases",
+            ),
+            (
+                "advisory+postgres://u@127.0.0.1:1/db",
+                "the unlocker never acts on PostgreSQL advisory locks: they have no expiry",
+            ),
+        ] {
+            let fleet = StoreSpec::parse(spec).unwrap().open().unwrap();
+            match fleet.campaign("replica-1", std::time::Duration::from_secs(5)).await {
+                Err(StoreError::Config(why)) => assert_eq!(why, reason, "{spec}"),
+                Err(e) => panic!("{spec}: {e}"),
+                Ok(_) => panic!("{spec}: elected"),
+            }
+            assert!(fleet.unlocker().await.unwrap().is_none(), "{spec}");
+            assert!(!fleet.lift_blacklist("s").await.unwrap(), "{spec}");
+            if !spec.starts_with("etcd-mutex:") {
+                let entry = BlacklistRecord::new("s", "op", "test", 0);
+                assert!(
+                    matches!(fleet.blacklist(&entry).await, Err(StoreError::Unsupported(_))),
+                    "{spec}"
+                );
+                assert!(
+                    matches!(fleet.session_registered("s").await, Err(StoreError::Unsupported(_))),
+                    "{spec}"
+                );
+            }
+        }
     }
 }

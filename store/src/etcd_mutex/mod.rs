@@ -36,7 +36,7 @@ use tokio::sync::OnceCell;
 
 use self::layout::Table;
 use crate::etcd::{prefix_end, timed, EtcdConfig};
-use crate::fleet::{FleetStore, Leadership, Release, Removed, UnlockerInfo};
+use crate::fleet::{FleetStore, Foreign, Leadership, Release, Removed, UnlockerInfo};
 use crate::protocol::Blacklisting;
 use crate::spec::StoreSpec;
 use crate::{now_ms, Observer, StoreError};
@@ -133,10 +133,6 @@ impl MutexFleet {
         entry.revision = modified;
         Ok(Some(Now { entry, key, modified }))
     }
-
-    fn refuse<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, StoreError>> {
-        Box::pin(async move { Err(StoreError::Config(what.to_string())) })
-    }
 }
 
 /// What `LeaseTimeToLive` says of lease `id` now, with (the first
@@ -169,6 +165,11 @@ fn lease_of(session: &str) -> Result<i64, StoreError> {
         ))),
     }
 }
+
+/// The admin actions these locks refuse like every foreign family's.
+const FOREIGN: Foreign = Foreign {
+    no_unlocker: "the unlocker never acts on etcd's native mutexes: they end with their leases",
+};
 
 impl FleetStore for MutexFleet {
     fn source(&self) -> String {
@@ -257,15 +258,15 @@ impl FleetStore for MutexFleet {
 
     /// A revoked lease stays revoked: there is never an entry to lift.
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Ok(false) })
+        FOREIGN.lift_blacklist()
     }
 
     fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
-        Self::refuse("the unlocker never acts on etcd's native mutexes: they end with their leases")
+        FOREIGN.campaign()
     }
 
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
-        Box::pin(async { Ok(None) })
+        FOREIGN.unlocker()
     }
 }
 

@@ -37,7 +37,7 @@ use lockscope_model::record::BlacklistRecord;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::OnceCell;
 
-use crate::fleet::{FleetStore, Leadership, Release, Removed, UnlockerInfo};
+use crate::fleet::{FleetStore, Foreign, Leadership, Release, Removed, UnlockerInfo};
 use crate::protocol::Blacklisting;
 use crate::{Observer, StoreError};
 
@@ -176,6 +176,11 @@ impl PgAdvisoryFleet {
     }
 }
 
+/// The admin actions these locks refuse like every foreign family's.
+const FOREIGN: Foreign = Foreign {
+    no_unlocker: "the unlocker never acts on PostgreSQL advisory locks: they have no expiry",
+};
+
 impl FleetStore for PgAdvisoryFleet {
     fn source(&self) -> String {
         self.target.source()
@@ -225,27 +230,23 @@ impl FleetStore for PgAdvisoryFleet {
     }
 
     fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     fn session_registered<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Ok(false) })
+        FOREIGN.lift_blacklist()
     }
 
     fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
-        Box::pin(async {
-            Err(StoreError::Config(
-                "the unlocker never acts on PostgreSQL advisory locks: they have no expiry".into(),
-            ))
-        })
+        FOREIGN.campaign()
     }
 
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
-        Box::pin(async { Ok(None) })
+        FOREIGN.unlocker()
     }
 }
 

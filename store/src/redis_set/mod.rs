@@ -36,7 +36,7 @@ use lockscope_model::fleet::TokenKey;
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::{LockBody, LockEntry};
 
-use crate::fleet::{FleetStore, Leadership, Release, Removed, UnlockerInfo};
+use crate::fleet::{FleetStore, Foreign, Leadership, Release, Removed, UnlockerInfo};
 use crate::protocol::Blacklisting;
 use crate::spec::StoreSpec;
 use crate::{now_ms, Observer, StoreError};
@@ -252,15 +252,16 @@ impl RedisFleet {
         let got = read::read_keys(con, vec![name.to_string()], true).await?;
         Ok(got.into_iter().next().map(|r| (found(r.clone(), 0).0, r)))
     }
-
-    fn refuse<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, StoreError>> {
-        Box::pin(async move { Err(StoreError::Config(what.to_string())) })
-    }
 }
 
 /// Why a Redis lock's holder cannot be blacklisted (said to whoever asks).
 pub const NO_BLACKLIST: &str = "Redis has no sessions to end: a SET NX lock is a key and a token, and nothing \
      in Redis ties the token to a client that could be refused (release the lock instead)";
+
+/// The admin actions these locks refuse like every foreign family's.
+const FOREIGN: Foreign = Foreign {
+    no_unlocker: "the unlocker never acts on Redis locks: they end with their TTL",
+};
 
 impl FleetStore for RedisFleet {
     fn source(&self) -> String {
@@ -329,24 +330,24 @@ impl FleetStore for RedisFleet {
     }
 
     fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     /// Redis keeps no sessions: asking is already the refusal's reason.
     fn session_registered<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Ok(false) })
+        FOREIGN.lift_blacklist()
     }
 
     fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
-        Self::refuse("the unlocker never acts on Redis locks: they end with their TTL")
+        FOREIGN.campaign()
     }
 
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
-        Box::pin(async { Ok(None) })
+        FOREIGN.unlocker()
     }
 }
 

@@ -31,7 +31,7 @@ use lockscope_model::fleet::{FamilyDetail, TokenKey};
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::{LockBody, LockEntry};
 
-use crate::fleet::{FleetStore, Leadership, Release, Removed, UnlockerInfo};
+use crate::fleet::{FleetStore, Foreign, Leadership, Release, Removed, UnlockerInfo};
 use crate::protocol::Blacklisting;
 use crate::redis_set::read::{read_keys, Read};
 use crate::redis_set::{fence_of, timed, RedisTarget, COMPARE_AND_DELETE, NO_BLACKLIST};
@@ -230,6 +230,11 @@ impl RedlockFleet {
     }
 }
 
+/// The admin actions these locks refuse like every foreign family's.
+const FOREIGN: Foreign = Foreign {
+    no_unlocker: "the unlocker never acts on Redis locks: they end with their TTL",
+};
+
 impl FleetStore for RedlockFleet {
     fn source(&self) -> String {
         self.target.source()
@@ -296,27 +301,23 @@ impl FleetStore for RedlockFleet {
     }
 
     fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     fn session_registered<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Ok(false) })
+        FOREIGN.lift_blacklist()
     }
 
     fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
-        Box::pin(async {
-            Err(StoreError::Config(
-                "the unlocker never acts on Redis locks: they end with their TTL".into(),
-            ))
-        })
+        FOREIGN.campaign()
     }
 
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
-        Box::pin(async { Ok(None) })
+        FOREIGN.unlocker()
     }
 }
 

@@ -37,7 +37,7 @@ use lockscope_model::record::BlacklistRecord;
 use lockscope_model::LockEntry;
 use zookeeper_client::{Client, Error as ZkError};
 
-use crate::fleet::{FleetStore, Leadership, Release, Removed, UnlockerInfo};
+use crate::fleet::{FleetStore, Foreign, Leadership, Release, Removed, UnlockerInfo};
 use crate::protocol::Blacklisting;
 use crate::spec::StoreSpec;
 use crate::{Observer, StoreError};
@@ -205,11 +205,12 @@ impl ZkFleet {
     pub(crate) fn new(target: ZkTarget) -> ZkFleet {
         ZkFleet { target }
     }
-
-    fn refuse<T: Send + 'static>(what: &'static str) -> BoxFuture<'static, Result<T, StoreError>> {
-        Box::pin(async move { Err(StoreError::Config(what.to_string())) })
-    }
 }
+
+/// The admin actions these locks refuse like every foreign family's.
+const FOREIGN: Foreign = Foreign {
+    no_unlocker: "the unlocker never acts on ZooKeeper locks: they end with their sessions",
+};
 
 impl FleetStore for ZkFleet {
     fn source(&self) -> String {
@@ -270,23 +271,23 @@ impl FleetStore for ZkFleet {
     }
 
     fn blacklist<'a>(&'a self, _: &'a BlacklistRecord) -> BoxFuture<'a, Result<Blacklisting, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     fn session_registered<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Err(StoreError::Unsupported(NO_BLACKLIST)) })
+        Foreign::no_blacklist(NO_BLACKLIST)
     }
 
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async { Ok(false) })
+        FOREIGN.lift_blacklist()
     }
 
     fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {
-        Self::refuse("the unlocker never acts on ZooKeeper locks: they end with their sessions")
+        FOREIGN.campaign()
     }
 
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
-        Box::pin(async { Ok(None) })
+        FOREIGN.unlocker()
     }
 }
 
