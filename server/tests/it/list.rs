@@ -241,6 +241,31 @@ async fn the_list_api_pages_filters_and_refuses_with_reasons() {
     assert!(status == 400 && body.contains("1 to 1000"), "{status} {body}");
 
     cli(addr, &gone).await;
+
+    // A page larger than one window of the hub (500 rows) is read in turns.
+    for i in 0..300 {
+        take(&locks, &format!("bulk/{i:03}")).await;
+    }
+    for _ in 0..200 {
+        if hub.summary().counts.held == 550 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let all = json(addr, &format!("/api/v1/fleets/{F}/locks?limit=1000")).await;
+    let unique: HashSet<String> = names(&all).into_iter().collect();
+    assert_eq!((names(&all).len(), unique.len()), (550, 550), "{}", all["next"]);
+    assert!(all["next"].is_null());
+    let big = json(addr, &format!("/api/v1/fleets/{F}/locks?limit=501&sort=name")).await;
+    assert_eq!(names(&big).len(), 501);
+    let next = big["next"].as_str().expect("49 rows follow");
+    let rest = json(
+        addr,
+        &format!("/api/v1/fleets/{F}/locks?limit=501&sort=name&after={next}"),
+    )
+    .await;
+    assert_eq!(names(&rest).len(), 49, "{}", rest["next"]);
+    assert!(rest["next"].is_null());
 }
 
 /// Runs the real `lockscope` binary: exit code, stdout, stderr.
