@@ -17,6 +17,7 @@ pub mod etcd_gateway;
 pub mod etcdctl;
 pub mod observer_contract;
 mod pg;
+mod process;
 mod psql;
 mod redis;
 pub mod scylla;
@@ -129,10 +130,7 @@ impl EtcdServer {
 
     /// Kills etcd (data kept).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        process::kill(&mut self.child);
     }
 
     /// Starts etcd again on the same ports and data.

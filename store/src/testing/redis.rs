@@ -6,10 +6,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-use super::{free_port, scratch_dir};
+use super::{free_port, process, scratch_dir};
 
 /// A running `redis-server` (`--save ''`, `--appendonly no`): killed on drop,
 /// its directory deleted. [`stop`](RedisServer::stop) and
@@ -52,36 +49,11 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (Debian: redis-server); scripts/install.sh does it");
-        self.child = Some(child);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                panic!("redis-server exited at start: {status}");
-            }
-            if self.ping().await {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "redis-server not answering after 20 s"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// `PING` answered `+PONG`.
-    async fn ping(&self) -> bool {
-        let Ok(Ok(mut s)) =
-            tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(("127.0.0.1", self.port))).await
-        else {
-            return false;
-        };
-        let mut buf = [0u8; 16];
-        s.write_all(b"PING\r\n").await.is_ok()
-            && matches!(
-                tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await,
-                Ok(Ok(n)) if buf[..n].starts_with(b"+PONG")
-            )
+        let child = self.child.insert(child);
+        // `PING` answered `+PONG`.
+        let ping: (&[u8], &[u8]) = (b"PING\r\n", b"+PONG");
+        let timing = (Duration::from_secs(20), Duration::from_millis(20));
+        process::wait_answering(child, "redis-server", self.port, ping, timing, None).await;
     }
 
     pub fn port(&self) -> u16 {
@@ -112,10 +84,7 @@ impl RedisServer {
 
     /// Kills the server (SIGKILL: its data is gone).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        process::kill(&mut self.child);
     }
 
     /// Starts it again on the same port, empty.

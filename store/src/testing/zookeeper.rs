@@ -8,11 +8,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::{free_port, scratch_dir};
+use super::{free_port, process, scratch_dir};
 
 /// The server's tick: sessions may ask for 2 to 300 ticks (200 ms to 30 s).
 pub const ZK_TICK: Duration = Duration::from_millis(100);
@@ -61,37 +59,12 @@ impl ZkServer {
             .stderr(log)
             .spawn()
             .expect("java must be installed with Debian's zookeeper package; scripts/install.sh does it");
-        self.child = Some(child);
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
-                let log = std::fs::read_to_string(self.dir.path().join("zookeeper.log")).unwrap_or_default();
-                panic!("zookeeper exited at start: {status}\n{log}");
-            }
-            if self.ruok().await {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "zookeeper not answering after 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The four-letter `ruok` answered `imok`.
-    async fn ruok(&self) -> bool {
-        let Ok(Ok(mut s)) =
-            tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(("127.0.0.1", self.port))).await
-        else {
-            return false;
-        };
-        let mut buf = [0u8; 8];
-        s.write_all(b"ruok").await.is_ok()
-            && matches!(
-                tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await,
-                Ok(Ok(n)) if buf[..n].starts_with(b"imok")
-            )
+        let child = self.child.insert(child);
+        let log = self.dir.path().join("zookeeper.log");
+        // The four-letter `ruok` answered `imok`.
+        let ruok: (&[u8], &[u8]) = (b"ruok", b"imok");
+        let timing = (Duration::from_secs(30), Duration::from_millis(50));
+        process::wait_answering(child, "zookeeper", self.port, ruok, timing, Some(&log)).await;
     }
 
     pub fn port(&self) -> u16 {
@@ -119,10 +92,7 @@ impl ZkServer {
 
     /// Kills the server (SIGKILL).
     pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        process::kill(&mut self.child);
     }
 
     /// Starts it again on the same port with the same data.
