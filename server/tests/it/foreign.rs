@@ -1,7 +1,8 @@
 //! What the foreign lock families' server tests (redis, etcd_mutex,
 //! zookeeper, pg_advisory) share: a server with one fleet on a store spec
 //! (its audit log, and history when recorded, in a temp dir), the JSON API
-//! call, a page's HTML, and asking for a lock until an answer holds.
+//! call, a page's HTML (outage.rs reads its pages with it too), and asking
+//! for a lock until an answer holds.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -32,6 +32,7 @@ use lockscope_store::sql::SqlLocks;
 use lockscope_store::testing::{take, EtcdServer, PgOptions, PgServer, TcpProxy};
 use tokio::sync::watch;
 
+use crate::foreign::page;
 use crate::live::app_state;
 
 /// A server for `hubs`; dropping the sender stops it.
@@ -42,18 +43,6 @@ async fn serve(hubs: Vec<HubHandle>) -> (SocketAddr, watch::Sender<bool>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(lockscope::serve(listener, state, stop_rx, Duration::from_secs(1)));
     (addr, stop)
-}
-
-/// The page at `path`, as HTML.
-async fn page(addr: SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
-    out
 }
 
 /// Waits (up to 40 s: the reconnect backoff grows to 10 s while the store is
