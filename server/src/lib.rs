@@ -15,7 +15,7 @@
 //! - [`settings`]: `lockscope.toml`; [`client`]: what identifies a client (its
 //!   source address, random keys).
 //! - [`cli`]: the command line and the subcommands besides `serve` (`admin`,
-//!   `history`, `demo`).
+//!   `get`/`describe`, `history`, `lock`/`unlock`, `demo`).
 //!
 //! Data flows one way: store observer → hub reducer → view windows → browser.
 //! Imports go down: settings, client and remember at the bottom; then live, auth
