@@ -324,8 +324,13 @@ async fn metrics_follow_a_real_fleet_and_counters_never_go_down() {
     a.heartbeat_now().await;
     b.heartbeat_now().await;
     let second = s
-        .scrape_until("6 acquisitions and B's wait", |m| {
-            m.get("lockscope_lock_acquisitions_total") == 6.0 && m.get("lockscope_lock_wait_seconds") >= 1.0
+        // The counters come from the sessions' heartbeats, the gauges from the
+        // live table: a scrape may see one before the other, so wait for both.
+        .scrape_until("6 acquisitions, B's wait and 5 held", |m| {
+            m.get("lockscope_lock_acquisitions_total") == 6.0
+                && m.get("lockscope_lock_wait_seconds") >= 1.0
+                && m.get("lockscope_locks_held") == 5.0
+                && m.get("lockscope_lock_waiters") == 0.0
         })
         .await;
     assert!(second.get("lockscope_lock_acquisitions_total") > first.get("lockscope_lock_acquisitions_total"));
