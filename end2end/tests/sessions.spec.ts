@@ -81,7 +81,7 @@ test("a hot lock's detail page shows its backtrace and its waiters, live", async
   const frames = page.locator('[data-testid="detail-backtrace"] li');
   await expect(frames.first()).toBeVisible();
   // Trimmed: the innermost frame is the demo's code, not the runtime's.
-  await expect(frames.first()).toContainText('lockscope::demo');
+  await expect(frames.first()).toContainText('lockscope::cli::demo');
   await expect(page.getByTestId('waited').first()).toContainText(/\d+s/);
   await shot(page, 'detail-waiters');
 });
