@@ -1,6 +1,6 @@
 import AxeBuilder from '@axe-core/playwright';
 import { expect, Page, test } from '@playwright/test';
-import { Stack } from './stack';
+import { HUNG_LOCK, signIn, Stack } from './stack';
 
 // The page for everyone (docs/operations.md, "Accessibility"): axe-core finds no
 // serious or critical violation on any page, in either theme; the blacklist and
@@ -9,10 +9,8 @@ import { Stack } from './stack';
 // first paint); absolute times are in UTC or the browser's zone, and say which.
 test.describe.configure({ mode: 'serial' });
 
-/** The lock a hung demo worker holds (as in admin.spec.ts). */
-const LOCK = 'demo/payments/settlement-eu';
+const LOCK = HUNG_LOCK;
 const LOCK_PAGE = `/lock?fleet=embedded&name=${encodeURIComponent(LOCK)}`;
-const HUNG_RUNTIME_MS = 1000;
 
 let stack: Stack;
 test.beforeAll(async () => {
@@ -23,37 +21,11 @@ test.beforeAll(async () => {
     ],
     ['--unlocker-grace-secs', '300'],
   );
-  stack.spawnDemo([
-    '--workers', '1', '--keys', '1', '--hot-keys', '1',
-    '--hang-rate', '1', '--die-rate', '0', '--stall-rate', '0', '--hang-secs', '600',
-    '--expected-runtime-ms', String(HUNG_RUNTIME_MS), '--auto-unlock-ms', '60000',
-  ]);
+  stack.spawnHungWorker(60000);
 });
 test.afterAll(async () => {
   await stack?.stop();
 });
-
-/** The hung worker's acquisition of LOCK (fence and session), read through the API. */
-async function hungLock(): Promise<{ fence: number; session: string }> {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    const r = await stack.api('GET', `/api/v1/fleets/embedded/locks/${encodeURIComponent(LOCK)}`, 'boss');
-    const body = r.json?.entry?.body;
-    if (r.status === 200 && body?.expected_runtime_ms === HUNG_RUNTIME_MS) {
-      return { fence: r.json.entry.fence, session: body.session };
-    }
-    await new Promise((ok) => setTimeout(ok, 200));
-  }
-  throw new Error(`the hung demo worker never took ${LOCK}:\n${stack.log()}`);
-}
-
-async function signIn(page: Page, who: string, path: string) {
-  await page.goto(`${stack.url}${path}`);
-  await expect(page).toHaveURL(/\/signin\?next=/);
-  await page.getByTestId('signin-token').fill(stack.tokens[who]);
-  await page.getByTestId('signin-submit').click();
-  await expect(page.getByTestId('whoami')).toContainText(who);
-}
 
 /** The page once hydrated (the switches are enabled only then). */
 async function hydrated(page: Page) {
@@ -97,8 +69,8 @@ const focusedTestId = (page: Page) => page.evaluate(() => document.activeElement
 
 test('axe finds no serious or critical violation on any page, in either theme', async ({ page, browser }) => {
   test.setTimeout(120_000);
-  await hungLock();
-  await signIn(page, 'boss', '/');
+  await stack.hungLock('boss');
+  await signIn(page, stack, 'boss', '/');
   const pages: [string, string][] = [
     ['overview', '/?fleet=embedded'],
     ['lock detail', LOCK_PAGE],
@@ -137,8 +109,8 @@ test('axe finds no serious or critical violation on any page, in either theme', 
 
 test('the blacklist and force-release flows work with the keyboard alone', async ({ page }) => {
   test.setTimeout(120_000);
-  const hung = await hungLock();
-  await signIn(page, 'op', LOCK_PAGE);
+  const hung = await stack.hungLock('boss');
+  await signIn(page, stack, 'op', LOCK_PAGE);
   await hydrated(page);
   await expect(page.getByTestId('detail-fence')).toHaveText(String(hung.fence));
   const dialog = page.getByTestId('release-dialog');
@@ -223,7 +195,7 @@ test('the blacklist and force-release flows work with the keyboard alone', async
 test.describe('light theme', () => {
   test.use({ colorScheme: 'light' });
   test('follows the system, the switch overrides it and is remembered before the first paint', async ({ page }) => {
-    await signIn(page, 'boss', LOCK_PAGE);
+    await signIn(page, stack, 'boss', LOCK_PAGE);
     await hydrated(page);
     const bg = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
     expect(await bg()).toBe('rgb(255, 255, 255)');
@@ -259,7 +231,7 @@ test.describe('time zone', () => {
       reason: 'an entry for the time zone test',
     });
     expect(r.status, JSON.stringify(r.json)).toBeLessThan(500);
-    await signIn(page, 'boss', '/audit');
+    await signIn(page, stack, 'boss', '/audit');
     await hydrated(page);
     const footer = page.locator('footer');
     const firstTime = page.getByTestId('audit-row').first().locator('td.time');

@@ -1,5 +1,5 @@
 import { expect, Page, test } from '@playwright/test';
-import { Stack } from './stack';
+import { HUNG_LOCK, signIn, Stack } from './stack';
 
 // The admin console on the embedded default (SQLite + the demo fleet) with
 // authentication: an operator blacklists a hung demo worker, watches its lock
@@ -8,11 +8,8 @@ import { Stack } from './stack';
 // Screenshots go to end2end/test-results/screens/.
 test.describe.configure({ mode: 'serial' });
 
-/** The lock the hung worker takes (`--keys 1`: the demo's first lock name). */
-const LOCK = 'demo/payments/settlement-eu';
+const LOCK = HUNG_LOCK;
 const LOCK_PAGE = `/lock?fleet=embedded&name=${encodeURIComponent(LOCK)}`;
-/** The hung worker's expected runtime, which tells its acquisition from the embedded demo's (3 s). */
-const HUNG_RUNTIME_MS = 1000;
 
 let stack: Stack;
 test.beforeAll(async () => {
@@ -26,13 +23,7 @@ test.beforeAll(async () => {
     ],
     ['--unlocker-grace-secs', '300'],
   );
-  // A demo worker that takes LOCK and hangs holding it while its session
-  // heartbeats: overdue, its holder alive.
-  stack.spawnDemo([
-    '--workers', '1', '--keys', '1', '--hot-keys', '1',
-    '--hang-rate', '1', '--die-rate', '0', '--stall-rate', '0', '--hang-secs', '600',
-    '--expected-runtime-ms', String(HUNG_RUNTIME_MS), '--auto-unlock-ms', '6000',
-  ]);
+  stack.spawnHungWorker(6000);
 });
 test.afterAll(async () => {
   await stack?.stop();
@@ -41,31 +32,9 @@ test.afterAll(async () => {
 const shot = (page: Page, name: string) =>
   page.screenshot({ path: `test-results/screens/${name}.png`, fullPage: true });
 
-async function signIn(page: Page, who: string, path: string) {
-  await page.goto(`${stack.url}${path}`);
-  await expect(page).toHaveURL(/\/signin\?next=/);
-  await page.getByTestId('signin-token').fill(stack.tokens[who]);
-  await page.getByTestId('signin-submit').click();
-  await expect(page.getByTestId('whoami')).toContainText(who);
-}
-
 async function signOut(page: Page) {
   await page.getByTestId('signout').click();
   await expect(page).toHaveURL(/\/signin/);
-}
-
-/** The hung worker's acquisition of LOCK, read through the API. */
-async function hungLock(): Promise<{ fence: number; session: string }> {
-  const deadline = Date.now() + 60_000;
-  while (Date.now() < deadline) {
-    const r = await stack.api('GET', `/api/v1/fleets/embedded/locks/${encodeURIComponent(LOCK)}`, 'eve');
-    const body = r.json?.entry?.body;
-    if (r.status === 200 && body?.expected_runtime_ms === HUNG_RUNTIME_MS) {
-      return { fence: r.json.entry.fence, session: body.session };
-    }
-    await new Promise((ok) => setTimeout(ok, 200));
-  }
-  throw new Error(`the hung demo worker never took ${LOCK}:\n${stack.log()}`);
 }
 
 /** The instant the detail page shows for `label` (its `datetime`). */
@@ -76,8 +45,8 @@ test('an operator blacklists a hung worker, sees its lock run out, force-release
   page,
 }) => {
   test.setTimeout(120_000);
-  const hung = await hungLock();
-  await signIn(page, 'op', LOCK_PAGE);
+  const hung = await stack.hungLock('eve');
+  await signIn(page, stack, 'op', LOCK_PAGE);
   await expect(page.getByTestId('no-auth-banner')).toHaveCount(0);
   await expect(page.getByTestId('detail-fence')).toHaveText(String(hung.fence));
   await expect(page.getByTestId('detail-state')).toHaveAttribute('data-state', 'overdue');
@@ -121,7 +90,7 @@ test('an operator blacklists a hung worker, sees its lock run out, force-release
   await signOut(page);
 
   // The admin finds both actions, attributed to the operator.
-  await signIn(page, 'boss', '/audit?actor=op');
+  await signIn(page, stack, 'boss', '/audit?actor=op');
   const rows = page.getByTestId('audit-row');
   await expect(rows).toHaveCount(2);
   await expect(rows.nth(0)).toHaveAttribute('data-action', 'release');
@@ -141,7 +110,7 @@ test('an operator blacklists a hung worker, sees its lock run out, force-release
 });
 
 test('a viewer sees no action buttons and the API refuses them', async ({ page }) => {
-  await signIn(page, 'eve', LOCK_PAGE);
+  await signIn(page, stack, 'eve', LOCK_PAGE);
   await expect(page.getByTestId('whoami')).toHaveAttribute('data-role', 'viewer');
   await expect(page.getByTestId('detail-state')).toBeVisible();
   await expect(page.getByTestId('release-dialog')).toHaveCount(0);

@@ -1,5 +1,6 @@
 // A real etcd and the real `lockscope` binary for browser tests, on free loopback
 // ports with a temporary data directory; `stop()` always cleans up.
+import { expect, Page } from '@playwright/test';
 import { ChildProcess, execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -12,6 +13,19 @@ const root = resolve(__dirname, '..', '..');
 const bin = process.env.LOCKSCOPE_BIN ?? join(root, 'target', 'debug', 'lockscope');
 const benchBin = process.env.LOCKSCOPE_BENCH_BIN ?? join(root, 'target', 'debug', 'lockscope-bench');
 export const PREFIX = '/lockscope-e2e/';
+/** The lock a hung demo worker takes (`--keys 1`: the demo's first lock name). */
+export const HUNG_LOCK = 'demo/payments/settlement-eu';
+/** The hung worker's expected runtime, which tells its acquisition from the embedded demo's (3 s). */
+export const HUNG_RUNTIME_MS = 1000;
+
+/** Signs `who` (a token name) in through the page's form, starting at `path`. */
+export async function signIn(page: Page, stack: Stack, who: string, path: string): Promise<void> {
+  await page.goto(`${stack.url}${path}`);
+  await expect(page).toHaveURL(/\/signin\?next=/);
+  await page.getByTestId('signin-token').fill(stack.tokens[who]);
+  await page.getByTestId('signin-submit').click();
+  await expect(page.getByTestId('whoami')).toContainText(who);
+}
 
 export async function freePort(): Promise<number> {
   return new Promise((ok, fail) => {
@@ -110,6 +124,33 @@ export class Stack {
     });
     p.stderr!.on('data', (b: Buffer) => (this.serverLog += `[demo] ${b.toString()}`));
     this.demos.push(p);
+  }
+
+  /**
+   * A demo worker that takes {@link HUNG_LOCK} and hangs holding it while its
+   * session heartbeats (overdue, its holder alive), auto-unlocked after
+   * `autoUnlockMs`.
+   */
+  spawnHungWorker(autoUnlockMs: number): void {
+    this.spawnDemo([
+      '--workers', '1', '--keys', '1', '--hot-keys', '1',
+      '--hang-rate', '1', '--die-rate', '0', '--stall-rate', '0', '--hang-secs', '600',
+      '--expected-runtime-ms', String(HUNG_RUNTIME_MS), '--auto-unlock-ms', String(autoUnlockMs),
+    ]);
+  }
+
+  /** The hung worker's acquisition of {@link HUNG_LOCK}, read through the API as `who`. */
+  async hungLock(who: string): Promise<{ fence: number; session: string }> {
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      const r = await this.api('GET', `/api/v1/fleets/embedded/locks/${encodeURIComponent(HUNG_LOCK)}`, who);
+      const body = r.json?.entry?.body;
+      if (r.status === 200 && body?.expected_runtime_ms === HUNG_RUNTIME_MS) {
+        return { fence: r.json.entry.fence, session: body.session };
+      }
+      await new Promise((ok) => setTimeout(ok, 200));
+    }
+    throw new Error(`the hung demo worker never took ${HUNG_LOCK}:\n${this.log()}`);
   }
 
   /** A call to the JSON API as `who` (a token name), or without credentials. */
