@@ -7,10 +7,8 @@
 //! check the rest (scripts/check-deploy.sh).
 
 use std::collections::BTreeSet;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
-use lockscope_store::testing::free_port;
+use crate::binary::Binary;
 
 const RULES: &str = include_str!("../../../deploy/prometheus/lockscope.rules.yml");
 const DASHBOARD: &str = include_str!("../../../deploy/grafana/lockscope.json");
@@ -128,57 +126,9 @@ fn anchor(heading: &str) -> String {
 
 /// The real binary on its embedded default (a SQLite fleet with the demo
 /// workers, history and audit in SQLite files, the unlocker on).
-struct Server {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    async fn start() -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--embedded-db", &dir.path().join("lockscope.db").display().to_string()])
-            .env("LOCKSCOPE_LOG", "warn")
-            .current_dir(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Server { child, port, _dir: dir };
-        for _ in 0..200 {
-            if server.get("/healthz").await.0 == 200 {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("lockscope did not start");
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        use http_body_util::{BodyExt, Full};
-        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-        let req = hyper::Request::get(format!("http://127.0.0.1:{}{path}", self.port))
-            .body(Full::new(hyper::body::Bytes::new()))
-            .unwrap();
-        match client.request(req).await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let body = resp.into_body().collect().await.unwrap().to_bytes();
-                (status, String::from_utf8_lossy(&body).into_owned())
-            }
-            Err(_) => (0, String::new()),
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn embedded_server(dir: &tempfile::TempDir) -> Binary {
+    let db = dir.path().join("lockscope.db").display().to_string();
+    Binary::start(&["--embedded-db".to_string(), db], dir.path()).await
 }
 
 #[tokio::test]
@@ -192,7 +142,8 @@ async fn every_metric_the_rules_and_the_dashboard_name_is_served() {
     let dashboard = dashboard_exprs(DASHBOARD);
     assert!(dashboard.len() >= 20, "the dashboard's queries are read: {dashboard:?}");
 
-    let server = Server::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = embedded_server(&dir).await;
     let (status, body) = server.get("/metrics").await;
     assert_eq!(status, 200, "{body}");
     let served = served_names(&body);

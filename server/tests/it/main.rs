@@ -8,6 +8,7 @@ mod abuse;
 mod admin;
 mod admin_exact;
 mod attribution;
+mod binary;
 mod cli;
 mod demo;
 mod deploy;

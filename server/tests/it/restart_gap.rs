@@ -9,7 +9,7 @@
 //! before the restart) to B (the first snapshot after it)".
 
 use std::collections::HashMap;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +18,9 @@ use lockscope::remember::history::History;
 use lockscope_model::history::{HistoryEvent, HistoryQuery, Kind};
 use lockscope_store::protocol::LockStore;
 use lockscope_store::spec::{AnyLocks, StoreSpec};
-use lockscope_store::testing::{free_port, take, EtcdServer};
+
+use crate::binary::Binary;
+use lockscope_store::testing::{take, EtcdServer};
 
 mod outage;
 
@@ -34,69 +36,32 @@ const ETCD_HOLD: Duration = Duration::from_millis(5);
 const SQL_HOLD: Duration = Duration::from_millis(250);
 
 /// One `lockscope` process on `store`, its history in `dir`.
-struct Server {
-    child: Child,
-    port: u16,
-}
+struct Server(Binary);
 
 impl Server {
     async fn start(dir: &std::path::Path, store: &str) -> Server {
-        let port = free_port();
         let path = |f: &str| dir.join(f).display().to_string();
-        let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--no-demo"])
-            .args(["--store", &format!("main={store}")])
-            .args(["--audit", &format!("sqlite:{}", path("audit.db"))])
-            .args(["--history", &format!("sqlite:{}", path("history.db"))])
-            .env("LOCKSCOPE_LOG", "warn")
-            .current_dir(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let server = Server { child, port };
-        for _ in 0..200 {
-            if server.get("/healthz").await.0 == 200 {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("lockscope did not start");
-    }
-
-    async fn get(&self, path: &str) -> (u16, String) {
-        use http_body_util::{BodyExt, Full};
-        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-        let req = hyper::Request::get(format!("http://127.0.0.1:{}{path}", self.port))
-            .body(Full::new(hyper::body::Bytes::new()))
-            .unwrap();
-        match client.request(req).await {
-            Ok(resp) => {
-                let status = resp.status().as_u16();
-                let body = resp.into_body().collect().await.unwrap().to_bytes();
-                (status, String::from_utf8_lossy(&body).into_owned())
-            }
-            Err(_) => (0, String::new()),
-        }
+        let args = [
+            "--no-demo".to_string(),
+            "--store".to_string(),
+            format!("main={store}"),
+            "--audit".to_string(),
+            format!("sqlite:{}", path("audit.db")),
+            "--history".to_string(),
+            format!("sqlite:{}", path("history.db")),
+        ];
+        Server(Binary::start(&args, dir).await)
     }
 
     async fn metrics(&self) -> crate::scrape::Metrics {
-        let (status, body) = self.get("/metrics").await;
+        let (status, body) = self.0.get("/metrics").await;
         assert_eq!(status, 200, "{body}");
         crate::scrape::Metrics::parse(body)
     }
 
     /// SIGKILL: nothing flushed, nothing said.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn kill(self) {
+        self.0.kill();
     }
 }
 
@@ -337,6 +302,7 @@ async fn check_gap(server: &Server, gap: &HistoryEvent, killed: i64, restarted: 
     assert_eq!(m.sample("lockscope_history_replayed_events_total"), 0.0);
     let from = lockscope_model::time::rfc3339(window.from - 1000);
     let (status, page) = server
+        .0
         .get(&format!("/history?fleet=main&from={from}&limit=10000"))
         .await;
     assert_eq!(status, 200, "{page}");
