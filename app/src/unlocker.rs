@@ -5,11 +5,15 @@ use leptos::prelude::*;
 use lockscope_model::time::{absolute_and_relative, Millis};
 use lockscope_model::unlock::{Mode, UnlockerStatus};
 
-/// The cell's text, in words (the mode is also its `data-mode`).
+/// The cell's text, in words (the mode is also its `data-mode`: `never` for a
+/// fleet the unlocker never acts on).
 pub fn unlocker_text(u: Option<&UnlockerStatus>, now: Millis) -> String {
     let Some(u) = u else {
         return "not running on this server".into();
     };
+    if let Some(why) = u.never_acts() {
+        return format!("never acts here: {why}");
+    }
     let mut text = match u.mode {
         Mode::Off => "off: reports, releases nothing".to_string(),
         Mode::DryRun => "dry-run: releases nothing".to_string(),
@@ -49,7 +53,10 @@ pub fn unlocker_text(u: Option<&UnlockerStatus>, now: Millis) -> String {
 /// The overview's cell for one fleet's unlocker.
 #[component]
 pub fn UnlockerCell(unlocker: Option<UnlockerStatus>, now: Signal<Millis>) -> impl IntoView {
-    let mode = unlocker.as_ref().map_or("none", |u| u.mode.as_str());
+    let mode = unlocker.as_ref().map_or("none", |u| match u.never_acts() {
+        Some(_) => "never",
+        None => u.mode.as_str(),
+    });
     let leading = unlocker.as_ref().is_some_and(|u| u.leading);
     let grace = unlocker
         .as_ref()
@@ -86,5 +93,21 @@ mod tests {
             release_at: 5_000,
         }];
         assert!(unlocker_text(Some(&u), 0).contains("would release x (fence 3) at 1970-01-01 00:00:05 UTC (in 5s)"));
+    }
+
+    #[test]
+    fn says_plainly_when_the_unlocker_never_acts_on_the_fleet() {
+        // issue 27: "The unlocker never acts on a foreign fleet (say so in the overview)."
+        let u = UnlockerStatus {
+            mode: Mode::Off,
+            problem: Some("the unlocker never acts on Redis locks: they end with their TTL".into()),
+            ..UnlockerStatus::default()
+        };
+        assert_eq!(
+            unlocker_text(Some(&u), 0),
+            "never acts here: the unlocker never acts on Redis locks: they end with their TTL"
+        );
+        let off = UnlockerStatus::default();
+        assert_eq!(unlocker_text(Some(&off), 0), "off: reports, releases nothing");
     }
 }

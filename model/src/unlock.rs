@@ -119,9 +119,23 @@ pub struct UnlockerStatus {
     /// first, at most [`MAX_PENDING`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending: Vec<Pending>,
-    /// Why it is not running, or its last failure.
+    /// Why it is not running, or its last failure. With mode `off`: why the
+    /// unlocker never acts on this fleet ("the unlocker never acts on Redis
+    /// locks: they end with their TTL"; a read-only store), whatever mode was
+    /// configured — the overview says "never acts here" and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<String>,
+}
+
+impl UnlockerStatus {
+    /// Why the unlocker never acts on this fleet, if it never does (see
+    /// [`UnlockerStatus::problem`]).
+    pub fn never_acts(&self) -> Option<&str> {
+        match self.mode {
+            Mode::Off => self.problem.as_deref(),
+            _ => None,
+        }
+    }
 }
 
 /// The most pending locks a status lists.

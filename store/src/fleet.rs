@@ -192,7 +192,18 @@ pub trait FleetStore: Send + Sync + 'static {
 
     /// Who holds the unlocker role now, if anyone (for the UI and other replicas).
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>>;
+
+    /// Why the unlocker never acts on this fleet, whatever its configured mode
+    /// (`None`: it may). A read-only store says so; a foreign lock family
+    /// (another library's locks) gives its own reason ([`Foreign::no_unlocker`]).
+    /// The overview shows the reason instead of a mode.
+    fn no_unlocker(&self) -> Option<&'static str> {
+        (!self.writable()).then_some(READ_ONLY_UNLOCKER)
+    }
 }
+
+/// Why the unlocker never acts on a read-only fleet ([`FleetStore::no_unlocker`]).
+pub const READ_ONLY_UNLOCKER: &str = "this fleet's store is read-only: nothing can be released";
 
 /// A store lockscope may write: etcd, SQLite, PostgreSQL, ScyllaDB.
 pub(crate) struct WritableFleet {
@@ -374,6 +385,12 @@ impl ReadOnlyFleet {
         let store = self.spec.source();
         Box::pin(async move { Err(StoreError::ReadOnly { store }) })
     }
+
+    /// Why the unlocker never acts here ([`FleetStore::no_unlocker`]): the
+    /// family's reason, always.
+    pub(crate) fn no_unlocker(&self) -> Option<&'static str> {
+        Some(self.no_unlocker)
+    }
 }
 
 impl FleetStore for ReadOnlyFleet {
@@ -468,6 +485,8 @@ mod foreign_tests {
                 Ok(_) => panic!("{spec}: elected"),
             }
             assert!(fleet.unlocker().await.unwrap().is_none(), "{spec}");
+            // issue 27: "The unlocker never acts on a foreign fleet (say so in the overview)."
+            assert_eq!(fleet.no_unlocker(), Some(reason), "{spec}");
             assert!(!fleet.lift_blacklist("s").await.unwrap(), "{spec}");
             if !spec.starts_with("etcd-mutex:") {
                 let entry = BlacklistRecord::new("s", "op", "test", 0);
@@ -481,5 +500,13 @@ mod foreign_tests {
                 );
             }
         }
+        // A lockscope fleet the unlocker may act on; a read-only one it never does.
+        let etcd = StoreSpec::parse("etcd:127.0.0.1:1").unwrap().open().unwrap();
+        assert_eq!(etcd.no_unlocker(), None);
+        let shedlock = StoreSpec::parse("shedlock+sqlite:/nonexistent/s.db")
+            .unwrap()
+            .open()
+            .unwrap();
+        assert_eq!(shedlock.no_unlocker(), Some(super::READ_ONLY_UNLOCKER));
     }
 }

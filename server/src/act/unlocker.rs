@@ -84,9 +84,11 @@ pub async fn run(
         clock: ServerClock::new(),
         recent: HashMap::new(),
     };
-    if !u.store.writable() && u.cfg.mode != Mode::Off {
+    // A fleet the unlocker never acts on (read-only, another library's locks):
+    // off whatever was asked, and the overview says why.
+    if let Some(why) = u.store.no_unlocker() {
         u.status.mode = Mode::Off;
-        u.status.problem = Some("this fleet's store is read-only: nothing can be released".into());
+        u.status.problem = Some(why.into());
     }
     u.deps.metrics.set_unlocker_active(&u.fleet, false);
     u.publish().await;

@@ -268,6 +268,10 @@ impl FleetStore for MutexFleet {
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
         FOREIGN.unlocker()
     }
+
+    fn no_unlocker(&self) -> Option<&'static str> {
+        FOREIGN.no_unlocker()
+    }
 }
 
 #[cfg(test)]

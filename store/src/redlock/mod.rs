@@ -319,6 +319,10 @@ impl FleetStore for RedlockFleet {
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
         FOREIGN.unlocker()
     }
+
+    fn no_unlocker(&self) -> Option<&'static str> {
+        FOREIGN.no_unlocker()
+    }
 }
 
 #[cfg(test)]

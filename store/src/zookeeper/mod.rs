@@ -289,6 +289,10 @@ impl FleetStore for ZkFleet {
     fn unlocker(&self) -> BoxFuture<'_, Result<Option<UnlockerInfo>, StoreError>> {
         FOREIGN.unlocker()
     }
+
+    fn no_unlocker(&self) -> Option<&'static str> {
+        FOREIGN.no_unlocker()
+    }
 }
 
 /// The ZooKeeper detail of a lock entry, if it is one.

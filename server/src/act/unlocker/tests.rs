@@ -102,3 +102,51 @@ async fn the_server_clock_follows_monotonic_time_not_the_wall() {
     after(1_234).await;
     assert_eq!(clock.now(), T0 + 1_234);
 }
+
+/// issue 27: "The unlocker never acts on a foreign fleet (say so in the
+/// overview)." Configured `on`, the unlocker of a Redis fleet publishes mode
+/// `off` with the family's reason, which the overview shows as "never acts
+/// here" (nothing listens on port 1: the store is never asked).
+#[tokio::test]
+async fn a_foreign_fleet_says_the_unlocker_never_acts_there() {
+    use std::sync::Arc;
+
+    use lockscope_model::unlock::Mode;
+    use lockscope_store::spec::StoreSpec;
+
+    use super::{run, Deps, UnlockerConfig};
+    use crate::live::hub::HubHandle;
+    use crate::metrics::Metrics;
+    use crate::remember::audit::AuditLog;
+
+    let dir = tempfile::tempdir().unwrap();
+    let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
+        .await
+        .unwrap();
+    let store = StoreSpec::parse("redis://127.0.0.1:1").unwrap().open().unwrap();
+    let hub = HubHandle::spawn("r", "redis", store.clone());
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    let cfg = UnlockerConfig {
+        mode: Mode::On,
+        replica: "test".into(),
+        grace: Duration::from_secs(1),
+        lease: Duration::from_secs(3),
+    };
+    let metrics = Arc::new(Metrics::new());
+    tokio::spawn(run(hub.clone(), store, cfg, Deps { audit, metrics }, stop));
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(u) = hub.summary().unlocker {
+            break u;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "no unlocker status");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(status.mode, Mode::Off, "{status:?}");
+    assert_eq!(
+        status.never_acts(),
+        Some("the unlocker never acts on Redis locks: they end with their TTL"),
+        "{status:?}"
+    );
+    assert!(!status.leading);
+}
