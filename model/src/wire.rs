@@ -7,8 +7,9 @@
 //! (`full`), each later one the current state of whatever changed in the window
 //! since the previous one (absent means unchanged). The browser acknowledges every
 //! frame it has applied ([`ClientMsg::Ack`]); the server sends at most
-//! [`MAX_IN_FLIGHT`] unacknowledged frames and at most one per
-//! [`MIN_FRAME_INTERVAL_MS`], coalescing whatever happens meanwhile, so a slow
+//! [`MAX_IN_FLIGHT`] unacknowledged frames and, while one is unacknowledged, at
+//! most one per [`MIN_FRAME_INTERVAL_MS`] (an idle browser gets a change at
+//! once), coalescing whatever happens meanwhile, so a slow
 //! browser receives the present, late, and never a backlog. `status` reports the
 //! store connection; `overview` every fleet's headline numbers.
 //!
@@ -33,7 +34,8 @@ pub const MAX_CLIENT_MSG_BYTES: usize = 4096;
 /// Frames a subscriber may have unacknowledged before the server holds back.
 pub const MAX_IN_FLIGHT: u64 = 2;
 
-/// Shortest time between two frames to one subscriber.
+/// Shortest time between two frames to one subscriber while the first is
+/// unacknowledged (one that acknowledged every frame is sent a change at once).
 pub const MIN_FRAME_INTERVAL_MS: u64 = 25;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +86,7 @@ pub const OVERVIEW_EVERY_MS: u64 = 1000;
 
 /// One fleet's headline numbers, for the overview row.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FleetSummary {
     pub name: String,
     /// Where the fleet's locks live (credentials removed), e.g. `etcd http://10.0.0.5:2379`.
@@ -99,6 +102,11 @@ pub struct FleetSummary {
     /// no history): since when, and the fleet's events lost since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<crate::history::NotRecording>,
+    /// A polled or rescanned fleet's last full read of its store (`None`:
+    /// the store has a change feed and is never polled, or no read yet):
+    /// older than 3× its interval, the table is not live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polled: Option<crate::polled::Polled>,
     #[serde(flatten)]
     pub counts: Counts,
 }

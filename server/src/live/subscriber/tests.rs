@@ -270,3 +270,29 @@ async fn a_socket_that_stops_reading_holds_a_bounded_queue_then_is_dropped() {
     }
     assert_eq!(hub.stats().now().lag_drops, 1);
 }
+
+/// Adaptive pacing (docs/architecture.md: "fewer than 2 unacknowledged
+/// frames, and, while one is unacknowledged, none in the last 25 ms"): a
+/// reader that has acknowledged everything is idle, and a store write 1 ms
+/// after its last frame reaches it at once, not after the frame interval.
+#[tokio::test(start_paused = true)]
+async fn an_idle_reader_gets_a_change_at_once() {
+    let (ev, mut c, _stop, _hub) = start();
+    c.msg().await;
+    c.send(DEFAULT_VIEW);
+    let first = c.window().await;
+    c.send(&format!(r#"{{"type":"ack","seq":{}}}"#, first.seq));
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let written = tokio::time::Instant::now();
+    let e = LockEntry::from_stored("a".into(), 1, 1, b"x");
+    ev.send(ObserverEvent::Events(vec![FleetEvent::Upsert(e)]))
+        .await
+        .unwrap();
+    let f = c.window().await;
+    assert_eq!(f.total, 1);
+    let took = written.elapsed();
+    assert!(
+        took < Duration::from_millis(5),
+        "an idle reader waited {took:?} for a change"
+    );
+}

@@ -139,8 +139,8 @@ impl Views {
     }
 
     /// Builds the frames due at `now`: for each subscriber with unsent changes,
-    /// fewer than [`MAX_IN_FLIGHT`] frames unacknowledged, and none sent within
-    /// [`MIN_FRAME_INTERVAL_MS`].
+    /// fewer than [`MAX_IN_FLIGHT`] frames unacknowledged, and, while one is
+    /// unacknowledged, none sent within [`MIN_FRAME_INTERVAL_MS`].
     pub fn due_frames(&mut self, state: &FleetState, now: Now) -> Vec<(SubId, WindowFrame)> {
         let due: Vec<SubId> = self
             .subs
@@ -222,7 +222,10 @@ impl Views {
         sub.offset = window.offset;
         sub.seq += 1;
         sub.last_sent = Some(now);
-        sub.not_before = 0;
+        if sub.aggregates_gen == aggregates_gen {
+            // Nothing owed is held back (aggregates held back keep their time).
+            sub.not_before = 0;
+        }
         let full = std::mem::take(&mut sub.fresh);
         Some(WindowFrame {
             seq: sub.seq,
@@ -285,16 +288,23 @@ impl Views {
 
 impl Sub {
     /// When this subscriber may be sent its next frame, if it has anything unsent
-    /// and room for another frame in flight.
+    /// and room for another frame in flight. Pacing is adaptive: a subscriber
+    /// that has acknowledged every frame is idle and gets the change at once;
+    /// only while a frame is unacknowledged are changes coalesced, into at most
+    /// one frame per [`MIN_FRAME_INTERVAL_MS`] (and none past [`MAX_IN_FLIGHT`]).
     pub(super) fn ready_at(&self) -> Option<Millis> {
         if self.one_off {
             return None;
         }
         let since = self.dirty_since?;
-        if self.seq - self.acked >= MAX_IN_FLIGHT {
+        let in_flight = self.seq - self.acked;
+        if in_flight >= MAX_IN_FLIGHT {
             return None;
         }
-        let earliest = self.last_sent.map_or(since, |t| t + MIN_FRAME_INTERVAL_MS as i64);
+        let earliest = match (in_flight, self.last_sent) {
+            (1.., Some(t)) => t + MIN_FRAME_INTERVAL_MS as i64,
+            _ => since,
+        };
         Some(since.max(earliest).max(self.not_before))
     }
 }
