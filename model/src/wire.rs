@@ -86,7 +86,6 @@ pub const OVERVIEW_EVERY_MS: u64 = 1000;
 
 /// One fleet's headline numbers, for the overview row.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FleetSummary {
     pub name: String,
     /// Where the fleet's locks live (credentials removed), e.g. `etcd http://10.0.0.5:2379`.
@@ -102,11 +101,6 @@ pub struct FleetSummary {
     /// no history): since when, and the fleet's events lost since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<crate::history::NotRecording>,
-    /// A polled or rescanned fleet's last full read of its store (`None`:
-    /// the store has a change feed and is never polled, or no read yet):
-    /// older than 3× its interval, the table is not live.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub polled: Option<crate::polled::Polled>,
     #[serde(flatten)]
     pub counts: Counts,
 }
