@@ -350,6 +350,7 @@ pub fn LockPage() -> impl IntoView {
         <nav class="crumbs"><a href=move || locks_href(&fleet())>"← all locks"</a></nav>
         {header}
         {record}
+        <pg_advisory::CancelWaiters detail/>
         {session}
         {session_actions}
         <section>

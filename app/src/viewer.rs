@@ -31,10 +31,12 @@ pub fn notice_text(e: &AuditEntry) -> String {
             },
             Some(Action::Blacklist) => format!("Blacklisted session {}", e.target),
             Some(Action::Unblacklist) => format!("Lifted the blacklist of session {}", e.target),
+            Some(Action::Cancel) => format!("Done: {}", e.detail),
             None => format!("Done: {}", e.detail),
         },
         Some(Outcome::Changed) => match e.action {
             Some(Action::Release) => format!("Nothing was released: {}", e.detail),
+            Some(Action::Cancel) => format!("Nothing was cancelled: {}", e.detail),
             _ => format!("Nothing was done: {}", e.detail),
         },
         Some(Outcome::Refused) => format!("Refused: {}", e.detail),

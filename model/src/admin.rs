@@ -49,16 +49,20 @@ pub enum Action {
     Blacklist,
     /// Lift a session's blacklist entry.
     Unblacklist,
+    /// Cancel one waiter's wait for a lock (PostgreSQL advisory locks:
+    /// `pg_cancel_backend` of the waiting backend, by its pid and backend start).
+    Cancel,
 }
 
 impl Action {
-    pub const ALL: [Action; 3] = [Action::Release, Action::Blacklist, Action::Unblacklist];
+    pub const ALL: [Action; 4] = [Action::Release, Action::Blacklist, Action::Unblacklist, Action::Cancel];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Action::Release => "release",
             Action::Blacklist => "blacklist",
             Action::Unblacklist => "unblacklist",
+            Action::Cancel => "cancel",
         }
     }
 
@@ -70,7 +74,7 @@ impl Action {
     pub fn needs(self) -> Role {
         match self {
             Action::Release | Action::Blacklist => Role::Operator,
-            Action::Unblacklist => Role::Admin,
+            Action::Unblacklist | Action::Cancel => Role::Admin,
         }
     }
 }
@@ -271,6 +275,8 @@ mod tests {
         assert!(Role::Admin > Role::Operator && Role::Operator > Role::Viewer);
         assert_eq!(Action::Release.needs(), Role::Operator);
         assert_eq!(Action::Unblacklist.needs(), Role::Admin);
+        // issue 28: cancelling a PostgreSQL waiter "needs the admin role".
+        assert_eq!(Action::Cancel.needs(), Role::Admin);
         for a in Action::ALL {
             assert_eq!(Action::parse(a.as_str()), Some(a));
         }

@@ -60,6 +60,23 @@ pub struct Removed {
     pub revision: Option<i64>,
 }
 
+/// What a guarded cancel of a waiter did ([`FleetStore::cancel_waiter`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cancel {
+    /// The waiter's waiting statement was cancelled: it was still that
+    /// backend, waiting for that lock.
+    Cancelled,
+    /// Nothing cancelled: that waiter no longer waits for the lock (it got it,
+    /// gave up, or its pid is another backend's now); the lock as it is now
+    /// (`None`: not held).
+    NotWaiting(Option<LockEntry>),
+}
+
+/// Why a fleet refuses to cancel a waiter (every family but PostgreSQL's
+/// advisory locks).
+pub const NO_CANCEL: &str = "this fleet's store has no waiter lockscope can cancel: cancelling a waiter is \
+     a PostgreSQL advisory lock's action (pg_cancel_backend)";
+
 /// What a release fenced by a [`Leadership`] did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fenced {
@@ -177,6 +194,15 @@ pub trait FleetStore: Send + Sync + 'static {
 
     /// Lifts a blacklist entry; `false`: there was none.
     fn lift_blacklist<'a>(&'a self, session: &'a str) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Cancels `waiter`'s wait for lock `name` (the waiting statement fails;
+    /// its session and every other lock it holds stay), only if it is still
+    /// that waiter (a session id as the lock shows it, naming one backend):
+    /// otherwise nothing is cancelled and the answer is the lock as it is now.
+    /// Refused ([`NO_CANCEL`]) by every family but PostgreSQL's advisory locks.
+    fn cancel_waiter<'a>(&'a self, _name: &'a str, _waiter: &'a str) -> BoxFuture<'a, Result<Cancel, StoreError>> {
+        Box::pin(async { Err(StoreError::Unsupported(NO_CANCEL)) })
+    }
 
     /// Campaigns for this fleet's unlocker role as `candidate` (a replica's name,
     /// shown to people; 1–512 bytes): returns once elected, holding a lease of

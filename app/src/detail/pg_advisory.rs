@@ -1,14 +1,19 @@
 //! A PostgreSQL advisory lock on its detail page: its key and level, that it
 //! is polled (and how often), the holder backend(s) and the waiters with who
 //! blocks them, the waits-for cycle it is on, why it may be stranded, and
-//! what the force-release (a terminate of the holder's backend) also ends.
+//! what the force-release (a terminate of the holder's backend) also ends;
+//! and, for an admin, a form per waiter that cancels its wait.
 
 use leptos::prelude::*;
+use lockscope_model::admin::{Action, Viewer, MAX_REASON_BYTES};
 use lockscope_model::detail::LockDetail;
 use lockscope_model::fleet::pg_advisory::{LockLevel, PgAdvisoryLock, PgBackend};
 use lockscope_model::fleet::FamilyDetail;
 use lockscope_model::time::{absolute_and_relative, human_duration, Millis};
-use lockscope_model::LockEntry;
+use lockscope_model::{LockBody, LockEntry};
+
+use crate::actions::AdminForm;
+use crate::live::LiveView;
 
 /// What the force-release does on this layout.
 pub const PG_TERMINATE: &str = "PostgreSQL cannot release another backend's advisory lock. The force-release \
@@ -16,6 +21,13 @@ pub const PG_TERMINATE: &str = "PostgreSQL cannot release another backend's advi
      is rolled back, and every lock it holds is released, the ones listed here included. It acts only if the \
      backend is still the one shown (its pid and backend start: a reused pid is never hit), needs the role \
      pg_signal_backend (or the same user), and is audited.";
+
+/// What cancelling a waiter does (docs/operations.md says the same).
+pub const PG_CANCEL: &str = "Cancels this backend's waiting statement (pg_cancel_backend): its \
+     pg_advisory_lock call fails with \"canceling statement due to user request\" (inside a transaction, that \
+     transaction is aborted too). Its session stays connected and every lock it already holds stays held; its \
+     client decides what to do next. It acts only if the backend is still the one shown (its pid and backend \
+     start: a reused pid is never hit) and still waits for this lock, needs the admin role, and is audited.";
 
 /// The advisory lock in `family`, if it is one.
 pub fn pg(family: &FamilyDetail) -> Option<&PgAdvisoryLock> {
@@ -152,6 +164,66 @@ pub fn record(entry: &LockEntry, lock: &PgAdvisoryLock, d: &LockDetail, now: Mil
         </section>
     }
     .into_any()
+}
+
+/// The waiters of the page's advisory lock, each with a form (folded behind
+/// a `<details>`) that cancels its wait, posted to `/actions/cancel` with the
+/// pid and backend start shown. Only for viewers who may cancel on a fleet that
+/// takes actions; nothing for other locks. It re-renders only when the waiters
+/// change (an open form stays open through the polls).
+#[component]
+pub fn CancelWaiters(detail: Memo<LockDetail>) -> impl IntoView {
+    let live = expect_context::<LiveView>();
+    let viewer = expect_context::<Viewer>();
+    let waiters = Memo::new(move |_| {
+        detail.with(|d| {
+            let lock = d.entry.as_ref().and_then(|e| match &e.body {
+                LockBody::Foreign { detail: Some(f), .. } => pg(f),
+                _ => None,
+            })?;
+            let list: Vec<(i32, i64, String)> = lock
+                .waiters
+                .iter()
+                .map(|w| (w.pid, w.backend_start_us, w.application_name.clone()))
+                .collect();
+            (!list.is_empty()).then(|| (d.name.clone(), list))
+        })
+    });
+    move || {
+        let (name, list) = waiters.get()?;
+        let may = viewer.may(Action::Cancel, &live.fleet.get_untracked(), Some(&name)) && live.writable();
+        may.then(|| {
+            let forms = list
+                .into_iter()
+                .map(|(pid, start, app)| {
+                    let name = name.clone();
+                    let app = if app.is_empty() { String::new() } else { format!(" ({app})") };
+                    view! {
+                        <details class="action" data-testid="pg-cancel">
+                            <summary>{format!("Cancel the wait of pid {pid}{app}…")}</summary>
+                            <AdminForm action="/actions/cancel" testid="pg-cancel-form">
+                                <input type="hidden" name="name" value=name/>
+                                <input type="hidden" name="pid" value=pid.to_string()/>
+                                <input type="hidden" name="backend_start_us" value=start.to_string()/>
+                                <p class="explain" data-testid="pg-cancel-explain">{PG_CANCEL}</p>
+                                <label class="field">
+                                    <span>"Reason (kept in the audit log)"</span>
+                                    <input type="text" name="reason" required maxlength=MAX_REASON_BYTES autocomplete="off" data-testid="pg-cancel-reason"/>
+                                </label>
+                                <button type="submit" class="danger" data-testid="pg-cancel-submit">{format!("Cancel the wait of pid {pid}")}</button>
+                            </AdminForm>
+                        </details>
+                    }
+                })
+                .collect_view();
+            view! {
+                <section class="pg-cancel">
+                    <h3>"Cancel a waiter"</h3>
+                    {forms}
+                </section>
+            }
+        })
+    }
 }
 
 #[cfg(test)]

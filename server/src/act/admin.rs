@@ -1,4 +1,5 @@
-//! Admin actions (force-release, blacklist, lift a blacklist), whichever way
+//! Admin actions (force-release, blacklist, lift a blacklist, cancel a
+//! waiter), whichever way
 //! they come (the JSON API, the browser's forms, the CLI through the API): one
 //! function checks each attempt — credentials, CSRF, fleet, role and scope,
 //! input, whether the store is writable — acts through the fleet's store
@@ -48,6 +49,9 @@ pub struct Attempt {
     /// when it showed none (a malformed value, a foreign schema's row); `None`:
     /// not sent.
     pub owner: Option<Option<String>>,
+    /// Cancel: the waiter the actor saw, as the lock shows it (a PostgreSQL
+    /// backend: `PID@BACKEND_START_US`, its pid and backend start).
+    pub waiter: Option<String>,
     /// The store revision of the lock the actor saw, when the page sent it (for
     /// the record: the release compares the fence, which a heartbeat does not change).
     pub revision: Option<i64>,
@@ -86,9 +90,14 @@ impl Answer {
         });
         if self.entry.action == Some(Action::Release) {
             v["released"] = (self.entry.outcome == Some(Outcome::Done)).into();
-            if self.entry.outcome == Some(Outcome::Changed) {
-                v["current"] = serde_json::to_value(&self.current).unwrap_or_default();
-            }
+        }
+        if self.entry.action == Some(Action::Cancel) {
+            v["cancelled"] = (self.entry.outcome == Some(Outcome::Done)).into();
+        }
+        if matches!(self.entry.action, Some(Action::Release | Action::Cancel))
+            && self.entry.outcome == Some(Outcome::Changed)
+        {
+            v["current"] = serde_json::to_value(&self.current).unwrap_or_default();
         }
         v
     }
@@ -198,6 +207,14 @@ async fn attempt_here(door: &Door, who: &Who, csrf: Result<(), String>, a: Attem
             |o| format!("{:?}", cut(o.clone(), MAX_TARGET_BYTES)),
         );
         detail = format!("{detail} (named owner {owner})");
+    }
+    // A cancel that was not done says which waiter it named.
+    if let (Action::Cancel, false) = (a.action, outcome == Outcome::Done) {
+        let waiter = a.waiter.as_ref().map_or_else(
+            || "none".to_string(),
+            |w| format!("{:?}", cut(w.clone(), MAX_TARGET_BYTES)),
+        );
+        detail = format!("{detail} (named waiter {waiter})");
     }
     let (actor, role) = match who {
         Who::Known(id) => (id.actor.clone(), Some(id.role)),

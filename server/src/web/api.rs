@@ -46,6 +46,7 @@ pub fn routes() -> Router<AppState> {
         .route("/api/v1/fleets", get(fleets))
         .route("/api/v1/fleets/{fleet}/locks/{name}", get(lock))
         .route("/api/v1/fleets/{fleet}/locks/{name}/release", post(release))
+        .route("/api/v1/fleets/{fleet}/locks/{name}/cancel", post(cancel))
         .route("/api/v1/fleets/{fleet}/locks", get(list::locks))
         .route("/api/v1/fleets/{fleet}/sessions", get(list::sessions))
         .route(
@@ -144,6 +145,43 @@ async fn release(
     act(&state, &caller, attempt).await
 }
 
+/// A waiter to cancel: the backend the caller saw (pid and backend start).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    /// The waiting backend's pid, as the lock's page or API showed it.
+    pid: i32,
+    /// Its backend start (unix µs), as shown: with the pid, one backend.
+    backend_start_us: i64,
+    /// Why, for the audit log: 1 to 2000 bytes after trimming.
+    reason: String,
+}
+
+/// `POST …/locks/{name}/cancel`: cancels one waiter's wait (docs/api.md).
+async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((fleet, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let parsed = parse::<CancelBody>(&caller.headers, &body);
+    let (waiter, reason) = match &parsed {
+        Ok(b) => (Some(waiter_id(b.pid, b.backend_start_us)), b.reason.clone()),
+        Err(_) => (None, String::new()),
+    };
+    let attempt = Attempt {
+        waiter,
+        ..attempt(Action::Cancel, fleet, name, reason, parsed.err())
+    };
+    act(&state, &caller, attempt).await
+}
+
+/// The id a waiting backend is shown as (`PID@BACKEND_START_US`), from the
+/// pid and backend start the caller saw.
+pub(crate) fn waiter_id(pid: i32, backend_start_us: i64) -> String {
+    lockscope_store::pg_advisory::session_of(pid, backend_start_us)
+}
+
 async fn blacklist(
     State(state): State<AppState>,
     caller: Caller,
@@ -183,6 +221,7 @@ fn attempt(action: Action, fleet: String, target: String, reason: String, invali
         target,
         fence: None,
         owner: None,
+        waiter: None,
         revision: None,
         reason,
         via: "api",

@@ -29,6 +29,7 @@ pub fn routes() -> Router<AppState> {
         .route("/actions/release", post(release))
         .route("/actions/blacklist", post(blacklist))
         .route("/actions/unblacklist", post(unblacklist))
+        .route("/actions/cancel", post(cancel))
         .route("/signin", get(signin_page).post(signin))
         .route("/signout", post(signout))
         .layer(axum::extract::DefaultBodyLimit::max(crate::web::api::MAX_BODY_BYTES))
@@ -55,6 +56,9 @@ struct ActionForm {
     reason: String,
     /// Release: the lock's name typed again.
     confirm: String,
+    /// Cancel: the waiting backend's pid and backend start (unix µs), as the page showed them.
+    pid: String,
+    backend_start_us: String,
 }
 
 /// A form that could not be read is still an attempt: audited, refused (400).
@@ -97,6 +101,26 @@ async fn unblacklist(State(state): State<AppState>, caller: Caller, posted: Post
     act(state, caller, Action::Unblacklist, f, target, (None, None), invalid).await
 }
 
+async fn cancel(State(state): State<AppState>, caller: Caller, posted: Posted) -> Response {
+    let (f, unreadable) = read(posted);
+    let pid = f.pid.trim().parse::<i32>();
+    let start = f.backend_start_us.trim().parse::<i64>();
+    let invalid = unreadable.or(match (&pid, &start) {
+        (Ok(_), Ok(_)) => None,
+        _ => Some(format!(
+            "pid {:?} and backend start {:?} do not name a backend: reload the page",
+            f.pid, f.backend_start_us
+        )),
+    });
+    let waiter = pid
+        .ok()
+        .zip(start.ok())
+        .map(|(pid, start)| crate::web::api::waiter_id(pid, start));
+    let target = f.name.clone();
+    let (csrf, attempt) = attempt_of(&caller, Action::Cancel, &f, target, (None, None), invalid);
+    finish(state, caller, Attempt { waiter, ..attempt }, csrf, &f.back).await
+}
+
 async fn act(
     state: AppState,
     caller: Caller,
@@ -106,24 +130,43 @@ async fn act(
     (fence, owner): (Option<i64>, Option<Option<String>>),
     invalid: Option<String>,
 ) -> Response {
+    let (csrf, attempt) = attempt_of(&caller, action, &f, target, (fence, owner), invalid);
+    finish(state, caller, attempt, csrf, &f.back).await
+}
+
+/// The attempt a form makes, and its CSRF check.
+fn attempt_of(
+    caller: &Caller,
+    action: Action,
+    f: &ActionForm,
+    target: String,
+    (fence, owner): (Option<i64>, Option<Option<String>>),
+    invalid: Option<String>,
+) -> (Result<(), String>, Attempt) {
     let csrf = match &caller.who {
         Who::Known(id) => check_csrf(id, &caller.headers, Some(&f.csrf)),
         Who::Nobody(_) | Who::Ambiguous(_) => Ok(()),
     };
     let attempt = Attempt {
         action,
-        fleet: f.fleet,
+        fleet: f.fleet.clone(),
         target,
         fence,
         owner,
+        waiter: None,
         revision: f.revision.trim().parse().ok(),
-        reason: f.reason,
+        reason: f.reason.clone(),
         via: "browser",
         invalid,
         source: caller.client,
     };
+    (csrf, attempt)
+}
+
+/// Makes the attempt and answers the browser (see the module docs).
+async fn finish(state: AppState, caller: Caller, attempt: Attempt, csrf: Result<(), String>, back: &str) -> Response {
     let answer = admin::attempt(&state.door(), &caller.who, csrf, attempt).await;
-    let back = with_audit(&f.back, answer.entry.id);
+    let back = with_audit(back, answer.entry.id);
     let recorded = answer.entry.id != 0;
     match answer.entry.outcome {
         // Done, or nothing done because the target changed: the page shows the

@@ -52,9 +52,13 @@ async fn ask(s: &Server, how: Ask<'_>, form: bool, action: Action, target: &str,
     };
     let (method, path, body) = if form {
         headers.push(("content-type", "application/x-www-form-urlencoded".into()));
-        let key = if action == Action::Release { "name" } else { "session" };
+        let key = if matches!(action, Action::Release | Action::Cancel) {
+            "name"
+        } else {
+            "session"
+        };
         let body = format!(
-            "fleet=sql&{key}={t}&confirm={t}&fence={fence}&owner=&reason=matrix&csrf={csrf_field}&back=%2F",
+            "fleet=sql&{key}={t}&confirm={t}&fence={fence}&owner=&pid=1&backend_start_us=1&reason=matrix&csrf={csrf_field}&back=%2F",
             t = enc(target)
         );
         ("POST", format!("/actions/{}", action.as_str()), body)
@@ -65,6 +69,11 @@ async fn ask(s: &Server, how: Ask<'_>, form: bool, action: Action, target: &str,
                 "POST",
                 format!("/api/v1/fleets/sql/locks/{}/release", seg(target)),
                 format!(r#"{{"fence": {fence}, "owner": null, "reason": "matrix"}}"#),
+            ),
+            Action::Cancel => (
+                "POST",
+                format!("/api/v1/fleets/sql/locks/{}/cancel", seg(target)),
+                r#"{"pid": 1, "backend_start_us": 1, "reason": "matrix"}"#.to_string(),
             ),
             Action::Blacklist | Action::Unblacklist => (
                 if action == Action::Blacklist { "POST" } else { "DELETE" },
@@ -161,7 +170,7 @@ async fn every_refusal_changes_nothing_and_is_audited() {
     for form in [false, true] {
         for action in Action::ALL {
             let target = match action {
-                Action::Release => "team-a/1".to_string(),
+                Action::Release | Action::Cancel => "team-a/1".to_string(),
                 Action::Blacklist => f.session_a.clone(),
                 Action::Unblacklist => f.blacklisted.clone(),
             };
@@ -187,6 +196,13 @@ async fn every_refusal_changes_nothing_and_is_audited() {
             ];
             if action == Action::Unblacklist {
                 cases.push((Ask::Token("operator"), 403, "operator lifting a blacklist"));
+            }
+            if action == Action::Cancel {
+                // issue 28: cancelling a waiter "needs the admin role".
+                cases.push((Ask::Token("operator"), 403, "operator cancelling a waiter"));
+                // Only PostgreSQL advisory locks have waiters to cancel: a SQL
+                // fleet refuses an admin with the reason (409), audited.
+                cases.push((Ask::Token("admin"), 409, "admin cancelling on a SQL fleet"));
             }
             if action == Action::Blacklist {
                 // Session A holds team-a/1, inside the scope: blacklisting

@@ -5,12 +5,17 @@
 //! backend start is a 409 that terminates nothing, the one with the fence
 //! shown ends that backend and the lock leaves the API; both audited; the
 //! lock's page shows the backend, the poll interval and the terminate
-//! dialog's text.
+//! dialog's text. Cancelling a waiter (`…/cancel`, `pg_cancel_backend`):
+//! a stale backend start is a 409 with the lock as it is and the waiter keeps
+//! waiting; the one shown cancels its statement (its `psql` prints the error)
+//! and its session stays; both audited.
 
-use lockscope_model::admin::{AuditQuery, Outcome};
+use lockscope::remember::audit::AuditLog;
+use lockscope_model::admin::{Action, AuditQuery, Outcome};
 use lockscope_store::pg_advisory::fence_of;
 use lockscope_store::spec::StoreSpec;
 use lockscope_store::testing::{PgServer, Psql};
+use serde_json::Value;
 use sqlx::Connection;
 
 use super::foreign::{call, lock_until, page, serve};
@@ -67,6 +72,8 @@ async fn a_psql_advisory_lock_through_the_api_and_a_guarded_terminate() {
         assert!(html.contains(&said), "{said:?} not on the page");
     }
 
+    cancel_a_waiter(addr, audit, &url, fence).await;
+
     // docs/operations.md: "It acts only if the lock's holder is still the backend the fence
     // names [...]; otherwise nothing is terminated and the answer is `409` with the current holder."
     // A stale backend start (the pid reused by another backend):
@@ -104,5 +111,93 @@ async fn a_psql_advisory_lock_through_the_api_and_a_guarded_terminate() {
             .iter()
             .any(|a| a.fence == Some(fence) && a.outcome == Some(Outcome::Done)),
         "{audited:#?}"
+    );
+}
+
+/// The waiters named `app` of lock 42 in `lock`'s answer.
+fn waiting(lock: &Value, app: &str) -> Option<(i64, i64)> {
+    let waiters = lock["entry"]["body"]["detail"]["pg_advisory"]["waiters"].as_array()?;
+    let w = waiters.iter().find(|w| w["application_name"] == app)?;
+    Some((w["pid"].as_i64()?, w["backend_start_us"].as_i64()?))
+}
+
+/// A third `psql` session queues for 42 behind the holder and `worker`; its
+/// wait is cancelled through the API, first with a stale backend start.
+async fn cancel_a_waiter(addr: std::net::SocketAddr, audit: &AuditLog, url: &str, fence: i64) {
+    let mut queued = Psql::open_logged(url, "queued");
+    queued.send("SELECT pg_advisory_lock(42);");
+    let (_, lock, _) = lock_until(addr, LOCK, |s, b| s == 200 && waiting(b, "queued").is_some()).await;
+    let (pid, start) = waiting(&lock, "queued").unwrap();
+
+    let html = page(addr, "/lock?fleet=pg&name=42").await;
+    for said in [
+        format!("Cancel the wait of pid {pid}"),
+        "Its session stays connected".into(),
+    ] {
+        assert!(html.contains(&said), "{said:?} not on the page");
+    }
+
+    let path = format!("{LOCK}/cancel");
+    let body =
+        |start: i64| format!(r#"{{"pid": {pid}, "backend_start_us": {start}, "reason": "INC-9: unblock the queue"}}"#);
+    // docs/operations.md: "A cancel acts only if the backend is still the one the page showed
+    // (its pid and backend start) and still waits for that lock; otherwise nothing is cancelled
+    // and the answer is `409` with the lock as it is now."
+    let (status, answer) = call(addr, "POST", &path, &body(start + 1)).await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(
+        (answer["outcome"].as_str(), answer["cancelled"].as_bool()),
+        (Some("changed"), Some(false)),
+        "{answer}"
+    );
+    assert_eq!(answer["current"]["fence"], fence, "{answer}");
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let (_, lock, _) = lock_until(addr, LOCK, |s, _| s == 200).await;
+    assert_eq!(
+        waiting(&lock, "queued"),
+        Some((pid, start)),
+        "a stale backend start cancels nothing"
+    );
+    assert!(!queued.errors().contains("canceling"), "{}", queued.errors());
+
+    // docs/operations.md: "**cancels the waiter's statement** (`pg_cancel_backend`): its
+    // `pg_advisory_lock` call fails with `canceling statement due to user request`; its
+    // session stays connected and every lock it already holds stays held."
+    let (status, answer) = call(addr, "POST", &path, &body(start)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["cancelled"], true, "{answer}");
+    lock_until(addr, LOCK, |s, b| s == 200 && waiting(b, "queued").is_none()).await;
+    let t0 = std::time::Instant::now();
+    while !queued.errors().contains("canceling statement due to user request") {
+        assert!(t0.elapsed().as_secs() < 5, "psql printed: {:?}", queued.errors());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(backends(url, pid).await, 1, "the waiter's session stays");
+    assert!(!queued.exited(), "its psql carries on");
+    assert!(
+        waiting(&lock_until(addr, LOCK, |s, _| s == 200).await.1, "worker").is_some(),
+        "the other waiter still waits"
+    );
+
+    // Both audited, naming the waiter.
+    let cancels: Vec<_> = audit
+        .query(&AuditQuery::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.action == Some(Action::Cancel))
+        .collect();
+    assert_eq!(cancels.len(), 2, "{cancels:#?}");
+    assert!(
+        cancels.iter().any(|a| a.outcome == Some(Outcome::Changed)
+            && a.detail.contains(&format!("{pid}@{}", start + 1))
+            && a.target == "42"),
+        "{cancels:#?}"
+    );
+    assert!(
+        cancels
+            .iter()
+            .any(|a| a.outcome == Some(Outcome::Done) && a.detail.contains(&format!("{pid}@{start}"))),
+        "{cancels:#?}"
     );
 }

@@ -18,7 +18,9 @@
 //! fenced by the holder the page showed: the fence is [`fence_of`] the
 //! holder's pid and `backend_start`, and the statement that signals checks
 //! both ([`signal`]), so a reused pid is never hit. Cancelling a waiter
-//! (`pg_cancel_backend`) is [`PgAdvisoryFleet::cancel`], guarded the same way.
+//! (`pg_cancel_backend`) is [`PgAdvisoryFleet::cancel`], guarded the same way;
+//! the admin door's cancel ([`FleetStore::cancel_waiter`]) also needs the
+//! backend to be still waiting for that lock's key.
 //! Blacklisting is refused; the unlocker never acts here.
 
 pub mod graph;
@@ -33,11 +35,14 @@ pub use spec::AdvisoryTarget;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use lockscope_model::fleet::pg_advisory::AdvisoryKey;
+use lockscope_model::fleet::FamilyDetail;
 use lockscope_model::record::BlacklistRecord;
+use lockscope_model::LockBody;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tokio::sync::OnceCell;
 
-use crate::fleet::{FleetStore, Foreign, Leadership, Release, Removed, UnlockerInfo};
+use crate::fleet::{Cancel, FleetStore, Foreign, Leadership, Release, Removed, UnlockerInfo};
 use crate::protocol::Blacklisting;
 use crate::{Observer, StoreError};
 
@@ -87,24 +92,49 @@ pub enum Lever {
 /// reused by a new backend since the page was read is never hit. A terminate
 /// waits up to [`TERMINATE_WAIT`] for the backend to end.
 pub async fn signal(pool: &PgPool, lever: Lever, pid: i32, backend_start_us: i64) -> Result<Signal, StoreError> {
+    signal_if(pool, lever, pid, backend_start_us, None).await
+}
+
+/// [`signal`], and with `waiting_on`, only while that backend still waits for
+/// that advisory key (`granted = false`), checked in the same statement: a
+/// waiter that got the lock meanwhile is running its own next statement,
+/// which a cancel must not hit.
+async fn signal_if(
+    pool: &PgPool,
+    lever: Lever,
+    pid: i32,
+    backend_start_us: i64,
+    waiting_on: Option<AdvisoryKey>,
+) -> Result<Signal, StoreError> {
     let call = match lever {
         Lever::Cancel => "pg_cancel_backend(pid)".to_string(),
         Lever::Terminate => format!("pg_terminate_backend(pid, {})", TERMINATE_WAIT.as_millis()),
     };
+    // The key as pg_locks has it (poll::LockRow::key, inverted): objsubid, classid, objid.
+    let waiting = waiting_on.map(|key| match key {
+        AdvisoryKey::Bigint(k) => (1, (k as u64 >> 32) as i64, (k as u64 & 0xffff_ffff) as i64),
+        AdvisoryKey::Pair(a, b) => (2, i64::from(a as u32), i64::from(b as u32)),
+    });
+    let condition = match waiting {
+        Some(_) => {
+            " AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND NOT l.granted \
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+               AND l.objsubid = $3 AND CAST(l.classid AS BIGINT) = $4 AND CAST(l.objid AS BIGINT) = $5)"
+        }
+        None => "",
+    };
     let sql = format!(
-        "SELECT {call} FROM pg_stat_activity \
-         WHERE pid = $1 AND CAST(EXTRACT(EPOCH FROM backend_start) * 1000000 AS BIGINT) = $2"
+        "SELECT {call} FROM pg_stat_activity a \
+         WHERE a.pid = $1 AND CAST(EXTRACT(EPOCH FROM a.backend_start) * 1000000 AS BIGINT) = $2{condition}"
     );
-    let done = tokio::time::timeout(
-        READ_TIMEOUT + TERMINATE_WAIT,
-        sqlx::query_scalar::<_, bool>(&sql)
-            .bind(pid)
-            .bind(backend_start_us)
-            .fetch_optional(pool),
-    )
-    .await
-    .map_err(|_| StoreError::Timeout(READ_TIMEOUT + TERMINATE_WAIT))?
-    .map_err(|e| StoreError::from(e).of(format!("signalling backend {pid}")))?;
+    let mut query = sqlx::query_scalar::<_, bool>(&sql).bind(pid).bind(backend_start_us);
+    if let Some((sub, classid, objid)) = waiting {
+        query = query.bind(sub as i16).bind(classid).bind(objid);
+    }
+    let done = tokio::time::timeout(READ_TIMEOUT + TERMINATE_WAIT, query.fetch_optional(pool))
+        .await
+        .map_err(|_| StoreError::Timeout(READ_TIMEOUT + TERMINATE_WAIT))?
+        .map_err(|e| StoreError::from(e).of(format!("signalling backend {pid}")))?;
     Ok(match done {
         Some(_) => Signal::Sent,
         None => Signal::Gone,
@@ -158,6 +188,36 @@ impl PgAdvisoryFleet {
     /// still the backend started at `backend_start_us`.
     pub async fn cancel(&self, pid: i32, backend_start_us: i64) -> Result<Signal, StoreError> {
         signal(self.pool().await?, Lever::Cancel, pid, backend_start_us).await
+    }
+
+    /// Cancels the wait of `waiter` (`PID@BACKEND_START_US`, as the lock
+    /// shows its waiters) for lock `name`: only if the lock still lists it as a
+    /// waiter, and (checked in the signalling statement) it is still that
+    /// backend and still waits for that key.
+    async fn cancel_waiting(&self, name: &str, waiter: &str) -> Result<Cancel, StoreError> {
+        let Some(now) = self.read(name).await? else {
+            return Ok(Cancel::NotWaiting(None));
+        };
+        let lock = match &now.body {
+            LockBody::Foreign { detail: Some(d), .. } => match &**d {
+                FamilyDetail::PgAdvisory(l) => Some(l),
+                _ => None,
+            },
+            _ => None,
+        };
+        let found = lock.and_then(|l| {
+            l.waiters
+                .iter()
+                .find(|w| w.session == waiter)
+                .map(|w| (w.pid, w.backend_start_us, l.key))
+        });
+        let Some((pid, start, key)) = found else {
+            return Ok(Cancel::NotWaiting(Some(now)));
+        };
+        match signal_if(self.pool().await?, Lever::Cancel, pid, start, Some(key)).await? {
+            Signal::Sent => Ok(Cancel::Cancelled),
+            Signal::Gone => Ok(Cancel::NotWaiting(self.read(name).await?)),
+        }
     }
 
     /// Terminates backend `pid` only if it is still the one started at
@@ -239,6 +299,12 @@ impl FleetStore for PgAdvisoryFleet {
 
     fn lift_blacklist<'a>(&'a self, _: &'a str) -> BoxFuture<'a, Result<bool, StoreError>> {
         FOREIGN.lift_blacklist()
+    }
+
+    /// `pg_cancel_backend` of a waiter the lock still lists, fenced by its pid,
+    /// its backend start and its wait for this key.
+    fn cancel_waiter<'a>(&'a self, name: &'a str, waiter: &'a str) -> BoxFuture<'a, Result<Cancel, StoreError>> {
+        Box::pin(self.cancel_waiting(name, waiter))
     }
 
     fn campaign<'a>(&'a self, _: &'a str, _: Duration) -> BoxFuture<'a, Result<Box<dyn Leadership>, StoreError>> {

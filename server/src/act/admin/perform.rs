@@ -1,12 +1,12 @@
 //! Carrying out an attempt the door has let through: the fleet, its role and
-//! scope, the input, then the store's guarded release or blacklisting and the
+//! scope, the input, then the store's guarded release, cancel or blacklisting and the
 //! hub's history note; each refusal says why, and a conflict what is there now.
 
 use lockscope_model::admin::{in_scope, whole_fleet, Action};
 use lockscope_model::history::{Kind, ReleaseNote};
 use lockscope_model::record::{BlacklistRecord, Stored};
 use lockscope_model::{LockBody, LockEntry};
-use lockscope_store::fleet::Release;
+use lockscope_store::fleet::{Cancel, Release};
 use lockscope_store::protocol::Blacklisting;
 use lockscope_store::StoreError;
 
@@ -100,6 +100,38 @@ pub(super) async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Res
                 }
             }
         }
+        Action::Cancel => {
+            if !in_scope(&id.scope, &a.fleet, Some(&a.target)) {
+                return Err(out_of_scope(format!("lock {:?}", a.target)));
+            }
+            let waiter = a.waiter.as_deref().ok_or_else(|| {
+                refuse(
+                    Verdict::Invalid,
+                    "name the waiter you saw (its pid and backend start: a reused pid is never hit)",
+                )
+            })?;
+            match store
+                .cancel_waiter(&a.target, waiter)
+                .await
+                .map_err(store_failed(a.action))?
+            {
+                Cancel::Cancelled => Ok(format!(
+                    "cancelled the wait of {waiter} for {} (its waiting statement was cancelled; its session \
+                     and other locks stay)",
+                    a.target
+                )),
+                Cancel::NotWaiting(now) => {
+                    let what = match &now {
+                        Some(now) => format!("{} is now {}", a.target, describe(now)),
+                        None => format!("{} is not held now", a.target),
+                    };
+                    Err(changed(
+                        format!("{waiter} does not wait for {} now: nothing cancelled; {what}", a.target),
+                        now,
+                    ))
+                }
+            }
+        }
         Action::Blacklist | Action::Unblacklist => {
             let session = hub
                 .session_now(&a.target)
@@ -166,6 +198,7 @@ fn store_failed(action: Action) -> impl Fn(StoreError) -> Refusal {
                 Action::Release => "nothing released",
                 Action::Blacklist => "nothing blacklisted",
                 Action::Unblacklist => "nothing lifted",
+                Action::Cancel => "nothing cancelled",
             };
             refuse(
                 Verdict::Unavailable,
