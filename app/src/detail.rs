@@ -22,6 +22,7 @@ use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
 
 mod pg_advisory;
+mod polled;
 mod redis;
 mod zookeeper;
 
@@ -349,6 +350,7 @@ pub fn LockPage() -> impl IntoView {
     view! {
         <nav class="crumbs"><a href=move || locks_href(&fleet())>"← all locks"</a></nav>
         {header}
+        <polled::PolledLine/>
         {record}
         <pg_advisory::CancelWaiters detail/>
         {session}

@@ -313,6 +313,13 @@ fn Overview() -> impl IntoView {
                 <td><a href=locks_href(&f.name)>{f.name.clone()}</a></td>
                 <td class="state" data-state=state>
                     {label}
+                    // A polled or rescanned fleet: when it last read its store
+                    // (past 3× the interval: not live, in words).
+                    {f.polled.map(|p| view! {
+                        <div class="polled" data-testid="fleet-polled" data-stale=move || p.is_stale(now.get()).to_string()>
+                            {move || p.text(now.get())}
+                        </div>
+                    })}
                     // Not by colour alone: the words say the history has a hole.
                     {f.history.map(|h| view! {
                         <div class="history-off" data-testid="fleet-history" role="status">

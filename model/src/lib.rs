@@ -20,6 +20,8 @@
 //! - [`unlock`]: the unlocker's release decision and status.
 //! - [`contention`]: the sessions' contention counters summed as increases
 //!   (counter resets handled); [`charts`]: rates and percentiles over windows.
+//! - [`polled`]: when a polled or rescanned fleet last read its store, and
+//!   whether that is recent enough to count as live.
 //! - [`time`]: millisecond timestamps and the human forms of durations.
 //! - [`url`]: percent-encoding a lock name or fleet as one URL path segment.
 
@@ -29,6 +31,7 @@ pub mod contention;
 pub mod detail;
 pub mod fleet;
 pub mod history;
+pub mod polled;
 pub mod record;
 pub mod review;
 pub mod session;

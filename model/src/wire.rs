@@ -102,6 +102,11 @@ pub struct FleetSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<crate::history::NotRecording>,
     #[serde(flatten)]
+    /// A polled or rescanned fleet's last full read of its store (`None`:
+    /// the store has a change feed and is never polled, or no read yet):
+    /// older than 3× its interval, the table is not live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub polled: Option<crate::polled::Polled>,
     pub counts: Counts,
 }
 

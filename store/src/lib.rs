@@ -196,6 +196,10 @@ pub enum ObserverEvent {
     /// history is a single [`FleetEvent::Reset`].
     Events(Vec<FleetEvent>),
     Status(StoreStatus),
+    /// A polled or rescanned fleet read its store in full (after each poll
+    /// or reconciling rescan): the overview says when, and past 3× the
+    /// interval that the table is not live.
+    Looked(lockscope_model::polled::Polled),
     /// For the history only, never the live table: what the store changed while
     /// no dashboard watched, sent before the first snapshot by an observer told
     /// where the history stopped ([`Observer::resume_history`]). `base` is the

@@ -52,6 +52,17 @@ impl Link {
             .map_err(|_| HubGone)
     }
 
+    /// Says that the store was just read in full, every `every` (`how`: a
+    /// poll or a reconciling rescan).
+    pub async fn looked(&self, every: std::time::Duration, how: lockscope_model::polled::Look) -> Result<(), HubGone> {
+        let polled = lockscope_model::polled::Polled {
+            at: now_ms(),
+            every_ms: every.as_millis() as u64,
+            how,
+        };
+        self.tx.send(ObserverEvent::Looked(polled)).await.map_err(|_| HubGone)
+    }
+
     /// Sends the store's whole truth; the hub's reducer turns it into the difference.
     pub async fn reset(&self, snapshot: Snapshot) -> Result<(), HubGone> {
         self.events(vec![FleetEvent::Reset(snapshot)]).await

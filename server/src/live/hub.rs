@@ -183,6 +183,7 @@ impl HubHandle {
             writable: store.as_ref().is_some_and(|s| s.writable()),
             unlocker: None,
             history: None,
+            polled: None,
             counts: Default::default(),
         });
         let (built_tx, built) = mpsc::channel(1);

@@ -292,3 +292,77 @@ async fn a_redlock_lock_through_the_api_and_page() {
     assert_eq!((status, &body["released"]), (200, &Value::Bool(true)), "{body}");
     lock_until(addr, RL, |s, _| s == 404).await;
 }
+
+/// A polled Redis fleet (`CONFIG` refused, notifications off) says when it
+/// last looked, in the API and on the overview; paused (SIGSTOP: the server
+/// keeps its connections but answers nothing) the page says the table is not
+/// live once the last look is older than 3× the interval. docs/operations.md:
+/// "when the last full read is older than 3× its interval, the page says the
+/// table is not live".
+#[tokio::test]
+async fn a_polled_fleet_says_when_it_last_looked_and_when_that_is_too_old() {
+    let server = RedisServer::start_with(&["--rename-command", "CONFIG", ""]).await;
+    let spec = StoreSpec::parse(&server.url()).unwrap();
+    let served = super::foreign::serve(F, "redis", &spec).await;
+    let addr = served.addr;
+    let polled = || async move {
+        let (status, body) = call(addr, "GET", "/api/v1/fleets", "").await;
+        assert_eq!(status, 200, "{body}");
+        body[0]["polled"].clone()
+    };
+    let t0 = Instant::now();
+    let first = loop {
+        let p = polled().await;
+        if p.is_object() {
+            break p;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(5), "never polled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        (&first["how"], &first["every_ms"]),
+        (&Value::from("polled"), &Value::from(1000))
+    );
+    // It looks again every second.
+    let t0 = Instant::now();
+    while polled().await["at"] == first["at"] {
+        assert!(t0.elapsed() < Duration::from_secs(3), "the last look never moved");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let html = page(addr, "/").await;
+    assert!(html.contains("polled every 1 s, last at"), "not on the overview");
+    assert!(html.contains(r#"data-stale="false""#), "live, yet said stale");
+    let detail = page(addr, "/lock?fleet=cache&name=jobs%3Anightly").await;
+    assert!(
+        detail.contains("detail-polled") && detail.contains("polled every 1 s, last at"),
+        "not on the lock page"
+    );
+
+    // Paused: no look for over 3 s, and the page says so in words.
+    let pid = server.pid().unwrap().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let t0 = Instant::now();
+    let html = loop {
+        let html = page(addr, "/").await;
+        if html.contains(r#"data-stale="true""#) {
+            break html;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(8), "never said not live");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let _ = std::process::Command::new("kill").args(["-CONT", &pid]).status();
+    assert!(
+        html.contains("not live: polled every 1 s, but last at"),
+        "not said in words"
+    );
+    let detail = page(addr, "/lock?fleet=cache&name=jobs%3Anightly").await;
+    assert!(
+        detail.contains("not live: polled every 1 s, but last at"),
+        "not said on the lock page"
+    );
+    assert!(t0.elapsed() >= Duration::from_secs(2), "said stale too early");
+}

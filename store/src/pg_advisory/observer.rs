@@ -95,7 +95,12 @@ impl AdvisoryObserver {
                 }
             }
             first = false;
-            if link.live().await.is_err() {
+            if link.live().await.is_err()
+                || link
+                    .looked(self.target.poll, lockscope_model::polled::Look::Polled)
+                    .await
+                    .is_err()
+            {
                 return Ok(());
             }
             tokio::time::sleep(self.target.poll).await;

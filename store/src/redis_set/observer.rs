@@ -11,7 +11,8 @@
 //! [`POLL_EVERY`]. Notifications are lossy (a dropped subscriber connection,
 //! a missed message), so a full scan reconciles every [`RESCAN_EVERY`] all
 //! the same; it sends only what changed ([`super::shown`]: an unchanged
-//! database emits no event), and its time is the fleet's last rescan.
+//! database emits no event), and says when it ran ([`crate::ObserverEvent::Looked`]:
+//! the overview shows the fleet's last rescan or poll).
 //! A lost connection reads as unreachable; on return the database is scanned
 //! afresh. The liveness probe is a `PING` on the observer's connection
 //! ([`crate::liveness`]).
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::StreamExt;
+use lockscope_model::polled::Look;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -156,7 +158,8 @@ impl RedisObserver {
                         if events.is_empty() { Ok(()) } else { link.events(events).await }
                     };
                     first = false;
-                    if sent.is_err() || link.live().await.is_err() {
+                    let how = if notified { Look::Rescanned } else { Look::Polled };
+                    if sent.is_err() || link.live().await.is_err() || link.looked(every, how).await.is_err() {
                         return Ok(());
                     }
                 }

@@ -7,7 +7,8 @@
 //! the fleet is unreachable only when no master answers. A full rescan
 //! reconciles every [`crate::redis_set::RESCAN_EVERY`] (every
 //! [`crate::redis_set::POLL_EVERY`] when a master refuses notifications or
-//! is down), sending only what changed ([`crate::redis_set::shown`]).
+//! is down), sending only what changed ([`crate::redis_set::shown`]) and
+//! saying when it ran ([`crate::ObserverEvent::Looked`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::stream::{BoxStream, FuturesUnordered, SelectAll};
 use futures::StreamExt;
+use lockscope_model::polled::Look;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
 
@@ -165,10 +167,11 @@ impl RedlockObserver {
         loop {
             // A full scan at start, every rescan period, and every poll while
             // a master is down or unnotified.
-            let every = if polled.is_empty() && cons.iter().all(Option::is_some) {
-                self.rescan
+            let notified = polled.is_empty() && cons.iter().all(Option::is_some);
+            let (every, how) = if notified {
+                (self.rescan, Look::Rescanned)
             } else {
-                POLL_EVERY.min(self.rescan)
+                (POLL_EVERY.min(self.rescan), Look::Polled)
             };
             tokio::select! {
                 _ = rescan.tick() => {
@@ -185,7 +188,7 @@ impl RedlockObserver {
                         self.send(link, names, found).await
                     };
                     first = false;
-                    if sent.is_err() || link.live().await.is_err() {
+                    if sent.is_err() || link.live().await.is_err() || link.looked(every, how).await.is_err() {
                         return Ok(());
                     }
                 }

@@ -60,6 +60,7 @@ impl Watched {
                 ObserverEvent::Status(s) => self.live = matches!(s, StoreStatus::Live { .. }),
                 // Sent only to a hub that asked for it (resume_history).
                 ObserverEvent::Missed { .. } => panic!("history replay sent unasked"),
+                ObserverEvent::Looked(_) => {}
             }
         }
         applied

@@ -60,6 +60,12 @@ impl RedisServer {
         self.port
     }
 
+    /// The server process's id while it runs (a test pauses it with
+    /// `kill -STOP` to see a store that stops answering without closing).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// `redis://127.0.0.1:<port>` (database 0).
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)

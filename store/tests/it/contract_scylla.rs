@@ -472,6 +472,7 @@ async fn the_observer_pages_through_a_large_table() {
             }),
             lockscope_store::ObserverEvent::Status(s) => live = matches!(s, StoreStatus::Live { .. }),
             lockscope_store::ObserverEvent::Missed { .. } => panic!("a ScyllaDB observer replays no history"),
+            lockscope_store::ObserverEvent::Looked(_) => {}
         }
     }
 }

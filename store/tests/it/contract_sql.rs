@@ -333,6 +333,7 @@ async fn until(
                 }
             }
             ObserverEvent::Missed { .. } => panic!("a SQL observer replays no history"),
+            ObserverEvent::Looked(_) => {}
         }
     }
     applied

@@ -64,6 +64,7 @@ impl Watcher {
                     }
                 }
                 ObserverEvent::Missed { .. } => panic!("history replay sent unasked"),
+                ObserverEvent::Looked(_) => {}
             }
         }
     }
@@ -284,7 +285,7 @@ async fn snapshot_is_exactly_the_table(etcd: &EtcdServer, cfg: EtcdConfig) {
                 _ => continue,
             },
             ObserverEvent::Status(StoreStatus::Unreachable { error, .. }) => panic!("the snapshot failed: {error}"),
-            ObserverEvent::Status(_) => {}
+            ObserverEvent::Status(_) | ObserverEvent::Looked(_) => {}
             ObserverEvent::Missed { .. } => panic!("history replay sent unasked"),
         }
     };

@@ -59,6 +59,7 @@ impl Watch {
                 }
                 Ok(Some(ObserverEvent::Status(s))) => self.status = Some(s),
                 Ok(Some(ObserverEvent::Missed { .. })) => panic!("history replay sent unasked"),
+                Ok(Some(ObserverEvent::Looked(_))) => {}
                 Ok(None) => panic!("the observer stopped"),
                 Err(_) => panic!(
                     "not within {max:?}: {what} (status {:?}, locks {:#?})",

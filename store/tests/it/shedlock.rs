@@ -170,6 +170,7 @@ impl View {
                 }
             }
             ObserverEvent::Missed { .. } => panic!("a ShedLock observer replays no history"),
+            ObserverEvent::Looked(_) => {}
         }
     }
 
