@@ -25,7 +25,7 @@
 //!   optional: see [`crate::pg_advisory::AdvisoryTarget`]'s module);
 //! - `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`: Redis `SET NX PX`
 //!   locks and Redisson `RLock`/fair-lock hashes, read and guarded-released
-//!   ([`crate::redis_set`]; `rediss://` refused);
+//!   ([`crate::redis_set`]; `rediss://…[&ca=PEM]` over TLS);
 //! - `redlock+redis://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…[/DB][?match=PATTERN]`:
 //!   Redlock over several masters ([`crate::redlock`]);
 //! - `zk://HOST:PORT[,HOST:PORT…]/ROOT`: ZooKeeper lock recipes (kazoo,

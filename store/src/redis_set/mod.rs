@@ -1,5 +1,6 @@
 //! Redis locks of one instance as a fleet: spec
-//! `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`. Two layouts,
+//! `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`, or `rediss://…`
+//! over TLS (`&ca=PEM`: the CA checking the server's certificate). Two layouts,
 //! told apart by the key's type:
 //! - `SET key token NX PX ms` (redis-py's `Lock`, redsync, node-redlock on
 //!   one instance): a string key; its holder's token is the value;
@@ -60,19 +61,26 @@ pub struct RedisTarget {
     pub db: u32,
     /// The keys observed (a Redis glob).
     pub pattern: String,
+    /// `rediss://`: over TLS, the server's certificate checked against the
+    /// system's roots, or against the CA at `ca=` only. Never unchecked.
+    pub tls: Option<RedisTls>,
 }
 
-/// Parses `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]` (the whole
-/// spec); `rediss://` is recognized and refused: this build has no TLS for Redis.
+/// How a `rediss://` fleet checks the server's certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisTls {
+    /// A PEM file of the CA(s) that signed the server's certificate (`ca=`;
+    /// `None`: the system's roots). Read at each connection.
+    pub ca: Option<std::path::PathBuf>,
+}
+
+/// Parses `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN][&ca=PEM]`
+/// (the whole spec); `ca=` only with `rediss://` (TLS).
 pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
-    if text.starts_with("rediss://") {
-        return Err(
-            "rediss:// (Redis over TLS) is not supported yet: this build's Redis client has no TLS; \
-                    use redis:// on a trusted network or through a TLS tunnel"
-                .into(),
-        );
-    }
-    let rest = text.strip_prefix("redis://").ok_or("expected redis://…")?;
+    let (rest, mut tls) = match text.strip_prefix("rediss://") {
+        Some(rest) => (rest, Some(RedisTls { ca: None })),
+        None => (text.strip_prefix("redis://").ok_or("expected redis://…")?, None),
+    };
     let (userinfo, after) = match rest.rsplit_once('@') {
         Some((u, a)) => (Some(u.to_string()).filter(|u| !u.is_empty()), a),
         None => (None, rest),
@@ -103,9 +111,14 @@ pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
             Some(("match", _)) => {
                 return Err("match= needs a key pattern (a Redis glob) without control characters".into())
             }
+            Some(("ca", path)) => match &mut tls {
+                Some(t) if path.starts_with('/') => t.ca = Some(path.into()),
+                Some(_) => return Err(format!("ca= needs an absolute path to a PEM file, not {path:?}")),
+                None => return Err("ca= is for rediss:// (TLS) only".into()),
+            },
             _ => {
                 return Err(format!(
-                    "unknown option {:?} (only match=PATTERN)",
+                    "unknown option {:?} (only match=PATTERN, and ca=PEM with rediss://)",
                     pair.split('=').next().unwrap_or("")
                 ))
             }
@@ -117,6 +130,7 @@ pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
         port,
         db,
         pattern,
+        tls,
     }))
 }
 
@@ -124,10 +138,26 @@ impl RedisTarget {
     /// Where the locks live, for people: no password.
     pub fn source(&self) -> String {
         let user = self.user().map(|u| format!("{u}@")).unwrap_or_default();
+        let ca = match &self.tls {
+            Some(RedisTls { ca: Some(ca) }) => format!(" (TLS, CA {})", ca.display()),
+            _ => String::new(),
+        };
         format!(
-            "Redis SET NX locks redis://{user}{}:{}/{} match {}",
-            self.host, self.port, self.db, self.pattern
+            "Redis SET NX locks {}://{user}{}:{}/{} match {}{ca}",
+            self.scheme(),
+            self.host,
+            self.port,
+            self.db,
+            self.pattern
         )
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        }
     }
 
     /// The user name, if the spec names one (never the password).
@@ -145,8 +175,21 @@ impl RedisTarget {
 
     fn client(&self) -> Result<redis::Client, StoreError> {
         let auth = self.userinfo.as_deref().map(|u| format!("{u}@")).unwrap_or_default();
-        let url = format!("redis://{auth}{}:{}/{}", self.host, self.port, self.db);
-        redis::Client::open(url).map_err(|e| StoreError::Config(format!("{}: {e}", self.source())))
+        let url = format!("{}://{auth}{}:{}/{}", self.scheme(), self.host, self.port, self.db);
+        let bad = |e: redis::RedisError| StoreError::Config(format!("{}: {e}", self.source()));
+        match &self.tls {
+            Some(RedisTls { ca: Some(ca) }) => {
+                let pem = std::fs::read(ca).map_err(|e| {
+                    StoreError::Config(format!("{}: reading the CA file {}: {e}", self.source(), ca.display()))
+                })?;
+                let certs = redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                };
+                redis::Client::build_with_tls(url, certs).map_err(bad)
+            }
+            _ => redis::Client::open(url).map_err(bad),
+        }
     }
 
     /// A new multiplexed connection, within [`REQUEST_TIMEOUT`].

@@ -23,8 +23,28 @@ fn the_spec_form() {
         "database 0 and every key by default"
     );
     assert!(StoreSpec::parse("redis://127.0.0.1:6379").unwrap().open().is_ok());
+    // rediss:// (TLS): the server's certificate checked against the system's
+    // roots, or the CA file given; never unchecked (no insecure option).
+    let tls = StoreSpec::parse("rediss://app:pw@cache:6380/1?match=l:*&ca=/etc/redis/ca.pem").unwrap();
+    let StoreSpec::Redis(t) = &tls else { panic!("{tls:?}") };
+    assert_eq!(
+        t.tls,
+        Some(RedisTls {
+            ca: Some("/etc/redis/ca.pem".into())
+        })
+    );
+    assert_eq!(
+        tls.source(),
+        "Redis SET NX locks rediss://app@cache:6380/1 match l:* (TLS, CA /etc/redis/ca.pem)"
+    );
+    let StoreSpec::Redis(t) = StoreSpec::parse("rediss://cache:6380").unwrap() else {
+        panic!()
+    };
+    assert_eq!(t.tls, Some(RedisTls { ca: None }), "the system's roots");
     for (bad, why) in [
-        ("rediss://h:6380", "not supported yet"),
+        ("redis://h:6380?ca=/etc/ca.pem", "for rediss:// (TLS) only"),
+        ("rediss://h:6380?ca=ca.pem", "absolute path"),
+        ("rediss://h:6380?insecure=1", "unknown option"),
         ("redis://h", "needs the port"),
         ("redis://h:x", "port is a number"),
         ("redis://h:0", "from 1 to 65535"),

@@ -26,7 +26,7 @@ mod zookeeper;
 pub use etcd_cluster::EtcdCluster;
 pub use pg::{PgOptions, PgServer};
 pub use psql::Psql;
-pub use redis::{PyLock, RedisServer, Redisson, REDISSON_FAIR_LOCK, REDISSON_LOCK, REDISSON_UNLOCK};
+pub use redis::{tls_files, PyLock, RedisServer, Redisson, REDISSON_FAIR_LOCK, REDISSON_LOCK, REDISSON_UNLOCK};
 pub use zookeeper::{KazooLock, RecipeLock, ZkServer, ZK_TICK};
 
 use std::net::{SocketAddr, TcpListener as StdListener};

@@ -106,6 +106,83 @@ impl Drop for RedisServer {
     }
 }
 
+/// A CA and a certificate for `127.0.0.1` it signed, made by the `openssl`
+/// CLI into `dir` (`ca.pem`, `server.pem`, `server.key`): the path of the
+/// CA, and the `redis-server` options serving TLS with them on `tls_port`
+/// (clients need no certificate of their own).
+pub fn tls_files(dir: &std::path::Path, tls_port: u16) -> (std::path::PathBuf, Vec<String>) {
+    let at = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl").args(args).output().expect("the openssl CLI");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let subject = format!("/CN=lockscope test CA {tls_port}");
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        &subject,
+        "-keyout",
+        &at("ca.key"),
+        "-out",
+        &at("ca.pem"),
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &at("server.key"),
+        "-out",
+        &at("server.csr"),
+    ]);
+    std::fs::write(dir.join("ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "1",
+        "-in",
+        &at("server.csr"),
+        "-CA",
+        &at("ca.pem"),
+        "-CAkey",
+        &at("ca.key"),
+        "-CAcreateserial",
+        "-extfile",
+        &at("ext"),
+        "-out",
+        &at("server.pem"),
+    ]);
+    let args = [
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        &at("server.pem"),
+        "--tls-key-file",
+        &at("server.key"),
+        "--tls-ca-cert-file",
+        &at("ca.pem"),
+        "--tls-auth-clients",
+        "no",
+    ]
+    .map(String::from)
+    .to_vec();
+    (dir.join("ca.pem"), args)
+}
+
 /// A redis-py `Lock` (`SET name token NX PX ms`, released by the library's
 /// compare-and-delete script) held by a `python3` child: it prints the token
 /// it holds, then holds until told to release (a line on its stdin) or is

@@ -11,6 +11,7 @@ mod etcd_observer;
 mod force_release_race;
 mod pg_advisory;
 mod redis;
+mod redis_tls;
 mod redlock;
 mod shedlock;
 mod sql_sessions;
