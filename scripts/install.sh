@@ -31,6 +31,8 @@ if [ "$want_tests" = 1 ]; then
   command -v sqlite3 >/dev/null || pkgs+=(sqlite3)
   # Redis for the Redis fleet's tests (each test starts its own on a free port).
   command -v redis-server >/dev/null || pkgs+=(redis-server)
+  # The openssl CLI: the rediss:// test makes its CA and certificate at test time.
+  command -v openssl >/dev/null || pkgs+=(openssl)
 fi
 # npm: Playwright for the tests; binaryen's wasm-opt for the release site.
 command -v npm >/dev/null || pkgs+=(nodejs npm)
