@@ -30,6 +30,11 @@
 #                         (`lockscope-bench mutex load`), one write in 200 timed to its row in
 #                         the API; no viewers or browser probe (their stamps are a lockscope
 #                         record's purpose, which a mutex key has not)
+#   HISTORY=on (default)  the lock history on, as a server has it by default, in a SQLite file in
+#                         the run's temp dir; the run waits until it has written the first
+#                         snapshot and prints how long after live that took, the RSS peak
+#                         (VmHWM) by then and the RSS at rest after it
+#   HISTORY=off           `--history off`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCKS=${1:-1000}
@@ -39,6 +44,7 @@ VIEWERS=${4:-200}
 STORE=${STORE:-etcd}
 PROFILE=${PROFILE:-release}
 BROWSER=${BROWSER:-1}
+HISTORY=${HISTORY:-on}
 
 build=cargo; [ "${NO_BUILD:-0}" = 0 ] || build=true
 case $PROFILE in
@@ -56,6 +62,11 @@ listen=$(free_port)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
 trap cleanup EXIT
+case $HISTORY in
+  on) history=(--history "sqlite:$dir/history.db") ;;
+  off) history=(--history off) ;;
+  *) echo "HISTORY=$HISTORY: on or off" >&2; exit 1 ;;
+esac
 
 # bench_store: how lockscope-bench names the store; serve_store: how the server does.
 case $STORE in
@@ -110,7 +121,7 @@ fi
 $bin/lockscope-bench fill "${bench_store[@]}" --locks "$LOCKS"
 
 t0=$(date +%s%N)
-$bin/lockscope "${serve_store[@]}" --listen "127.0.0.1:$listen" \
+$bin/lockscope "${serve_store[@]}" "${history[@]}" --listen "127.0.0.1:$listen" \
   --site-root target/site --log warn >"$dir/server.log" 2>&1 &
 server=$!
 pids+=($server)
@@ -120,6 +131,18 @@ page_bytes=$(curl -s "http://127.0.0.1:$listen/" | wc -c)
 cpu() { awk '{print $14 + $15}' "/proc/$server/stat"; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 rss_loaded=$(rss)
+history_out="off (HISTORY=off)"
+if [ "$HISTORY" = on ]; then
+  # Caught up: every lock's acquisition written, nothing queued.
+  metric() { curl -s "http://127.0.0.1:$listen/metrics" | awk -v m="$1" '$1 ~ m {print $2; exit}'; }
+  until [ "$(metric '^lockscope_history_events_written')" -ge "$LOCKS" ] 2>/dev/null &&
+    [ "$(metric '^lockscope_history_events_queued')" = 0 ]; do sleep 0.2; done
+  t2=$(date +%s%N)
+  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$server/status")
+  sleep 2
+  rss_rest=$(rss)
+  history_out="first snapshot written $(( (t2 - t1) / 1000000 )) ms after live; RSS peak by then $(( hwm / 1024 )) MiB ($(( hwm * 1024 / LOCKS )) bytes per lock), at rest after it $(( rss_rest / 1024 )) MiB ($(( rss_rest * 1024 / LOCKS )) bytes per lock)"
+fi
 
 cpu0=$(cpu); w0=$(date +%s%N)
 # The viewers subscribe first and watch until a second after the load has ended,
@@ -154,8 +177,9 @@ hz=$(getconf CLK_TCK)
 for _ in $(seq 20); do curl -s -o /dev/null "http://127.0.0.1:$listen/"; done
 
 echo
-echo "== lockscope live path: $LOCKS locks in $where, $RATE changes/s for $SECS s, $VIEWERS websocket viewers ($PROFILE build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "== lockscope live path: $LOCKS locks in $where, $RATE changes/s for $SECS s, $VIEWERS websocket viewers, history $HISTORY ($PROFILE build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "server start -> live with every lock:  $(( (t1 - t0) / 1000000 )) ms"
+echo "history:                                $history_out"
 echo "GET / (default view):                   $page_bytes bytes"
 echo "load generator:                         $(cat "$dir/load.out")"
 echo "websocket viewers:                      $viewers_out"

@@ -401,6 +401,13 @@ impl FleetState {
         self.locks.iter().map(|e| &e.0)
     }
 
+    /// Locks named after `name` (not it), in name order (a range, not a scan).
+    pub fn locks_after<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
+        self.locks
+            .range::<str, _>((std::ops::Bound::Excluded(name), std::ops::Bound::Unbounded))
+            .map(|e| &e.0)
+    }
+
     /// Locks whose name starts with `prefix`, in name order (a range, not a scan).
     pub fn locks_under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
         self.locks

@@ -74,6 +74,11 @@ pub(super) struct Credits {
 pub(super) type Ready = (Millis, Draft);
 
 impl Credits {
+    /// No release announced or held (a snapshot then needs no set of its locks).
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// Release `id` of acquisition (`lock`, `fence`) by `note.actor` is about
     /// to be attempted.
     pub(super) fn announce(&mut self, id: u64, lock: String, fence: i64, note: ReleaseNote) {

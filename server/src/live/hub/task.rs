@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::commands::{Command, SessionNow};
-use super::history::HubHistory;
+use super::history::{HubHistory, PUMP_EVERY};
 use super::watchers::Watchers;
 use super::{Frame, MAX_BATCHES_PER_TURN, MAX_SLEEP};
 use crate::live::stats::HubFeed;
@@ -101,6 +101,9 @@ impl Hub {
         if let Some(at) = self.watchers.next_wake() {
             wake = wake.min(at);
         }
+        if self.history.as_ref().is_some_and(|h| h.pumping()) {
+            wake = wake.min(Instant::now() + PUMP_EVERY);
+        }
         wake
     }
 
@@ -110,6 +113,8 @@ impl Hub {
         if let Some(h) = &mut self.history {
             // Deletes held for a release's answer are recorded after at most its TTL.
             h.expire();
+            // A first snapshot's acquisitions, as the history's writer takes them.
+            h.pump(&self.state);
         }
         self.views.advance(&self.state, now.wall);
         self.views.mark_dirty(now);
@@ -138,7 +143,7 @@ impl Hub {
                     for e in evs {
                         let from_reset = matches!(e, FleetEvent::Reset(_));
                         if let Some(h) = &mut self.history {
-                            h.before_apply(&self.state, &e, now);
+                            h.before_apply(&self.state, &e, now, true);
                         }
                         for change in self.state.apply(e) {
                             self.views.on_change(&self.state, &change, now);
@@ -188,11 +193,11 @@ impl Hub {
         let times = replay_times(&events, since, now);
         let mut past = FleetState::default();
         let base = FleetEvent::Reset(base);
-        h.before_apply(&past, &base, now);
+        h.before_apply(&past, &base, now, false);
         past.apply(base);
         recorder.hold();
         for (e, at) in events.into_iter().zip(times) {
-            h.before_apply(&past, &e, at);
+            h.before_apply(&past, &e, at, false);
             past.apply(e);
         }
         recorder.send_held();

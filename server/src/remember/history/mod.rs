@@ -43,7 +43,7 @@ pub use cursor::{Cursor, Unseen};
 pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
 pub use health::HistoryStats;
 pub use retention::Retention;
-pub use writer::Recorder;
+pub use writer::{Recorder, BACKLOG_AHEAD};
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

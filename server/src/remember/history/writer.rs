@@ -33,6 +33,13 @@ const GAP_RETRY_EVERY: Duration = Duration::from_secs(2);
 /// Events written per transaction at most.
 const MAX_WRITE: usize = 5_000;
 
+/// Events queued and not yet written past which a first snapshot's backlog
+/// (the acquisitions the hub records from its live table a chunk at a time,
+/// `live::hub::history`) waits for the writer: two of its transactions, so
+/// the writer never idles and the events waiting stay a few MiB whatever the
+/// fleet's size.
+pub const BACKLOG_AHEAD: u64 = 2 * MAX_WRITE as u64;
+
 /// A checkpoint is taken this long behind the newest events, so that events
 /// another replica records a little late are in it.
 const SETTLE_MS: Millis = 60_000;
@@ -78,6 +85,8 @@ pub struct Recorder {
 struct Replaying {
     /// Where the last run's events stopped ([`Recorder::cursor`]).
     before: Option<Cursor>,
+    /// [`Recorder::cursor`] was read.
+    read: bool,
     /// The store replays from `before`'s revision ([`Recorder::resume`]).
     resumed: bool,
     /// Events recorded meanwhile, queued at once by [`Recorder::send_held`].
@@ -112,8 +121,24 @@ impl Recorder {
             }
         };
         let mut r = self.replay.lock().expect("not poisoned");
-        (r.before, r.unknown) = (before, unknown);
+        (r.before, r.unknown, r.read) = (before, unknown, true);
         before
+    }
+
+    /// Whether [`Recorder::resync`] compares a first snapshot with anything:
+    /// unless the history was read empty before this start (nothing recorded,
+    /// so nothing open to end and no gap), it needs the snapshot's
+    /// acquisitions; an empty history is given none (a million-lock fleet's
+    /// set is tens of MiB).
+    pub fn compares(&self) -> bool {
+        let r = self.replay.lock().expect("not poisoned");
+        !r.read || r.before.is_some() || r.unknown
+    }
+
+    /// How many events a first snapshot's backlog may queue now: up to
+    /// [`BACKLOG_AHEAD`] queued and not yet written (0: wait for the writer).
+    pub fn room(&self) -> usize {
+        BACKLOG_AHEAD.saturating_sub(self.stats.queued.load(Ordering::Relaxed)) as usize
     }
 
     /// Counts, from `fences` (every lock name's fencing counter in the store

@@ -1,0 +1,128 @@
+//! A first snapshot's backlog against a real SQLite history: bounded while it
+//! is recorded, and the same history once it is (issue 26).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lockscope_model::fleet::{LockBody, Snapshot};
+use lockscope_model::history::{HistoryQuery, Kind};
+use lockscope_model::record::{LockRecord, RECORD_VERSION};
+
+use super::*;
+use crate::remember::history::{History, BACKLOG_AHEAD};
+
+fn held(name: &str, fence: i64) -> LockEntry {
+    LockEntry {
+        name: name.into(),
+        fence,
+        revision: fence,
+        body: LockBody::Held(LockRecord {
+            v: RECORD_VERSION,
+            owner: format!("o{fence}"),
+            session: "s1".into(),
+            service: "billing".into(),
+            host: "h".into(),
+            pid: 1,
+            purpose: "test".into(),
+            backtrace: vec![].into(),
+            acquired_at: 0,
+            expected_runtime_ms: 1,
+            alert_at: 1,
+            auto_unlock_at: 2,
+            heartbeat_at: 0,
+        }),
+    }
+}
+
+fn queued(history: &History) -> u64 {
+    history.stats().queued.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[tokio::test]
+async fn a_first_snapshot_is_recorded_a_writers_worth_at_a_time_and_each_acquisition_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = History::open(&format!("sqlite:{}", dir.path().join("h.db").display()), None)
+        .await
+        .unwrap();
+    let recorder = history.recorder("f");
+    assert_eq!(recorder.cursor().await, None, "a new history");
+    let mut hub = HubHistory::new(recorder, "r".into());
+    let n = 2 * BACKLOG_AHEAD as i64 + 500;
+    let locks: Vec<LockEntry> = (0..n).map(|i| held(&format!("l{i:06}"), i + 1)).collect();
+    let (t, mut state) = (1_000_000, FleetState::default());
+    let snap = FleetEvent::Reset(Snapshot {
+        revision: n + 1,
+        locks,
+        ..Snapshot::default()
+    });
+    // The writer task cannot run between these calls (one thread): what is
+    // queued is what the hub queued.
+    hub.before_apply(&state, &snap, t, true);
+    assert!(
+        queued(&history) <= BACKLOG_AHEAD,
+        "a snapshot of {n} locks queued {} events at once (issue 26: a copy of the fleet in the queue)",
+        queued(&history)
+    );
+    state.apply(snap);
+    hub.pump(&state);
+    hub.pump(&state);
+    assert_eq!(
+        queued(&history),
+        BACKLOG_AHEAD,
+        "as many as the writer has room for, no more"
+    );
+    // Before the backlog reaches them: one lock goes, one is new.
+    let gone = format!("l{:06}", n - 1);
+    let remove = FleetEvent::Remove {
+        name: gone.clone(),
+        revision: n + 2,
+    };
+    hub.before_apply(&state, &remove, t + 5, true);
+    state.apply(remove);
+    let new = FleetEvent::Upsert(held("m-new", n + 3));
+    hub.before_apply(&state, &new, t + 6, true);
+    state.apply(new);
+    for _ in 0..100 {
+        assert!(history.flush(Duration::from_secs(30)).await);
+        hub.pump(&state);
+        if !hub.pumping() {
+            break;
+        }
+    }
+    assert!(!hub.pumping(), "the backlog ends");
+    assert!(history.flush(Duration::from_secs(30)).await);
+    let q = HistoryQuery {
+        fleet: "f".into(),
+        ..HistoryQuery::default()
+    };
+    let mut acquired: HashMap<String, Vec<i64>> = HashMap::new();
+    let mut ends = Vec::new();
+    let mut events = std::pin::pin!(history.events(&q, None));
+    while let Some(ev) = events.next().await {
+        let ev = ev.unwrap();
+        match ev.kind {
+            Kind::Acquired => acquired.entry(ev.lock.unwrap()).or_default().push(ev.at),
+            k if k.ends_hold() => ends.push((ev.lock.unwrap(), ev.at)),
+            _ => {}
+        }
+    }
+    assert_eq!(acquired.len() as i64, n + 1, "every acquisition recorded");
+    assert!(
+        acquired
+            .iter()
+            .all(|(lock, at)| *at == [if lock == "m-new" { t + 6 } else { t }]),
+        "each once, the snapshot's at its time, the later one at its own"
+    );
+    assert_eq!(
+        ends,
+        vec![(gone, t + 5)],
+        "the lock gone before the backlog reached it ends after its start"
+    );
+    let table = history.table_at("f", t + 10).await.unwrap();
+    assert_eq!(
+        table.locks.len() as i64,
+        n,
+        "the table then: the snapshot less one, plus one"
+    );
+}
