@@ -13,7 +13,8 @@
 # - Debian's Chromium on one view (`end2end/bench/dom-latency.js`): store write -> row
 #   in the DOM (p50 / p95 / p99 / max) and changes never shown.
 # Also prints: time from server start to live, page size, server CPU during the load,
-# server RSS. Method and results: docs/performance.md.
+# server RSS; then the goals, each with this run's figure and a met/missed line.
+# Method and results: docs/performance.md.
 #
 # Environment:
 #   STORE=etcd (default)  a private etcd on tmpfs, free ports
@@ -149,7 +150,8 @@ cpu0=$(cpu); w0=$(date +%s%N)
 # then judge every logged write to their windows.
 if [ "$VIEWERS" -gt 0 ]; then
   $bin/lockscope-bench viewers --url "http://127.0.0.1:$listen" --fleet bench --viewers "$VIEWERS" \
-    --seconds $((SECS + 3)) --writes "$dir/writes.log" >"$dir/viewers.out" 2>"$dir/viewers.err" &
+    --seconds $((SECS + 3)) --writes "$dir/writes.log" --figures "$dir/viewers.fig" \
+    >"$dir/viewers.out" 2>"$dir/viewers.err" &
   viewers=$!
   pids+=($viewers)
   sleep 1
@@ -189,4 +191,35 @@ if [ -s "$dir/viewers.err" ]; then
 fi
 echo "store write -> row in the DOM:          $probe"
 echo "server CPU during the load:             $(echo "scale=0; 100 * ($cpu1 - $cpu0) / $hz / (($w1 - $w0) / 1000000000)" | bc) % of one core"
-echo "server RSS:                             $(( rss_loaded / 1024 )) MiB loaded ($(( rss_loaded * 1024 / LOCKS )) bytes per lock incl. the empty server), $(( $(rss) / 1024 )) MiB after the load and 20 page views"
+rss_after=$(rss)
+echo "server RSS:                             $(( rss_loaded / 1024 )) MiB loaded ($(( rss_loaded * 1024 / LOCKS )) bytes per lock incl. the empty server), $(( rss_after / 1024 )) MiB after the load and 20 page views"
+
+# The goals (issue 26), each with a met/missed line for this run's figures; a goal
+# whose conditions this run does not meet says so instead.
+goal() { # goal WHAT FIGURE LIMIT [UNIT]: met when 0 <= FIGURE <= LIMIT
+  local verdict=missed
+  if [ "$2" = "" ] || [ "$2" -lt 0 ]; then verdict="not measured"; elif [ "$2" -le "$3" ]; then verdict=met; fi
+  printf '  %-58s %8s %-3s  goal <= %s %s: %s\n' "$1" "${2:-?}" "${4:-}" "$3" "${4:-}" "$verdict"
+}
+echo "goals:"
+goal "server start -> live with every lock" $(( (t1 - t0) / 1000000 )) 30000 ms
+goal "RSS per held lock, loaded (incl. the empty server)" $(( rss_loaded * 1024 / LOCKS )) 1024 B
+if [ "$VIEWERS" -gt 0 ] && [ -s "$dir/viewers.fig" ]; then
+  # shellcheck disable=SC1091
+  . "$dir/viewers.fig"
+  goal "$VIEWERS views opened at once: first frame, slowest" $((no_first_frame > 0 ? 999999 : first_frame_max_ms)) 1000 ms
+  goal "$VIEWERS views opened at once: first frame p50" "$first_frame_p50_ms" 200 ms
+  goal "$VIEWERS views: viewers lagged (or failed)" $((lagged + errors)) 0
+  goal "$VIEWERS views: RSS growth, loaded -> after the load" $(( (rss_after - rss_loaded) / 1024 )) 200 MiB
+  if [ "$VIEWERS" = 1 ] && [ "$RATE" -le 100 ]; then
+    goal "store write -> idle websocket client p50, $RATE writes/s" "$write_frame_p50_ms" 5 ms
+  else
+    echo "  store write -> idle websocket client p50 (goal <= 5 ms): judged with VIEWERS=1, RATE<=100 (e.g. bench.sh 1000 100 20 1)"
+  fi
+fi
+if [ "$BROWSER" != 0 ]; then
+  dom_p50=$(grep -o '"p50_ms":[0-9]*' <<<"$probe" | head -1 | cut -d: -f2)
+  dom_p99=$(grep -o '"p99_ms":[0-9]*' <<<"$probe" | head -1 | cut -d: -f2)
+  goal "store write -> row in the DOM p50" "${dom_p50:--1}" 25 ms
+  goal "store write -> row in the DOM p99" "${dom_p99:--1}" 100 ms
+fi

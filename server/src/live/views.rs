@@ -14,6 +14,9 @@
 //!   re-places exactly its locks.
 //! - States change with time (healthy → overdue → expired): each lock's next
 //!   change sits in a deadline queue, and [`Views::advance`] re-keys what is due.
+//! - Over a large fleet a filtered view is, when its scan stays short, a
+//!   **selection** over its sort key's shared (unfiltered) order instead of an
+//!   index of its own ([`select`]).
 //! - Per subscriber a record of what it holds (names in order, row versions); a
 //!   frame is the difference between that record and its window now.
 //! - Aggregates (per state, per service) are counted as locks change, never by
@@ -37,10 +40,12 @@ use lockscope_model::{Changed, Counts, FleetState};
 
 mod frames;
 mod index;
+mod select;
 
 use frames::Sub;
 use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
+pub use select::{SCAN_BUDGET, SELECT_FROM};
 
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.
@@ -80,8 +85,12 @@ struct Meta {
 }
 
 impl Meta {
+    fn position(&self, sort: SortKey) -> (i64, i64) {
+        sort_key(sort, &self.fields, self.state, self.waiters)
+    }
+
     fn key(&self, name: &Arc<str>, sort: SortKey) -> Key {
-        let (a, b) = sort_key(sort, &self.fields, self.state, self.waiters);
+        let (a, b) = self.position(sort);
         (a, b, name.clone())
     }
 
@@ -120,6 +129,9 @@ pub struct Views {
     queued: std::collections::VecDeque<IndexSpec>,
     next_build: u64,
     off_task_build_from: usize,
+    /// The filters of selection views, with how many locks each takes.
+    filters: HashMap<lockscope_model::view::Filter, select::FilterCount>,
+    select_from: usize,
 }
 
 impl Default for Views {
@@ -147,6 +159,8 @@ impl Views {
             queued: Default::default(),
             next_build: 1,
             off_task_build_from: OFF_TASK_BUILD_FROM,
+            filters: HashMap::new(),
+            select_from: SELECT_FROM,
         };
         // The default view (the bare page) is always ready.
         v.indexes
@@ -160,6 +174,15 @@ impl Views {
     pub(crate) fn with_off_task_build_from(from: usize) -> Views {
         Views {
             off_task_build_from: from,
+            ..Views::new()
+        }
+    }
+
+    /// Serves filtered views by selection from `from` locks on (tests use 0).
+    #[cfg(test)]
+    pub(crate) fn with_select_from(from: usize) -> Views {
+        Views {
+            select_from: from,
             ..Views::new()
         }
     }
@@ -243,6 +266,7 @@ impl Views {
             let old = old.as_ref().and_then(|o| o.key_in(&name, spec));
             index.move_key(&name, old, meta.key_in(&name, spec));
         }
+        self.reselect(&name, old.as_ref(), Some(&meta));
         self.meta.insert(name, meta);
     }
 
@@ -252,6 +276,7 @@ impl Views {
         for (spec, index) in self.indexes.iter_mut() {
             index.move_key(&name, old.key_in(&name, spec), None);
         }
+        self.reselect(&name, Some(&old), None);
     }
 
     /// Removes `name`'s meta, its deadline and its share of the aggregates.

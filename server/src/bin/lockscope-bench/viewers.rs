@@ -66,6 +66,10 @@ pub struct Args {
     /// window was not shown within this long.
     #[arg(long, default_value_t = 1000)]
     late_ms: i64,
+    /// Also write the figures the goals are judged by to this file, one
+    /// `name=value` a line (integers; `scripts/bench.sh` reads it).
+    #[arg(long)]
+    figures: Option<PathBuf>,
 }
 
 /// The `id` of the one view each viewer asks for.
@@ -325,6 +329,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     println!("{}", summary(&viewers, writes.as_deref(), &args, cpu.map(|c| c / wall)));
+    if let Some(path) = &args.figures {
+        std::fs::write(path, figures(&viewers)).with_context(|| format!("writing {}", path.display()))?;
+    }
     for v in viewers.iter().filter(|v| v.lagged() || v.error.is_some()) {
         eprintln!("{}", detail(v));
     }
@@ -491,6 +498,30 @@ fn summary(viewers: &[Viewer], writes: Option<&[Write]>, args: &Args, cpu: Optio
         s += &format!("; probe CPU {:.0} % of a core", c * 100.0);
     }
     s
+}
+
+/// The figures the goals are judged by, `name=value` a line: first frames (p50,
+/// max, viewers without one), store write -> frame p50, lagged viewers, errors.
+/// A figure not measured is -1.
+fn figures(viewers: &[Viewer]) -> String {
+    let mut first: Vec<i64> = viewers
+        .iter()
+        .filter_map(|v| Some(v.first_frame_at? - v.asked_at))
+        .collect();
+    first.sort_unstable();
+    let mut lat: Vec<i64> = viewers.iter().flat_map(|v| v.latencies.iter().copied()).collect();
+    lat.sort_unstable();
+    let p50 = |v: &[i64]| if v.is_empty() { -1 } else { pct(v, 50.0) };
+    let figures = [
+        ("viewers", viewers.len() as i64),
+        ("first_frame_p50_ms", p50(&first)),
+        ("first_frame_max_ms", first.last().copied().unwrap_or(-1)),
+        ("no_first_frame", (viewers.len() - first.len()) as i64),
+        ("write_frame_p50_ms", p50(&lat)),
+        ("lagged", viewers.iter().filter(|v| v.lagged()).count() as i64),
+        ("errors", viewers.iter().filter(|v| v.error.is_some()).count() as i64),
+    ];
+    figures.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
 }
 
 fn detail(v: &Viewer) -> String {

@@ -36,14 +36,26 @@ pub(super) struct Sub {
     /// A list API page's cursor: the window starts after this key
     /// ([`window_of`]); `None` for every other subscriber.
     pub(super) after: Option<Key>,
+    /// `Some` for a selection view: `index` is its sort key's shared order.
+    pub(super) sel: Option<select::Selection>,
 }
 
 impl Views {
     /// Adds a subscriber looking at `spec`; its first frame is due at once.
     pub fn subscribe(&mut self, view_id: u32, spec: ViewSpec, now: Now) -> SubId {
+        self.subscribe_after(view_id, spec, None, now)
+    }
+
+    /// [`Views::subscribe`], the window starting after `after` (a list API cursor).
+    pub(super) fn subscribe_after(&mut self, view_id: u32, spec: ViewSpec, after: Option<Key>, now: Now) -> SubId {
         let id = self.next_sub;
         self.next_sub += 1;
-        let index = self.attach(&spec);
+        // A cursor seeks a key in the view's own index.
+        let sel = after.is_none().then(|| self.select(&spec)).flatten();
+        let index = match sel {
+            Some(_) => self.attach(&Views::shared(&spec)),
+            None => self.attach(&spec),
+        };
         self.subs.insert(
             id,
             Sub {
@@ -64,7 +76,8 @@ impl Views {
                 offset: 0,
                 fresh: true,
                 one_off: false,
-                after: None,
+                after,
+                sel,
             },
         );
         id
@@ -73,18 +86,24 @@ impl Views {
     /// Points a subscriber at another view; what it holds stays, so the next frame
     /// carries only rows it does not have.
     pub fn set_view(&mut self, id: SubId, view_id: u32, spec: ViewSpec, now: Now) {
-        let Some(old) = self.subs.get(&id).map(|s| s.index.clone()) else {
+        let Some((old, old_sel)) = self.subs.get(&id).map(|s| (s.index.clone(), s.sel.is_some())) else {
             return;
         };
-        let index = IndexSpec::of(&spec);
-        if index != old {
-            self.attach(&spec);
-            self.detach(&old);
+        let sel = self.select(&spec);
+        let index = match sel {
+            Some(_) => self.attach(&Views::shared(&spec)),
+            None => self.attach(&spec),
+        };
+        self.detach(&old);
+        let sub = self.subs.get_mut(&id).expect("checked above");
+        let old_filter = std::mem::replace(&mut sub.spec, spec).filter;
+        sub.view_id = view_id;
+        sub.index = index;
+        sub.sel = sel;
+        if old_sel {
+            self.uncount_filter(&old_filter);
         }
         let sub = self.subs.get_mut(&id).expect("checked above");
-        sub.view_id = view_id;
-        sub.spec = spec;
-        sub.index = index;
         sub.index_gen = 0; // whatever the generation, the window must be rebuilt
         sub.dirty_since.get_or_insert(now.mono);
     }
@@ -92,6 +111,9 @@ impl Views {
     pub fn unsubscribe(&mut self, id: SubId) {
         if let Some(sub) = self.subs.remove(&id) {
             self.detach(&sub.index);
+            if sub.sel.is_some() {
+                self.uncount_filter(&sub.spec.filter);
+            }
         }
     }
 
@@ -116,8 +138,12 @@ impl Views {
     pub fn mark_dirty(&mut self, now: Now) {
         self.refresh_aggregates();
         for sub in self.subs.values_mut() {
-            let gen = self.indexes.get(&sub.index).map_or(0, |i| i.generation);
-            if gen != sub.index_gen {
+            let rows_changed = match &sub.sel {
+                None => self.indexes.get(&sub.index).map_or(0, |i| i.generation) != sub.index_gen,
+                // Its window, or its total.
+                Some(sel) => sel.touched || self.filters.get(&sub.spec.filter).map_or(0, |c| c.count) != sub.total,
+            };
+            if rows_changed {
                 // Rows may have changed: due now, even if aggregates owed
                 // alone were being held back by their rate limit.
                 sub.not_before = 0;
@@ -178,7 +204,14 @@ impl Views {
         let aggregates = send_aggregates.then(|| self.published.clone());
         let sub = self.subs.get_mut(&id)?;
         let index = self.indexes.get(&sub.index).filter(|i| i.unbuilt.is_none())?;
-        let window = window_of(index, &sub.spec, sub.after.as_ref());
+        let window = match sub.sel.as_mut() {
+            None => window_of(index, &sub.spec, sub.after.as_ref()),
+            Some(sel) => {
+                let total = self.filters.get(&sub.spec.filter).map_or(0, |c| c.count);
+                let held = (!sub.fresh).then_some((sub.order.as_slice(), sub.offset));
+                sel.window(index, &sub.spec, total, &self.meta, held)
+            }
+        };
         let dirty_since = sub.dirty_since.take().unwrap_or(now);
         sub.index_gen = index.generation;
         if aggregates.is_some() {
@@ -257,10 +290,10 @@ impl Views {
         after: Option<&ListCursor>,
         now: Now,
     ) -> Result<WindowFrame, SubId> {
-        let id = self.subscribe(0, spec.clone(), now);
+        let after = after.map(|c| (c.0, c.1, Arc::from(c.2.as_str())));
+        let id = self.subscribe_after(0, spec.clone(), after, now);
         let sub = self.subs.get_mut(&id).expect("just made");
         sub.one_off = true;
-        sub.after = after.map(|c| (c.0, c.1, Arc::from(c.2.as_str())));
         match self.is_ready(id) {
             true => Ok(self.render_sub(state, id, now)),
             false => Err(id),
@@ -280,8 +313,10 @@ impl Views {
     /// The names of `spec`'s window, in order (for tests and recounts); `None`
     /// if nobody looks at it or its index is being built.
     pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
-        let index = self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none())?;
-        let w = window_of(index, spec, None);
+        let w = match self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none()) {
+            Some(index) => window_of(index, spec, None),
+            None => self.selection_names(spec)?,
+        };
         Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
     }
 }

@@ -4,6 +4,7 @@ use lockscope_model::{BlacklistEntry, FleetEvent, LockBody, LockEntry, LockRecor
 
 use super::*;
 
+mod select;
 mod sim;
 
 use sim::Sim;

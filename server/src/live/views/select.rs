@@ -1,0 +1,215 @@
+//! Selection views: over a large fleet, a filtered view is a selection over the
+//! **shared order** of its sort key (the unfiltered index of that key, one per
+//! key whatever the filters), not an index of its own. Its window is found by
+//! scanning the shared order from the view's end for matching rows, and its
+//! total is a count kept per distinct filter as locks change. So 200 distinct
+//! views over a million locks cost at most one order per sort key, built once,
+//! instead of one full index per (filter, key).
+//!
+//! A scan is paid only when a lock the filter takes moved at or before the last
+//! key the previous scan looked at (its **bound**), or the window's offset
+//! moved; any other change leaves the window as it was (only the total may
+//! change). A view is served this way when its scan is expected to stay short
+//! ([`SCAN_BUDGET`]); a deep window of a rare filter, and a list API page (a
+//! cursor), keep an index of their own ([`super::index`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lockscope_model::view::{Filter, ViewSpec};
+
+use super::index::{Index, IndexSpec, Key, WindowNow, OFF_TASK_BUILD_FROM};
+use super::{Meta, Views};
+
+/// Fleets of this many locks or more serve filtered views by selection
+/// (smaller ones build an index per filter at once, in a few milliseconds).
+pub const SELECT_FROM: usize = OFF_TASK_BUILD_FROM;
+
+/// The most keys a selection's scan is expected to visit: `(offset + limit) ×
+/// fleet / matching`. A view past it gets an index of its own.
+pub const SCAN_BUDGET: u64 = 20_000;
+
+/// A subscriber's selection over its sort key's shared order.
+#[derive(Debug)]
+pub(super) struct Selection {
+    /// The last key the previous scan looked at, in the order's direction of
+    /// reading (`None`: it read to the end, so any change may matter).
+    bound: Option<Key>,
+    /// A lock the filter takes moved within the bound since the last scan.
+    pub(super) touched: bool,
+}
+
+/// How many locks a filter used by selections takes, and by how many subscribers.
+pub(super) struct FilterCount {
+    pub(super) count: u64,
+    users: usize,
+}
+
+impl Meta {
+    /// Whether `filter` takes this lock (`name`).
+    pub(super) fn takes(&self, name: &str, filter: &Filter) -> bool {
+        filter.matches_parts(name, self.state, self.service.as_deref(), self.host.as_deref())
+    }
+}
+
+impl Selection {
+    /// Whether a lock at `key` in the order is read by a scan that stops at the bound.
+    fn within(&self, key: (i64, i64, &str), reverse: bool) -> bool {
+        let Some(b) = &self.bound else { return true };
+        let ord = key.cmp(&(b.0, b.1, &*b.2));
+        if reverse {
+            ord.is_ge()
+        } else {
+            ord.is_le()
+        }
+    }
+
+    /// The window of `spec` in the shared `index` now; scans only when it may
+    /// have changed since `held` (the names at `held_offset` last sent).
+    pub(super) fn window(
+        &mut self,
+        index: &Index,
+        spec: &ViewSpec,
+        total: u64,
+        meta: &HashMap<Arc<str>, Meta>,
+        held: Option<(&[Arc<str>], u64)>,
+    ) -> WindowNow {
+        let offset = spec.offset.min(total.saturating_sub(spec.limit as u64));
+        if let Some((names, at)) = held.filter(|(_, at)| !self.touched && *at == offset) {
+            return WindowNow {
+                total,
+                offset: at,
+                names: names.to_vec(),
+            };
+        }
+        let (window, bound) = scan(index, spec, total, meta);
+        self.bound = bound;
+        self.touched = false;
+        window
+    }
+}
+
+/// Reads `spec`'s window from the shared `index` (which holds every lock),
+/// skipping locks its filter does not take; with the last key read, if the
+/// window filled before the end of the order.
+pub(super) fn scan(
+    index: &Index,
+    spec: &ViewSpec,
+    total: u64,
+    meta: &HashMap<Arc<str>, Meta>,
+) -> (WindowNow, Option<Key>) {
+    let limit = spec.limit as usize;
+    let offset = spec.offset.min(total.saturating_sub(limit as u64));
+    let skip = offset as usize;
+    let mut names = Vec::with_capacity(limit);
+    let mut seen = 0;
+    let mut bound = None;
+    let keys: Box<dyn Iterator<Item = &Key>> = match spec.sort.reverse {
+        true => Box::new(index.set.iter().rev()),
+        false => Box::new(index.set.iter()),
+    };
+    for key in keys {
+        if seen >= skip + limit {
+            break;
+        }
+        if !meta.get(&key.2).is_some_and(|m| m.takes(&key.2, &spec.filter)) {
+            continue;
+        }
+        if seen >= skip {
+            names.push(key.2.clone());
+        }
+        seen += 1;
+        if seen == skip + limit {
+            bound = Some(key.clone());
+        }
+    }
+    (WindowNow { total, offset, names }, bound)
+}
+
+impl Views {
+    /// Whether `spec` is served by a selection over its key's shared order: a
+    /// filtered view of a large fleet whose scan stays within [`SCAN_BUDGET`].
+    /// Counts its filter if so.
+    pub(super) fn select(&mut self, spec: &ViewSpec) -> Option<Selection> {
+        let n = self.meta.len();
+        if spec.filter == Filter::default() || n < self.select_from {
+            return None;
+        }
+        let count = self.count_filter(&spec.filter);
+        let visits = (spec.offset.saturating_add(spec.limit as u64)).saturating_mul(n as u64) / count.max(1);
+        if visits > SCAN_BUDGET {
+            self.uncount_filter(&spec.filter);
+            return None;
+        }
+        // Nothing scanned yet.
+        Some(Selection {
+            bound: None,
+            touched: true,
+        })
+    }
+
+    /// The index a selection reads: the unfiltered one of its sort key.
+    pub(super) fn shared(spec: &ViewSpec) -> ViewSpec {
+        ViewSpec {
+            filter: Filter::default(),
+            ..spec.clone()
+        }
+    }
+
+    /// One more user of `filter`'s count (counted now if new); the count.
+    fn count_filter(&mut self, filter: &Filter) -> u64 {
+        if let Some(c) = self.filters.get_mut(filter) {
+            c.users += 1;
+            return c.count;
+        }
+        let count = self.meta.iter().filter(|(n, m)| m.takes(n, filter)).count() as u64;
+        self.filters.insert(filter.clone(), FilterCount { count, users: 1 });
+        count
+    }
+
+    pub(super) fn uncount_filter(&mut self, filter: &Filter) {
+        if let Some(c) = self.filters.get_mut(filter) {
+            c.users -= 1;
+            if c.users == 0 {
+                self.filters.remove(filter);
+            }
+        }
+    }
+
+    /// Follows lock `name` from `old` to `new` (either absent) in the filter
+    /// counts, and notes the selections whose window it may have changed.
+    pub(super) fn reselect(&mut self, name: &str, old: Option<&Meta>, new: Option<&Meta>) {
+        if self.filters.is_empty() {
+            return;
+        }
+        for (filter, c) in self.filters.iter_mut() {
+            let was = old.is_some_and(|m| m.takes(name, filter));
+            let is = new.is_some_and(|m| m.takes(name, filter));
+            c.count = c.count + u64::from(is) - u64::from(was);
+        }
+        for sub in self.subs.values_mut() {
+            let Some(sel) = sub.sel.as_mut().filter(|s| !s.touched) else {
+                continue;
+            };
+            let (filter, sort) = (&sub.spec.filter, sub.spec.sort);
+            let moved = |m: &Meta| {
+                let (a, b) = m.position(sort.key);
+                m.takes(name, filter) && sel.within((a, b, name), sort.reverse)
+            };
+            if old.is_some_and(moved) || new.is_some_and(moved) {
+                sel.touched = true;
+            }
+        }
+    }
+
+    /// The window of a selection view (for tests and recounts), if the filter
+    /// is counted and its shared order is built.
+    pub(super) fn selection_names(&self, spec: &ViewSpec) -> Option<WindowNow> {
+        let total = self.filters.get(&spec.filter)?.count;
+        let index = self
+            .indexes
+            .get(&IndexSpec::of(&Views::shared(spec)))
+            .filter(|i| i.unbuilt.is_none())?;
+        Some(scan(index, spec, total, &self.meta).0)
+    }
+}
