@@ -56,6 +56,12 @@ async fn a_first_snapshot_is_recorded_a_writers_worth_at_a_time_and_each_acquisi
         locks,
         ..Snapshot::default()
     });
+    // docs/operations.md: "A fleet's first snapshot (a live table filling from
+    // empty) is recorded as a backlog: its locks' `acquired` events, each at the
+    // snapshot's time, go to the history from the live table as fast as the
+    // writer takes them, never more than 10,000 events queued at once [...]; a
+    // lock that changes before the backlog reaches it has its acquisition
+    // recorded first."
     // The writer task cannot run between these calls (one thread): what is
     // queued is what the hub queued.
     hub.before_apply(&state, &snap, t, true);
@@ -67,6 +73,7 @@ async fn a_first_snapshot_is_recorded_a_writers_worth_at_a_time_and_each_acquisi
     state.apply(snap);
     hub.pump(&state);
     hub.pump(&state);
+    assert_eq!(BACKLOG_AHEAD, 10_000, "the bound docs/operations.md states");
     assert_eq!(
         queued(&history),
         BACKLOG_AHEAD,
