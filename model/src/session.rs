@@ -140,6 +140,9 @@ pub struct Deadlocks {
     pub sessions: BTreeSet<String>,
     /// The locks those sessions hold and wait for each other on.
     pub locks: BTreeSet<String>,
+    /// How many separate cycles (strongly connected components of the graph,
+    /// a self-wait included) those sessions form.
+    pub cycles: usize,
 }
 
 impl Deadlocks {
@@ -229,6 +232,7 @@ impl Deadlocks {
                     }
                     let self_loop = out.iter().any(|(to, _)| *to == node);
                     if component.len() > 1 || self_loop {
+                        found.cycles += 1;
                         found.sessions.extend(component.iter().map(|s| s.to_string()));
                         component_of.extend(component.iter().map(|s| (*s, node_index)));
                     }
@@ -268,6 +272,7 @@ mod tests {
         let d = find(&[("A", "x"), ("B", "y")], &[("x", "B"), ("y", "A")]);
         assert_eq!(d.sessions, set(&["A", "B"]));
         assert_eq!(d.locks, set(&["x", "y"]));
+        assert_eq!(d.cycles, 1);
         // A -> B -> C -> A, plus D waiting on the cycle without being on it.
         let d = find(
             &[("A", "x"), ("B", "y"), ("C", "z"), ("D", "x")],
@@ -275,6 +280,7 @@ mod tests {
         );
         assert_eq!(d.sessions, set(&["A", "B", "C"]));
         assert_eq!(d.locks, set(&["x", "y", "z"]));
+        assert_eq!(d.cycles, 1, "one cycle of three; D only waits on it");
         // A chain is no deadlock: A -> B -> C, C waits for nothing held.
         let d = find(&[("A", "x"), ("B", "y"), ("C", "free")], &[("x", "B"), ("y", "C")]);
         assert_eq!(d, Deadlocks::default());
@@ -285,6 +291,7 @@ mod tests {
         let d = find(&[("A", "x")], &[("x", "A")]);
         assert_eq!(d.sessions, set(&["A"]));
         assert_eq!(d.locks, set(&["x"]));
+        assert_eq!(d.cycles, 1);
     }
 
     #[test]
@@ -305,6 +312,7 @@ mod tests {
             &[("a", "B"), ("b", "A"), ("c", "D"), ("d", "C")],
         );
         assert_eq!(d.sessions, set(&["A", "B", "C", "D"]));
+        assert_eq!(d.cycles, 2, "A-B and C-D are two cycles");
         // A also waits for c (held by D, on the other cycle): c is on a cycle,
         // but A -> D is an edge between two cycles, not part of either.
         let d = find(
@@ -316,6 +324,7 @@ mod tests {
             set(&["a", "b", "c", "d"]),
             "c2 joins two cycles but is on neither"
         );
+        assert_eq!(d.cycles, 2, "an edge between two cycles does not merge them");
     }
 
     #[test]

@@ -14,7 +14,10 @@
 //!   counted by the websocket registry, [`crate::auth::Auth`] and the audit
 //!   log's tallies;
 //! - the unlocker: counted here as it acts ([`Metrics::unlocker_released`],
-//!   [`Metrics::unlocker_failed`], [`Metrics::set_unlocker_active`]).
+//!   [`Metrics::unlocker_failed`], [`Metrics::set_unlocker_active`]), and the
+//!   mode each fleet's unlocker runs in ([`Metrics::set_unlocker_mode`]);
+//! - deadlocks: the cycles in each fleet's deadlock view, kept by its hub
+//!   ([`crate::live::stats::FleetStats`]).
 //!
 //! The server serves [`Metrics::for_fleets`] (made by `AppState::new`, shared as
 //! `AppState::metrics`); [`Metrics::new`] holds the unlocker's metrics alone.
@@ -36,6 +39,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use lockscope_model::unlock::Mode;
+
 use crate::live::hub::Fleets;
 
 /// What `/metrics` answers with (the format `prometheus-client` writes).
@@ -55,6 +60,10 @@ pub const UNLOCKER_OUTCOMES: [&str; 4] = ["released", "not_held", "changed", "de
 /// could not answer; renewing the unlocker role failed.
 pub const UNLOCKER_FAILURE_REASONS: [&str; 2] = ["store", "renew"];
 
+/// The unlocker's modes, one `lockscope_unlocker_mode` series each (1 for the
+/// mode in force, 0 for the others).
+pub const UNLOCKER_MODES: [Mode; 3] = [Mode::Off, Mode::DryRun, Mode::On];
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FleetLabels {
     fleet: String,
@@ -64,6 +73,12 @@ struct FleetLabels {
 struct OutcomeLabels {
     fleet: String,
     outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    fleet: String,
+    mode: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -81,6 +96,7 @@ pub struct Metrics {
     releases: Family<OutcomeLabels, Counter>,
     failures: Family<ReasonLabels, Counter>,
     active: Family<FleetLabels, Gauge>,
+    modes: Family<ModeLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -97,6 +113,7 @@ impl Metrics {
         let releases = Family::<OutcomeLabels, Counter>::default();
         let failures = Family::<ReasonLabels, Counter>::default();
         let active = Family::<FleetLabels, Gauge>::default();
+        let modes = Family::<ModeLabels, Gauge>::default();
         registry.register(
             "unlocker_releases",
             "Locks the unlocker of this replica tried to release, by outcome",
@@ -112,11 +129,17 @@ impl Metrics {
             "1 when this replica is the fleet's active unlocker, else 0",
             active.clone(),
         );
+        registry.register(
+            "unlocker_mode",
+            "1 for the mode this replica's unlocker of the fleet runs in (off, dry-run, on), 0 for the others",
+            modes.clone(),
+        );
         Metrics {
             registry,
             releases,
             failures,
             active,
+            modes,
         }
     }
 
@@ -133,6 +156,8 @@ impl Metrics {
                 let _ = m.failures.get_or_create(&reason_labels(&fleet, reason));
             }
             let _ = m.active.get_or_create(&FleetLabels { fleet: fleet.clone() });
+            // Until its unlocker starts (a fleet without one stays so): off.
+            m.set_unlocker_mode(&fleet, Mode::Off);
         }
         m
     }
@@ -174,6 +199,18 @@ impl Metrics {
         self.active
             .get_or_create(&FleetLabels { fleet: fleet.into() })
             .set(active as i64);
+    }
+
+    /// The mode `fleet`'s unlocker runs in on this replica (what it
+    /// actually does: `off` for a read-only store whatever was asked).
+    pub fn set_unlocker_mode(&self, fleet: &str, mode: Mode) {
+        for m in UNLOCKER_MODES {
+            let labels = ModeLabels {
+                fleet: fleet.into(),
+                mode: m.as_str().into(),
+            };
+            self.modes.get_or_create(&labels).set((m == mode) as i64);
+        }
     }
 
     /// The whole exposition, `# EOF` included.

@@ -91,6 +91,7 @@ pub async fn run(
         u.status.problem = Some(why.into());
     }
     u.deps.metrics.set_unlocker_active(&u.fleet, false);
+    u.deps.metrics.set_unlocker_mode(&u.fleet, u.status.mode);
     u.publish().await;
     // Subscribed for as long as the unlocker runs, so the hub keeps the view's
     // index built and each tick's render reads it instead of building it anew.

@@ -1,10 +1,10 @@
 //! What one fleet's hub keeps for `/metrics` besides its summary.
 //!
 //! The hub task owns a [`HubFeed`]: it follows session changes (contention
-//! counters), store status changes (reconnects) and each turn's oldest lock, and
-//! writes them to the fleet's [`FleetStats`], which a scrape reads without asking
-//! the hub anything. Websocket connections count themselves in the same
-//! [`FleetStats`] ([`FleetStats::websocket_opened`]).
+//! counters), store status changes (reconnects) and each turn's oldest lock and
+//! deadlock cycles, and writes them to the fleet's [`FleetStats`], which a
+//! scrape reads without asking the hub anything. Websocket connections count
+//! themselves in the same [`FleetStats`] ([`FleetStats::websocket_opened`]).
 //!
 //! The contention totals are also sampled every [`SAMPLE_EVERY`] into a
 //! [`CounterSeries`] for the charts ([`FleetStats::sample_counters`]).
@@ -44,6 +44,8 @@ pub struct FleetStats {
     websockets: AtomicU64,
     lag_drops: AtomicU64,
     reconnects: AtomicU64,
+    /// Cycles in the fleet's deadlock view ([`FleetState::deadlocks`]).
+    deadlock_cycles: AtomicU64,
     contention: Mutex<Totals>,
     /// Sessions whose counters the hub follows.
     sessions: AtomicU64,
@@ -71,6 +73,8 @@ pub struct StatsNow {
     pub lag_drops: u64,
     /// Times the store came back (live after unreachable).
     pub reconnects: u64,
+    /// Cycles in the fleet's deadlock view now.
+    pub deadlock_cycles: u64,
     pub contention: Totals,
 }
 
@@ -81,6 +85,7 @@ impl Default for FleetStats {
             websockets: AtomicU64::new(0),
             lag_drops: AtomicU64::new(0),
             reconnects: AtomicU64::new(0),
+            deadlock_cycles: AtomicU64::new(0),
             contention: Mutex::new(Totals::default()),
             sessions: AtomicU64::new(0),
             series: Mutex::new(CounterSeries::default()),
@@ -97,6 +102,7 @@ impl FleetStats {
             websockets: self.websockets.load(Ordering::Relaxed),
             lag_drops: self.lag_drops.load(Ordering::Relaxed),
             reconnects: self.reconnects.load(Ordering::Relaxed),
+            deadlock_cycles: self.deadlock_cycles.load(Ordering::Relaxed),
             contention: *self.contention.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
@@ -205,11 +211,14 @@ impl HubFeed {
         self.stats.lag_drops.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// At the end of each hub turn: publishes the oldest lock and, if they
+    /// At the end of each hub turn: publishes the oldest lock, the deadlock
+    /// view's cycles (kept up to date by the state as it changes) and, if they
     /// grew, the contention totals. O(log n), whatever the fleet's size.
-    pub fn turn(&mut self, views: &Views) {
+    pub fn turn(&mut self, state: &FleetState, views: &Views) {
         let oldest = views.oldest_acquired_at().unwrap_or(NO_LOCK);
         self.stats.oldest_acquired_at.store(oldest, Ordering::Relaxed);
+        let cycles = state.deadlocks().cycles as u64;
+        self.stats.deadlock_cycles.store(cycles, Ordering::Relaxed);
         if self.contention.take_changed() {
             *self.stats.contention.lock().unwrap_or_else(|e| e.into_inner()) = *self.contention.totals();
         }

@@ -113,6 +113,13 @@ impl Collector for FleetCollector {
         gauge(e, "lock_waiters", "Sessions waiting for a lock.", &rows, |r| {
             r.summary.counts.waiters
         })?;
+        gauge(
+            e,
+            "deadlock_cycles",
+            "Cycles in the fleet's deadlock view: sessions waiting, through the locks they wait for, on each other.",
+            &rows,
+            |r| r.stats.deadlock_cycles,
+        )?;
         gauge(e, "locks_overdue", "Locks held past their alert_at.", &rows, |r| {
             r.summary.counts.overdue
         })?;

@@ -14,10 +14,14 @@ use super::*;
 use crate::live::hub::HubHandle;
 
 fn lock(name: &str, rev: i64, acquired_at: i64) -> LockEntry {
+    lock_of(name, rev, acquired_at, "s1")
+}
+
+fn lock_of(name: &str, rev: i64, acquired_at: i64, session: &str) -> LockEntry {
     let rec = LockRecord {
         v: RECORD_VERSION,
         owner: format!("o{rev}"),
-        session: "s1".into(),
+        session: session.into(),
         service: "svc".into(),
         host: "h".into(),
         pid: 1,
@@ -121,6 +125,7 @@ async fn every_family_is_there_from_the_start_at_zero() {
         "lockscope_websocket_subscribers",
         "lockscope_websocket_lag_drops_total",
         "lockscope_unlocker_active",
+        "lockscope_deadlock_cycles",
     ] {
         assert_eq!(value(&s, name, "f"), Some(0.0), "{name}\n{text}");
     }
@@ -201,6 +206,61 @@ async fn counts_and_the_oldest_lock_come_from_the_hub() {
     .unwrap();
     let s = until(&m, "none held", |s| value(s, "lockscope_locks_held", "f") == Some(0.0)).await;
     assert_eq!(value(&s, "lockscope_oldest_lock_age_seconds", "f"), Some(0.0));
+}
+
+/// docs/operations.md, Metrics: "`lockscope_deadlock_cycles` … Cycles in the
+/// fleet's deadlock view".
+#[tokio::test]
+async fn deadlock_cycles_follow_the_fleets_deadlock_view() {
+    let (tx, _hub, m) = hub();
+    let now = now_ms();
+    let wait = |session: &str, lock: &str| Waiter {
+        lock: lock.into(),
+        session: session.into(),
+    };
+    // A waits for y (B's), B for x (A's): one cycle. C and D likewise on z
+    // and w: a second. E waits for x without being on a cycle.
+    let held = [("x", "A"), ("y", "B"), ("z", "C"), ("w", "D")];
+    let snapshot = Snapshot {
+        revision: 9,
+        locks: (held.iter().enumerate())
+            .map(|(i, (l, s))| lock_of(l, i as i64 + 1, now, s))
+            .collect(),
+        waiters: vec![
+            wait("A", "y"),
+            wait("B", "x"),
+            wait("C", "w"),
+            wait("D", "z"),
+            wait("E", "x"),
+        ],
+        sessions: None,
+        blacklist: vec![],
+    };
+    tx.send(ObserverEvent::Events(vec![FleetEvent::Reset(snapshot)]))
+        .await
+        .unwrap();
+    until(&m, "two cycles", |s| {
+        value(s, "lockscope_deadlock_cycles", "f") == Some(2.0)
+    })
+    .await;
+    // B gives up waiting: A-B is a chain now.
+    tx.send(ObserverEvent::Events(vec![FleetEvent::StoppedWaiting(wait("B", "x"))]))
+        .await
+        .unwrap();
+    until(&m, "one cycle", |s| {
+        value(s, "lockscope_deadlock_cycles", "f") == Some(1.0)
+    })
+    .await;
+    tx.send(ObserverEvent::Events(vec![FleetEvent::Remove {
+        name: "w".into(),
+        revision: 10,
+    }]))
+    .await
+    .unwrap();
+    until(&m, "no cycle", |s| {
+        value(s, "lockscope_deadlock_cycles", "f") == Some(0.0)
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -361,6 +421,37 @@ async fn the_unlocker_counts_into_its_fleet() {
     }
     m.set_unlocker_active("f", false);
     assert_eq!(value(&scrape(&m).1, "lockscope_unlocker_active", "f"), Some(0.0));
+}
+
+/// docs/operations.md, Metrics: "`lockscope_unlocker_mode` … 1 for the mode
+/// this replica's unlocker of the fleet runs in, 0 for the other two".
+#[tokio::test]
+async fn the_unlocker_mode_is_one_series_per_mode() {
+    let (_tx, _hub, m) = hub();
+    let modes = |m: &Metrics| {
+        let (_, s) = scrape(m);
+        let mut on: Vec<(String, f64)> = (s.samples.iter())
+            .filter(|x| x.metric == "lockscope_unlocker_mode" && x.labels.get("fleet") == Some("f"))
+            .map(|x| {
+                let Value::Gauge(v) = x.value else { panic!("a gauge") };
+                (x.labels.get("mode").unwrap().to_string(), v)
+            })
+            .collect();
+        on.sort_by(|a, b| a.0.cmp(&b.0));
+        on
+    };
+    let series = |off, dry, on| {
+        vec![
+            ("dry-run".to_string(), dry),
+            ("off".to_string(), off),
+            ("on".to_string(), on),
+        ]
+    };
+    assert_eq!(modes(&m), series(1.0, 0.0, 0.0), "off until the unlocker starts");
+    m.set_unlocker_mode("f", Mode::On);
+    assert_eq!(modes(&m), series(0.0, 0.0, 1.0));
+    m.set_unlocker_mode("f", Mode::DryRun);
+    assert_eq!(modes(&m), series(0.0, 1.0, 0.0));
 }
 
 #[test]

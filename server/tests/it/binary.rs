@@ -1,6 +1,7 @@
 //! The real `lockscope` binary as a test's child process: on a free loopback
 //! port with the arguments the test gives, in its directory, ready once
-//! `/healthz` answers, killed (SIGKILL) when dropped.
+//! `/healthz` answers, killed (SIGKILL) when dropped; requests to it with any
+//! method and headers; stopped as systemd stops it (SIGTERM) or killed.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -39,18 +40,55 @@ impl Binary {
 
     /// `GET path`: the status and the body (`0` and nothing when it does not answer).
     pub async fn get(&self, path: &str) -> (u16, String) {
+        let (status, _, body) = self.send("GET", path, &[], "").await;
+        (status, body)
+    }
+
+    /// `METHOD path` with `headers` and `body`: the status, the headers and
+    /// the body (`0` and nothing when it does not answer).
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, hyper::HeaderMap, String) {
         use http_body_util::{BodyExt, Full};
         let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-        let req = hyper::Request::get(format!("http://127.0.0.1:{}{path}", self.port))
-            .body(Full::new(hyper::body::Bytes::new()))
-            .unwrap();
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(format!("http://127.0.0.1:{}{path}", self.port));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(hyper::body::Bytes::from(body.to_string()))).unwrap();
         match client.request(req).await {
             Ok(resp) => {
                 let status = resp.status().as_u16();
+                let headers = resp.headers().clone();
                 let body = resp.into_body().collect().await.unwrap().to_bytes();
-                (status, String::from_utf8_lossy(&body).into_owned())
+                (status, headers, String::from_utf8_lossy(&body).into_owned())
             }
-            Err(_) => (0, String::new()),
+            Err(_) => (0, hyper::HeaderMap::new(), String::new()),
+        }
+    }
+
+    /// SIGTERM (as `systemctl stop` sends), then waits until it exits
+    /// (`within` at most, else it is killed and the test fails): its exit status.
+    pub async fn terminate(mut self, within: Duration) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child, not reaped yet.
+        let sent = unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) } == 0;
+        assert!(sent, "SIGTERM: {}", std::io::Error::last_os_error());
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "lockscope still runs {within:?} after SIGTERM"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 

@@ -25,6 +25,7 @@ mod metrics;
 mod outage;
 mod pg_advisory;
 mod redis;
+mod replicas_pg;
 mod restart_gap;
 mod scrape;
 mod soak;

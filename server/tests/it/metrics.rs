@@ -33,7 +33,7 @@ use tokio_tungstenite::tungstenite::http::HeaderValue;
 const FLEET: &str = "sql";
 
 /// Every metric `/metrics` has for each fleet (as sample names).
-const PER_FLEET: [&str; 21] = [
+const PER_FLEET: [&str; 23] = [
     "lockscope_locks_held",
     "lockscope_lock_waiters",
     "lockscope_locks_overdue",
@@ -54,7 +54,9 @@ const PER_FLEET: [&str; 21] = [
     "lockscope_websocket_subscribers",
     "lockscope_websocket_lag_drops_total",
     "lockscope_unlocker_active",
+    "lockscope_unlocker_mode",
     "lockscope_unlocker_releases_total",
+    "lockscope_deadlock_cycles",
 ];
 
 struct Server {

@@ -122,7 +122,7 @@ impl Hub {
             self.deliver(id, &ServerMsg::Window(frame));
         }
         self.watchers.flush(&self.state, &self.views);
-        self.feed.turn(&self.views);
+        self.feed.turn(&self.state, &self.views);
         let counts = self.views.counts();
         let status = self.status.clone();
         self.summary.send_if_modified(|s| {
