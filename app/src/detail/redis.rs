@@ -39,6 +39,11 @@ pub fn queue_line(id: &str, deadline: Option<Millis>, now: Millis) -> String {
     }
 }
 
+/// Said above a fair lock's queue read only in part.
+pub fn queue_more_text(n: u32) -> String {
+    format!("more than {n} waiters: only the first {n} in the queue are read and shown")
+}
+
 /// One master's state under the lock's key.
 pub fn master_line(m: &RedlockMaster) -> String {
     match (&m.token, m.reachable) {
@@ -61,7 +66,10 @@ fn redisson(r: RedissonLock, now: Millis) -> AnyView {
             .iter()
             .map(|w| view! { <li data-testid="detail-redisson-waiter">{queue_line(&w.id, w.deadline, now)}</li> })
             .collect_view();
-        view! { <dd><ol class="waiters">{items}</ol></dd> }.into_any()
+        let more = r.queue_truncated_at.map(|n| {
+            view! { <p class="warn" data-testid="detail-redisson-more">{queue_more_text(n)}</p> }
+        });
+        view! { <dd>{more}<ol class="waiters">{items}</ol></dd> }.into_any()
     };
     view! {
         <dt>"layout"</dt><dd data-testid="detail-redisson">{REDISSON_RELEASE}</dd>

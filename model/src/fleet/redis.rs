@@ -18,6 +18,10 @@ pub struct RedissonLock {
     /// plain `RLock`'s contenders wait on its channel and are listed nowhere).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queue: Vec<RedissonWaiter>,
+    /// The queue holds more than this many waiters and only the first this
+    /// many were read and are shown (`None`: the whole queue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_truncated_at: Option<u32>,
 }
 
 /// One thread queued for a Redisson fair lock.

@@ -366,3 +366,62 @@ async fn a_polled_fleet_says_when_it_last_looked_and_when_that_is_too_old() {
     );
     assert!(t0.elapsed() >= Duration::from_secs(2), "said stale too early");
 }
+
+/// docs/operations.md, "Redisson locks": "A queue is read up to its first
+/// 1000 waiters … past that, the page says "more than 1000 waiters: only the
+/// first 1000 in the queue are read and shown" and the API's
+/// `detail.redisson.queue_truncated_at` is `1000`."
+#[tokio::test]
+async fn a_fair_lock_queue_is_read_up_to_its_bound() {
+    const CROWD: &str = "/api/v1/fleets/cache/locks/rs%3Acrowd";
+    let server = RedisServer::start().await;
+    let spec = StoreSpec::parse(&format!("{}?match=rs:*", server.url())).unwrap();
+    let served = super::foreign::serve(F, "redis", &spec).await;
+    let addr = served.addr;
+    let mut a = Redisson::connect(&server, "6f1bc9e2-5a70-4b7e-9d1e-0c2f3a4b5c6d").await;
+    assert_eq!(a.fair_lock("rs:crowd", 1, Duration::from_secs(30)).await, None);
+    // 1001 queued threads, each with its deadline, as Redisson queues them.
+    const PREFIX: &str = "0d9e8f7a-1111-4222-8333-944455556666:";
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &server.port().to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "redis-cli {args:?}");
+    };
+    let fill = format!(
+        "for i = 0, 1000 do local id = '{PREFIX}' .. i; redis.call('rpush', KEYS[1], id); \
+         redis.call('zadd', KEYS[2], 4000000000000 + i, id) end"
+    );
+    cli(&[
+        "EVAL",
+        &fill,
+        "2",
+        "redisson_lock_queue:{rs:crowd}",
+        "redisson_lock_timeout:{rs:crowd}",
+    ]);
+    let (_, lock, _) = lock_until(addr, CROWD, |s, b| {
+        s == 200 && b["entry"]["body"]["detail"]["redisson"]["queue_truncated_at"] == 1000
+    })
+    .await;
+    let queue = lock["entry"]["body"]["detail"]["redisson"]["queue"].as_array().unwrap();
+    assert_eq!(queue.len(), 1000, "the first 1000 shown");
+    assert_eq!(queue[999]["id"], format!("{PREFIX}999"));
+    assert_eq!(queue[999]["deadline"], 4_000_000_000_999i64, "its deadline read too");
+    let html = page(addr, "/lock?fleet=cache&name=rs%3Acrowd").await;
+    assert!(
+        html.contains("more than 1000 waiters: only the first 1000 in the queue are read and shown"),
+        "not said on the page"
+    );
+    // At the bound exactly, the whole queue: nothing said.
+    cli(&["RPOP", "redisson_lock_queue:{rs:crowd}"]);
+    lock_until(addr, CROWD, |s, b| {
+        s == 200
+            && b["entry"]["body"]["detail"]["redisson"]["queue_truncated_at"].is_null()
+            && b["entry"]["body"]["detail"]["redisson"]["queue"]
+                .as_array()
+                .is_some_and(|q| q.len() == 1000)
+    })
+    .await;
+}

@@ -267,8 +267,10 @@ pub(crate) fn found(read: read::Read, revision: i64) -> shown::Found {
             count,
             pttl,
             queue,
+            truncated,
         } => {
-            let e = redisson::entry(key, &field, count, pttl, queue, revision);
+            let cut = truncated.then_some(redisson::MAX_QUEUE as u32);
+            let e = redisson::entry(key, &field, count, pttl, queue, cut, revision);
             let waiters = redisson::waiting_sessions(&e).into_iter().collect();
             (e, waiters)
         }

@@ -16,13 +16,15 @@ pub(crate) enum Read {
     /// A string: its token and `PTTL` (ms; `-1`: no expiry).
     Token { key: String, token: Vec<u8>, pttl: i64 },
     /// A Redisson hash: its holder's field, count, `PTTL`, and the fair
-    /// lock's queue (waiter, deadline), in order.
+    /// lock's queue (waiter, deadline), in order: its first
+    /// [`redisson::MAX_QUEUE`] only (`truncated`: it holds more).
     Redisson {
         key: String,
         field: String,
         count: i64,
         pttl: i64,
         queue: Vec<(String, Option<i64>)>,
+        truncated: bool,
     },
 }
 
@@ -98,14 +100,15 @@ pub(crate) async fn read_keys(
                 .arg(k)
                 .cmd("HGETALL")
                 .arg(k)
+                // One more than shown: whether the queue holds more.
                 .cmd("LRANGE")
                 .arg(redisson::queue_key(k))
                 .arg(0)
-                .arg(-1)
+                .arg(redisson::MAX_QUEUE)
                 .cmd("ZRANGE")
                 .arg(redisson::timeout_key(k))
                 .arg(0)
-                .arg(-1)
+                .arg(redisson::MAX_QUEUE)
                 .arg("WITHSCORES");
         } else {
             reads.cmd("PTTL").arg(k).cmd("GET").arg(k);
@@ -126,7 +129,10 @@ pub(crate) async fn read_keys(
                     continue;
                 };
                 let deadlines: std::collections::HashMap<String, String> = pairs(deadlines).into_iter().collect();
-                let queue = list(queue)
+                let mut queue = list(queue);
+                let truncated = queue.len() > redisson::MAX_QUEUE;
+                queue.truncate(redisson::MAX_QUEUE);
+                let queue = queue
                     .into_iter()
                     .map(|id| {
                         let at = deadlines.get(&id).and_then(|s| s.parse::<f64>().ok()).map(|f| f as i64);
@@ -139,6 +145,7 @@ pub(crate) async fn read_keys(
                     count,
                     pttl,
                     queue,
+                    truncated,
                 });
             }
             (false, Some(Value::BulkString(token)), _, _) => out.push(Read::Token {

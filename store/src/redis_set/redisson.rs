@@ -31,6 +31,11 @@ pub fn side_key(prefix: &str, name: &str) -> String {
     }
 }
 
+/// The most waiters of a fair lock's queue read and shown (`LRANGE 0
+/// MAX_QUEUE`, one more to tell whether there are more; the page then says
+/// "more than 1000 waiters"). docs/operations.md, "Redisson locks".
+pub const MAX_QUEUE: usize = 1000;
+
 /// The fair lock's queue of `name`.
 pub fn queue_key(name: &str) -> String {
     side_key("redisson_lock_queue", name)
@@ -90,13 +95,15 @@ return 1
 "#;
 
 /// Lock `name` as read from its hash: the holder's field, count and `PTTL`,
-/// and the fair lock's queue with deadlines.
+/// and the fair lock's queue with deadlines (`queue_truncated_at`: it holds
+/// more than [`MAX_QUEUE`], only the first are in `queue`).
 pub(crate) fn entry(
     name: String,
     field: &str,
     count: i64,
     pttl: i64,
     queue: Vec<(String, Option<i64>)>,
+    queue_truncated_at: Option<u32>,
     revision: i64,
 ) -> LockEntry {
     let (uuid, thread) = field.rsplit_once(':').unwrap_or((field, ""));
@@ -121,6 +128,7 @@ pub(crate) fn entry(
                     .into_iter()
                     .map(|(id, deadline)| RedissonWaiter { id, deadline })
                     .collect(),
+                queue_truncated_at,
             }))),
         },
     }
