@@ -58,6 +58,9 @@ function exited(p: ChildProcess): Promise<void> {
 
 export class Stack {
   private etcd?: ChildProcess;
+  private redis?: ChildProcess;
+  /** The port of {@link startRedis}'s `redis-server`. */
+  redisPort = 0;
   private server?: ChildProcess;
   private demos: ChildProcess[] = [];
   private serverLog = '';
@@ -89,6 +92,30 @@ export class Stack {
     });
     await s.startServer(['--etcd', s.etcdEndpoint, '--prefix', PREFIX, '--fleet', 'e2e-fleet']);
     return s;
+  }
+
+  /**
+   * A real `redis-server` (no persistence) and the server watching it as the
+   * fleet `cache` (`redis://`): locks are taken with {@link redisCli}.
+   */
+  static async startRedis(): Promise<Stack> {
+    const s = await Stack.prepare();
+    s.redisPort = await freePort();
+    s.redis = spawn(
+      'redis-server',
+      ['--port', String(s.redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', s.dir],
+      { stdio: 'ignore' },
+    );
+    await until('redis-server to answer', 20_000, async () =>
+      (await s.redisCli('PING')).includes('PONG') ? true : undefined,
+    );
+    await s.startServer(['--store', `cache=redis://127.0.0.1:${s.redisPort}`]);
+    return s;
+  }
+
+  /** `redis-cli ARGS…` against {@link startRedis}'s server: its output. */
+  async redisCli(...args: string[]): Promise<string> {
+    return (await run('redis-cli', ['-p', String(this.redisPort), ...args])).stdout;
   }
 
   /** The server with nothing configured: the embedded SQLite default and its demo fleet. */
@@ -305,6 +332,12 @@ export class Stack {
       await exited(server);
     }
     await this.stopEtcd();
+    const redis = this.redis;
+    this.redis = undefined;
+    if (redis) {
+      redis.kill('SIGKILL');
+      await exited(redis);
+    }
     rmSync(this.dir, { recursive: true, force: true });
   }
 }
