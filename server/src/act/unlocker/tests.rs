@@ -103,8 +103,10 @@ async fn the_server_clock_follows_monotonic_time_not_the_wall() {
     assert_eq!(clock.now(), T0 + 1_234);
 }
 
-/// issue 27: "The unlocker never acts on a foreign fleet (say so in the
-/// overview)." Configured `on`, the unlocker of a Redis fleet publishes mode
+/// docs/operations.md, "The unlocker": "The unlocker never acts on a fleet of
+/// another library's locks … whatever mode was configured: its mode is `off`
+/// and the overview's unlocker column says "never acts here" with the
+/// family's reason". Configured `on`, the unlocker of a Redis fleet publishes mode
 /// `off` with the family's reason, which the overview shows as "never acts
 /// here" (nothing listens on port 1: the store is never asked).
 #[tokio::test]
