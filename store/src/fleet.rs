@@ -369,6 +369,12 @@ impl Foreign {
     pub(crate) fn unlocker(&self) -> BoxFuture<'static, Result<Option<UnlockerInfo>, StoreError>> {
         Box::pin(async { Ok(None) })
     }
+
+    /// Why the unlocker never acts here ([`FleetStore::no_unlocker`]): the
+    /// family's reason, always.
+    pub(crate) fn no_unlocker(&self) -> Option<&'static str> {
+        Some(self.no_unlocker)
+    }
 }
 
 /// The owner id of the acquisition `entry` shows (`None`: a malformed value, a
@@ -410,12 +416,6 @@ impl ReadOnlyFleet {
     fn refuse<T: Send + 'static>(&self) -> BoxFuture<'static, Result<T, StoreError>> {
         let store = self.spec.source();
         Box::pin(async move { Err(StoreError::ReadOnly { store }) })
-    }
-
-    /// Why the unlocker never acts here ([`FleetStore::no_unlocker`]): the
-    /// family's reason, always.
-    pub(crate) fn no_unlocker(&self) -> Option<&'static str> {
-        Some(self.no_unlocker)
     }
 }
 
