@@ -153,14 +153,14 @@ impl Hub {
                     }
                 }
                 ObserverEvent::Missed { base, events } => self.on_missed(base, events, now),
+                // A polled or rescanned fleet's last full read: the overview
+                // says when, and past 3× the interval that it is not live.
+                ObserverEvent::Looked(polled) => self.summary.send_modify(|s| s.polled = Some(polled)),
                 ObserverEvent::Status(status) => {
                     self.feed.on_status(&status);
                     if let Some(h) = &mut self.history {
                         h.on_status(&status, now);
                     }
-                // A polled or rescanned fleet's last full read: the overview
-                // says when, and past 3× the interval that it is not live.
-                ObserverEvent::Looked(polled) => self.summary.send_modify(|s| s.polled = Some(polled)),
                     self.status = status.clone();
                     let msg = ServerMsg::Status {
                         server_time: now_ms(),
