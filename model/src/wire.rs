@@ -101,12 +101,12 @@ pub struct FleetSummary {
     /// no history): since when, and the fleet's events lost since.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub history: Option<crate::history::NotRecording>,
-    #[serde(flatten)]
     /// A polled or rescanned fleet's last full read of its store (`None`:
     /// the store has a change feed and is never polled, or no read yet):
     /// older than 3× its interval, the table is not live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub polled: Option<crate::polled::Polled>,
+    #[serde(flatten)]
     pub counts: Counts,
 }
 
