@@ -390,7 +390,17 @@ impl History {
             replay.apply(&ev?);
             replayed += 1;
         }
-        Ok(replay.table(fleet, at, checkpoint, replayed))
+        // Moved out, not copied: a fleet's whole table, once (a checkpoint of a
+        // million-lock fleet held it twice).
+        Ok(TableAt {
+            fleet: fleet.to_string(),
+            at,
+            locks: std::mem::take(&mut replay.locks).into_values().collect(),
+            waiters: std::mem::take(&mut replay.waiters).into_iter().collect(),
+            checkpoint,
+            replayed,
+            ..TableAt::default()
+        })
     }
 
     async fn checkpoint_before(&self, fleet: &str, at: Millis) -> Result<Option<TableAt>, HistoryError> {
