@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::spec::StoreSpec;
+use lockscope_model::fleet::FamilyDetail;
+use lockscope_model::LockBody;
 
 fn target(spec: &str) -> AdvisoryTarget {
     match StoreSpec::parse(spec).unwrap() {
@@ -63,4 +65,82 @@ fn a_fence_names_one_backend() {
     );
     assert_ne!(fence_of(7, 1_000), fence_of(8, 1_000));
     assert!(fence_of(i32::MAX, i64::MAX) >= 0);
+}
+
+/// A poll's read of `n` advisory locks all held by one backend (a pooled
+/// connection or a job runner holding one lock per job).
+fn one_backend_holding(n: usize) -> poll::Read {
+    poll::Read {
+        now_ms: 1_000,
+        locks: (0..n)
+            .map(|i| poll::LockRow {
+                pid: Some(7),
+                granted: true,
+                mode: "ExclusiveLock".into(),
+                sub: 1,
+                classid: 0,
+                objid: i as i64,
+                waitstart: None,
+            })
+            .collect(),
+        blocked: vec![],
+        backends: vec![poll::BackendRow {
+            pid: 7,
+            start_us: Some(1),
+            app: Some("runner".into()),
+            user: None,
+            addr: None,
+            xact_ms: None,
+            state: Some("idle".into()),
+            state_ms: Some(1),
+            query_ms: None,
+            query: None,
+            holds: None,
+        }],
+        names: vec![],
+    }
+}
+
+/// The fastest of two builds of `n` locks, in µs.
+fn build_us(n: usize) -> u128 {
+    let t = target(&format!("advisory+postgres://db/app#limit={n}"));
+    (0..2)
+        .map(|_| {
+            let read = one_backend_holding(n);
+            let t0 = std::time::Instant::now();
+            let snapshot = poll::build(&t, read, &mut Default::default());
+            let took = t0.elapsed().as_micros();
+            assert_eq!(snapshot.locks.len(), n);
+            took
+        })
+        .min()
+        .unwrap()
+}
+
+/// docs/performance.md ("PostgreSQL advisory locks"): a poll's snapshot costs time linear in
+/// the locks read. Each lock lists what else its holder holds (50 entries at most); listing
+/// it once copied everything the holder held, so one backend holding 10,000 keys cost
+/// 10,000 × 10,000 copies a poll (1.9 s of a debug build's CPU every second).
+#[test]
+fn a_poll_costs_time_linear_in_its_locks_when_one_backend_holds_them_all() {
+    let small = build_us(500).max(1);
+    let large = build_us(5_000);
+    assert!(
+        large < small * 40,
+        "10x the locks took {}x the time ({small} µs, then {large} µs): not linear",
+        large / small
+    );
+    let t = target("advisory+postgres://db/app");
+    let snapshot = poll::build(&t, one_backend_holding(100), &mut Default::default());
+    let LockBody::Foreign { detail: Some(d), .. } = &snapshot.locks[0].body else {
+        panic!("{:?}", snapshot.locks[0]);
+    };
+    let FamilyDetail::PgAdvisory(l) = &**d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(
+        l.holders[0].also_holds.len(),
+        poll::ALSO_HOLDS_KEPT,
+        "what else it holds, cut to 50"
+    );
 }
