@@ -21,7 +21,7 @@ use crate::release::ReleaseSection;
 use crate::rows::state_icon;
 use crate::sessions::{holder_word, session_text};
 
-mod pg_advisory;
+pub(crate) mod pg_advisory;
 mod polled;
 mod redis;
 mod zookeeper;

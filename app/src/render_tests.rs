@@ -167,6 +167,7 @@ fn sessions_get_blacklist_or_lift_forms() {
         deadlock: false,
         lease: None,
         is_lease: false,
+        foreign: None,
     };
     let mut page = lock_page(Role::Admin, true, Holder::Gone);
     page.screen = Screen::Sessions {

@@ -19,6 +19,8 @@ use crate::links::{lock_href, locks_href};
 use crate::live::LiveView;
 use crate::rows::short as short_id;
 
+mod foreign;
+
 /// A session's liveness as a word and an icon (never colour alone).
 pub fn holder_word(h: Holder) -> (&'static str, &'static str) {
     match h {
@@ -46,6 +48,8 @@ pub struct SessionText {
     pub skew: String,
     pub skew_title: String,
     pub blacklist: String,
+    /// The locks a foreign session holds, by name (the locks cell's hover).
+    pub holds: String,
 }
 
 /// An etcd lease's row: no service, host or pid is known; its TTL stands in
@@ -165,9 +169,10 @@ pub fn SessionsPage() -> impl IntoView {
         let text = Memo::new(move |_| {
             r.with(|r| {
                 r.as_ref()
-                    .map(|r| match r.is_lease {
-                        true => lease_row_text(r, live.now.get()),
-                        false => session_text(r.entry.as_ref(), r.blacklist.as_ref(), live.now.get()),
+                    .map(|r| match (r.is_lease, r.foreign.as_deref()) {
+                        (true, _) => lease_row_text(r, live.now.get()),
+                        (false, Some(f)) => foreign::row_text(r, f, live.now.get()),
+                        (false, None) => session_text(r.entry.as_ref(), r.blacklist.as_ref(), live.now.get()),
                     })
                     .unwrap_or_default()
             })
@@ -200,7 +205,7 @@ pub fn SessionsPage() -> impl IntoView {
                 {actions}
                 <td class="started" title=move || text.with(|t| t.started_title.clone())>{move || text.with(|t| t.started.clone())}</td>
                 <td class="beat" data-testid="heartbeat-age" title=move || text.with(|t| t.heartbeat_title.clone())>{move || text.with(|t| t.heartbeat.clone())}</td>
-                <td class="held"><a href=move || locks_href(&fleet())>{move || field(r, |r| r.locks_held)}</a></td>
+                <td class="held" title=move || text.with(|t| t.holds.clone())><a href=move || locks_href(&fleet())>{move || field(r, |r| r.locks_held)}</a></td>
                 <td class="waiting">{waiting}</td>
                 <td class="contention" title=move || text.with(|t| t.contention_title.clone())>{move || text.with(|t| t.contention.clone())}</td>
                 <td class="skew" data-testid="skew" title=move || text.with(|t| t.skew_title.clone())>{move || text.with(|t| t.skew.clone())}</td>
@@ -214,6 +219,8 @@ pub fn SessionsPage() -> impl IntoView {
         <p class="hint">
             {move || list.with(|l| if l.tracked {
                 format!("{} sessions; blacklisted and deadlocked first. Heartbeat ages are on this server's clock; * marks one not yet seen live.", l.total)
+            } else if l.rows.iter().any(|r| r.foreign.is_some()) {
+                format!("{} ZooKeeper sessions or PostgreSQL backends, as the fleet's locks show them: each with the locks it holds (hover the count) and waits for. What no lock tells is unknown.", l.total)
             } else if l.rows.iter().any(|r| r.is_lease) {
                 format!("{} etcd leases: each is the session of the mutex keys on it. The heartbeat column is its TTL left of granted as last read (hover for the keys on it).", l.total)
             } else {
@@ -273,6 +280,7 @@ mod tests {
             deadlock: false,
             lease: None,
             is_lease: false,
+            foreign: None,
         }
     }
 

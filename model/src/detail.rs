@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::fleet::foreign_sessions::ForeignSession;
 use crate::fleet::{FleetState, LeaseInfo, LockEntry};
 use crate::session::{BlacklistEntry, Holder, SessionEntry};
 use crate::time::Millis;
@@ -64,6 +65,10 @@ pub struct SessionRow {
     /// lockscope session record).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub is_lease: bool,
+    /// A ZooKeeper session or a PostgreSQL backend (`entry` is then `None`):
+    /// what the fleet's locks tell of it, and the locks it holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign: Option<Box<ForeignSession>>,
 }
 
 /// The sessions page: live sessions, and blacklisted ones even when gone.
@@ -154,6 +159,7 @@ impl SessionList {
                 id,
                 lease: None,
                 is_lease: false,
+                foreign: None,
             })
             .collect();
         // A store without lockscope sessions whose locks are etcd mutexes:
@@ -169,6 +175,22 @@ impl SessionList {
                     entry: None,
                     lease,
                     is_lease: true,
+                    foreign: None,
+                    id,
+                });
+            }
+            // ZooKeeper sessions and PostgreSQL backends: one row each.
+            for (id, foreign) in crate::fleet::foreign_sessions::foreign_sessions(state) {
+                rows.push(SessionRow {
+                    holder: Holder::Unknown,
+                    locks_held: u64::from(foreign.holds_total),
+                    waiting_for: waiting.remove(id.as_str()).unwrap_or_default(),
+                    blacklist: None,
+                    deadlock: deadlocks.sessions.contains(&id),
+                    entry: None,
+                    lease: None,
+                    is_lease: false,
+                    foreign: Some(Box::new(foreign)),
                     id,
                 });
             }

@@ -460,6 +460,7 @@ impl FleetState {
 mod counts;
 mod entry;
 pub mod etcd_mutex;
+pub mod foreign_sessions;
 mod intern;
 pub mod mutex_queue;
 pub mod pg_advisory;

@@ -61,6 +61,8 @@ async fn a_psql_advisory_lock_through_the_api_and_a_guarded_terminate() {
     })
     .await;
 
+    sessions_page(addr, pid, start).await;
+
     let html = page(addr, "/lock?fleet=pg&name=42").await;
     for said in [
         "polled every 1 s".replace("1 s", "0.2 s"),
@@ -199,5 +201,45 @@ async fn cancel_a_waiter(addr: std::net::SocketAddr, audit: &AuditLog, url: &str
             .iter()
             .any(|a| a.outcome == Some(Outcome::Done) && a.detail.contains(&format!("{pid}@{start}"))),
         "{cancels:#?}"
+    );
+}
+
+/// docs/operations.md: "The sessions page lists one row per backend holding or waiting for an
+/// advisory lock: its pid, application_name, user, client address, backend start and state, the
+/// locks it holds and the ones it waits for".
+async fn sessions_page(addr: std::net::SocketAddr, pid: i64, start: i64) {
+    let path = "/api/v1/fleets/pg/sessions";
+    let row = |b: &Value, app: &str| {
+        b["rows"].as_array().and_then(|rows| {
+            rows.iter()
+                .find(|r| r["foreign"]["family"]["pg_backend"]["application_name"] == app)
+                .cloned()
+        })
+    };
+    let (_, sessions, _) = lock_until(addr, path, |s, b| {
+        s == 200 && row(b, "migrate").is_some() && row(b, "worker").is_some()
+    })
+    .await;
+    let holder = row(&sessions, "migrate").unwrap();
+    assert_eq!(holder["id"], format!("{pid}@{start}"), "{holder}");
+    let backend = &holder["foreign"]["family"]["pg_backend"];
+    assert_eq!(
+        (backend["pid"].as_i64(), backend["backend_start_us"].as_i64()),
+        (Some(pid), Some(start)),
+        "{holder}"
+    );
+    assert!(
+        backend["usename"].is_string() && backend["state"].is_string(),
+        "{holder}"
+    );
+    assert_eq!(holder["foreign"]["holds"], serde_json::json!(["42"]), "{holder}");
+    assert_eq!(holder["locks_held"], 1, "{holder}");
+    let waiter = row(&sessions, "worker").unwrap();
+    assert_eq!(waiter["waiting_for"], serde_json::json!(["42"]), "{waiter}");
+    assert_eq!(waiter["foreign"]["holds_total"], 0, "{waiter}");
+    let html = page(addr, "/sessions?fleet=pg").await;
+    assert!(
+        html.contains(&format!("PostgreSQL backend pid {pid} (migrate)")),
+        "the sessions page names the backend"
     );
 }

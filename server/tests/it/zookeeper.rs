@@ -54,6 +54,41 @@ async fn a_kazoo_lock_through_the_api() {
     let fence = lock["entry"]["fence"].as_i64().unwrap();
     assert_eq!(nodes[0]["czxid"], fence, "the fence names the holder's node");
 
+    // docs/operations.md: "The sessions page lists one row per ZooKeeper session holding or
+    // waiting for a lock under ROOT: the locks it holds and waits for, and its negotiated
+    // timeout where the servers said it (unknown otherwise)".
+    let held = |b: &Value| {
+        b["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["id"] == holder.session.as_str()).cloned())
+    };
+    let (_, sessions, _) = lock_until(addr, "/api/v1/fleets/zk/sessions", |s, b| {
+        s == 200 && held(b).is_some_and(|r| r["foreign"]["family"]["zookeeper"]["timeout_ms"].is_i64())
+    })
+    .await;
+    let row = held(&sessions).unwrap();
+    assert_eq!(row["foreign"]["holds"], serde_json::json!(["jobs/nightly"]), "{row}");
+    let (_, now, _) = lock_until(addr, LOCK, |s, _| s == 200).await;
+    assert_eq!(
+        row["foreign"]["family"]["zookeeper"]["timeout_ms"],
+        now["entry"]["body"]["detail"]["zookeeper"]["holder_timeout_ms"],
+        "{row}"
+    );
+    let waits = sessions["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["id"] == waiter.session.as_str()))
+        .unwrap_or_else(|| panic!("{sessions}"));
+    assert_eq!(waits["waiting_for"], serde_json::json!(["jobs/nightly"]), "{waits}");
+    assert!(
+        waits["foreign"]["family"]["zookeeper"]["timeout_ms"].is_null(),
+        "a recipe waiter's timeout is unknown: {waits}"
+    );
+    let html = page(addr, "/sessions?fleet=zk").await;
+    assert!(
+        html.contains("ZooKeeper session") && html.contains("timeout unknown"),
+        "the sessions page"
+    );
+
     // The page: the holder's node, what a release does, and no blacklist. docs/operations.md:
     // "Blacklisting is not possible [...] the page says so instead of a button."
     assert!(!html_has_button(
