@@ -19,12 +19,15 @@
 //!   frame received for every stamp it sees, and which viewers fell behind.
 //! - `handoff`: one lock, W contending sessions: holder's release → next
 //!   waiter's acquisition, and the same for `etcdctl lock` on etcd (`handoff.rs`).
+//! - `advisory`: N PostgreSQL advisory locks held, then the `advisory+postgres://`
+//!   fleet's poll timed (p50/p99) with its CPU per poll (`advisory.rs`).
 //! - `history`: fills a lock history with N events, exports them (CSV, NDJSON)
 //!   and rebuilds the table at random instants (`history.rs`).
 //!
 //! The store is named like the server's `--store` (`etcd:URL`, `sqlite:PATH`,
 //! `postgres://…`), or `--etcd URL` as before.
 
+mod advisory;
 mod handoff;
 mod history;
 mod mutex;
@@ -79,6 +82,8 @@ enum Command {
     Handoff(handoff::Args),
     /// Fill and load a fleet of etcd native mutexes (`etcd-mutex:` layout).
     Mutex(mutex::Args),
+    /// Hold N PostgreSQL advisory locks and time the advisory fleet's poll.
+    Advisory(advisory::Args),
 }
 
 /// The fleet `fill` writes and `load` rewrites.
@@ -133,6 +138,7 @@ async fn main() -> anyhow::Result<()> {
         Command::History(args) => history::run(args).await,
         Command::Handoff(args) => handoff::run(args).await,
         Command::Mutex(args) => mutex::run(args).await,
+        Command::Advisory(args) => advisory::run(args).await,
     }
 }
 
