@@ -15,27 +15,42 @@ pub struct Binary {
 }
 
 impl Binary {
-    /// `lockscope ARGS --listen 127.0.0.1:PORT`, run in `dir`; waits (10 s at
-    /// most) until it answers `/healthz`.
+    /// `lockscope ARGS --listen 127.0.0.1:PORT`, run in `dir`; waits (30 s at
+    /// most) until it answers `/healthz`. Its stderr (warnings and errors) is
+    /// appended to `dir/lockscope.log`, shown when it does not start.
     pub async fn start(args: &[String], dir: &Path) -> Binary {
         let port = free_port();
+        let log_path = dir.join("lockscope.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_lockscope"))
             .args(args)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .env("LOCKSCOPE_LOG", "warn")
             .current_dir(dir)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .unwrap();
-        let server = Binary { child, port };
-        for _ in 0..200 {
+        let mut server = Binary { child, port };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let why = loop {
             if server.get("/healthz").await.0 == 200 {
                 return server;
             }
+            if let Some(status) = server.child.try_wait().unwrap() {
+                break format!("exited at start ({status})");
+            }
+            if std::time::Instant::now() > deadline {
+                break "not answering /healthz after 30 s".to_string();
+            }
             tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("lockscope did not start");
+        };
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        panic!("lockscope {args:?} {why}; its stderr:\n{log}");
     }
 
     /// `GET path`: the status and the body (`0` and nothing when it does not answer).
