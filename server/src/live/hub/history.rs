@@ -157,7 +157,8 @@ impl HubHistory {
                 true => snap.locks.iter().map(|l| (l.name.clone(), l.fence)).collect(),
                 false => HashSet::new(),
             };
-            // Queued right behind the snapshot's own events, before anything later.
+            // Queued right behind the snapshot's own events (its backlog's come
+            // after: the resync compares the history as it stood before it).
             self.recorder.resync(now, snap.revision, held);
         }
     }
