@@ -122,7 +122,9 @@ fi
 $bin/lockscope-bench fill "${bench_store[@]}" --locks "$LOCKS"
 
 t0=$(date +%s%N)
-$bin/lockscope "${serve_store[@]}" "${history[@]}" --listen "127.0.0.1:$listen" \
+# Every viewer connects from this one address: room for them past [limits]' default 64.
+printf '[limits]\nws_per_identity = %d\nws_per_address = %d\n' $((VIEWERS + 16)) $((VIEWERS + 16)) >"$dir/lockscope.toml"
+$bin/lockscope --config "$dir/lockscope.toml" "${serve_store[@]}" "${history[@]}" --listen "127.0.0.1:$listen" \
   --site-root target/site --log warn >"$dir/server.log" 2>&1 &
 server=$!
 pids+=($server)
@@ -132,6 +134,10 @@ page_bytes=$(curl -s "http://127.0.0.1:$listen/" | wc -c)
 cpu() { awk '{print $14 + $15}' "/proc/$server/stat"; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
 rss_loaded=$(rss)
+# The server's RSS every second from here on (its peak is judged: viewers'
+# indexes are freed when they leave, before "after the load" is read).
+(while kill -0 "$server" 2>/dev/null; do rss >>"$dir/rss.log" 2>/dev/null; sleep 1; done) &
+pids+=($!)
 history_out="off (HISTORY=off)"
 if [ "$HISTORY" = on ]; then
   # Caught up: every lock's acquisition written, nothing queued.
@@ -188,11 +194,13 @@ echo "websocket viewers:                      $viewers_out"
 if [ -s "$dir/viewers.err" ]; then
   echo "  lagged or failed viewers ($(wc -l <"$dir/viewers.err")), the first 5:"
   head -5 "$dir/viewers.err" | sed 's/^/    /'
+  grep -o 'error: .*' "$dir/viewers.err" | cut -c1-100 | sort | uniq -c | sed 's/^/    errors: /' | head -5
 fi
 echo "store write -> row in the DOM:          $probe"
 echo "server CPU during the load:             $(echo "scale=0; 100 * ($cpu1 - $cpu0) / $hz / (($w1 - $w0) / 1000000000)" | bc) % of one core"
 rss_after=$(rss)
-echo "server RSS:                             $(( rss_loaded / 1024 )) MiB loaded ($(( rss_loaded * 1024 / LOCKS )) bytes per lock incl. the empty server), $(( rss_after / 1024 )) MiB after the load and 20 page views"
+rss_peak=$(sort -n "$dir/rss.log" | tail -1)
+echo "server RSS:                             $(( rss_loaded / 1024 )) MiB loaded ($(( rss_loaded * 1024 / LOCKS )) bytes per lock incl. the empty server), peak $(( rss_peak / 1024 )) MiB, $(( rss_after / 1024 )) MiB after the load and 20 page views"
 
 # The goals (issue 26), each with a met/missed line for this run's figures; a goal
 # whose conditions this run does not meet says so instead.
@@ -203,14 +211,18 @@ goal() { # goal WHAT FIGURE LIMIT [UNIT]: met when 0 <= FIGURE <= LIMIT
 }
 echo "goals:"
 goal "server start -> live with every lock" $(( (t1 - t0) / 1000000 )) 30000 ms
-goal "RSS per held lock, loaded (incl. the empty server)" $(( rss_loaded * 1024 / LOCKS )) 1024 B
+if [ "$LOCKS" -ge 100000 ]; then
+  goal "RSS per held lock, loaded (incl. the empty server)" $(( rss_loaded * 1024 / LOCKS )) 1024 B
+else
+  echo "  RSS per held lock (goal <= 1024 B): judged from 100,000 locks (the empty server dominates below)"
+fi
 if [ "$VIEWERS" -gt 0 ] && [ -s "$dir/viewers.fig" ]; then
   # shellcheck disable=SC1091
   . "$dir/viewers.fig"
   goal "$VIEWERS views opened at once: first frame, slowest" $((no_first_frame > 0 ? 999999 : first_frame_max_ms)) 1000 ms
   goal "$VIEWERS views opened at once: first frame p50" "$first_frame_p50_ms" 200 ms
   goal "$VIEWERS views: viewers lagged (or failed)" $((lagged + errors)) 0
-  goal "$VIEWERS views: RSS growth, loaded -> after the load" $(( (rss_after - rss_loaded) / 1024 )) 200 MiB
+  goal "$VIEWERS views: RSS growth, loaded -> peak during the run" $(( (rss_peak - rss_loaded) / 1024 )) 200 MiB
   if [ "$VIEWERS" = 1 ] && [ "$RATE" -le 100 ]; then
     goal "store write -> idle websocket client p50, $RATE writes/s" "$write_frame_p50_ms" 5 ms
   else

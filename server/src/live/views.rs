@@ -45,7 +45,7 @@ mod select;
 use frames::Sub;
 use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
-pub use select::{SCAN_BUDGET, SELECT_FROM};
+pub use select::{SCAN_BUDGET, SCAN_LIMIT, SELECT_FROM};
 
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.
@@ -132,6 +132,7 @@ pub struct Views {
     /// The filters of selection views, with how many locks each takes.
     filters: HashMap<lockscope_model::view::Filter, select::FilterCount>,
     select_from: usize,
+    scan_limit: usize,
 }
 
 impl Default for Views {
@@ -161,6 +162,7 @@ impl Views {
             off_task_build_from: OFF_TASK_BUILD_FROM,
             filters: HashMap::new(),
             select_from: SELECT_FROM,
+            scan_limit: select::SCAN_LIMIT,
         };
         // The default view (the bare page) is always ready.
         v.indexes
@@ -180,9 +182,10 @@ impl Views {
 
     /// Serves filtered views by selection from `from` locks on (tests use 0).
     #[cfg(test)]
-    pub(crate) fn with_select_from(from: usize) -> Views {
+    pub(crate) fn with_select_from(from: usize, scan_limit: usize) -> Views {
         Views {
             select_from: from,
+            scan_limit,
             ..Views::new()
         }
     }

@@ -174,9 +174,12 @@ impl Views {
             .filter(|(_, s)| s.ready_at().is_some_and(|at| at <= now.mono) && self.index_ready(&s.index))
             .map(|(id, _)| *id)
             .collect();
-        due.into_iter()
+        let frames = due
+            .into_iter()
             .filter_map(|id| self.frame(state, id, now).map(|f| (id, f)))
-            .collect()
+            .collect();
+        self.demote_selections();
+        frames
     }
 
     /// Recounts the published aggregates if anything they count changed; their
@@ -209,7 +212,7 @@ impl Views {
             Some(sel) => {
                 let total = self.filters.get(&sub.spec.filter).map_or(0, |c| c.count);
                 let held = (!sub.fresh).then_some((sub.order.as_slice(), sub.offset));
-                sel.window(index, &sub.spec, total, &self.meta, held)
+                sel.window(index, &sub.spec, total, &self.meta, held, self.scan_limit)
             }
         };
         let dirty_since = sub.dirty_since.take().unwrap_or(now);

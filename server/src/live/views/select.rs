@@ -16,10 +16,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use lockscope_model::view::{Filter, ViewSpec};
+use lockscope_model::view::{Filter, SortKey, ViewSpec};
 
 use super::index::{Index, IndexSpec, Key, WindowNow, OFF_TASK_BUILD_FROM};
-use super::{Meta, Views};
+use super::{Meta, SubId, Views};
 
 /// Fleets of this many locks or more serve filtered views by selection
 /// (smaller ones build an index per filter at once, in a few milliseconds).
@@ -29,6 +29,11 @@ pub const SELECT_FROM: usize = OFF_TASK_BUILD_FROM;
 /// fleet / matching`. A view past it gets an index of its own.
 pub const SCAN_BUDGET: u64 = 20_000;
 
+/// The most keys one scan may visit: a selection whose scan went further (its
+/// filter's locks bunched at the far end of the order, say) gets an index of
+/// its own instead ([`Views::demote_selections`]).
+pub const SCAN_LIMIT: usize = 4 * SCAN_BUDGET as usize;
+
 /// A subscriber's selection over its sort key's shared order.
 #[derive(Debug)]
 pub(super) struct Selection {
@@ -37,6 +42,8 @@ pub(super) struct Selection {
     bound: Option<Key>,
     /// A lock the filter takes moved within the bound since the last scan.
     pub(super) touched: bool,
+    /// The last scan visited more than the limit: to be served by an index.
+    pub(super) overflowed: bool,
 }
 
 /// How many locks a filter used by selections takes, and by how many subscribers.
@@ -73,6 +80,7 @@ impl Selection {
         total: u64,
         meta: &HashMap<Arc<str>, Meta>,
         held: Option<(&[Arc<str>], u64)>,
+        limit: usize,
     ) -> WindowNow {
         let offset = spec.offset.min(total.saturating_sub(spec.limit as u64));
         if let Some((names, at)) = held.filter(|(_, at)| !self.touched && *at == offset) {
@@ -82,33 +90,45 @@ impl Selection {
                 names: names.to_vec(),
             };
         }
-        let (window, bound) = scan(index, spec, total, meta);
+        let (window, bound, visited) = scan(index, spec, total, meta);
         self.bound = bound;
         self.touched = false;
+        self.overflowed = visited > limit;
         window
     }
 }
 
 /// Reads `spec`'s window from the shared `index` (which holds every lock),
-/// skipping locks its filter does not take; with the last key read, if the
-/// window filled before the end of the order.
+/// skipping locks its filter does not take (a name prefix of a by-name view
+/// starts at the prefix); with the last key read, if the window filled before
+/// the end of the order, and how many keys were visited.
 pub(super) fn scan(
     index: &Index,
     spec: &ViewSpec,
     total: u64,
     meta: &HashMap<Arc<str>, Meta>,
-) -> (WindowNow, Option<Key>) {
+) -> (WindowNow, Option<Key>, usize) {
     let limit = spec.limit as usize;
     let offset = spec.offset.min(total.saturating_sub(limit as u64));
     let skip = offset as usize;
     let mut names = Vec::with_capacity(limit);
     let mut seen = 0;
     let mut bound = None;
-    let keys: Box<dyn Iterator<Item = &Key>> = match spec.sort.reverse {
-        true => Box::new(index.set.iter().rev()),
-        false => Box::new(index.set.iter()),
+    let prefix = spec.filter.prefix.as_deref().filter(|_| spec.sort.key == SortKey::Name);
+    let keys: Box<dyn Iterator<Item = &Key>> = match (prefix, spec.sort.reverse) {
+        // By name, the prefix's locks are one run of the order (keys (0, 0, name)).
+        (Some(p), false) => Box::new(index.set.range((0, 0, Arc::<str>::from(p))..)),
+        (Some(p), true) => {
+            let past: Arc<str> = Arc::from(format!("{p}\u{10FFFF}"));
+            Box::new(index.set.range(..(0, 0, past)).rev())
+        }
+        (None, true) => Box::new(index.set.iter().rev()),
+        (None, false) => Box::new(index.set.iter()),
     };
+    let keys = keys.take_while(|k| prefix.is_none_or(|p| k.2.starts_with(p)));
+    let mut visited = 0;
     for key in keys {
+        visited += 1;
         if seen >= skip + limit {
             break;
         }
@@ -123,7 +143,7 @@ pub(super) fn scan(
             bound = Some(key.clone());
         }
     }
-    (WindowNow { total, offset, names }, bound)
+    (WindowNow { total, offset, names }, bound, visited)
 }
 
 impl Views {
@@ -145,6 +165,7 @@ impl Views {
         Some(Selection {
             bound: None,
             touched: true,
+            overflowed: false,
         })
     }
 
@@ -211,5 +232,25 @@ impl Views {
             .get(&IndexSpec::of(&Views::shared(spec)))
             .filter(|i| i.unbuilt.is_none())?;
         Some(scan(index, spec, total, &self.meta).0)
+    }
+
+    /// Gives each selection whose last scan overflowed [`SCAN_LIMIT`] an index
+    /// of its own (queued like any new index over a large fleet).
+    pub(super) fn demote_selections(&mut self) {
+        let over: Vec<SubId> = (self.subs.iter())
+            .filter(|(_, s)| s.sel.as_ref().is_some_and(|x| x.overflowed))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in over {
+            let sub = &self.subs[&id];
+            let (spec, old) = (sub.spec.clone(), sub.index.clone());
+            let index = self.attach(&spec);
+            self.detach(&old);
+            self.uncount_filter(&spec.filter);
+            let sub = self.subs.get_mut(&id).expect("listed above");
+            sub.sel = None;
+            sub.index = index;
+            sub.index_gen = 0;
+        }
     }
 }

@@ -16,7 +16,7 @@ use super::*;
 fn selections_follow_every_change_as_a_full_resort_would() {
     for seed in 0..10u64 {
         let mut sim = Sim::new(seed);
-        sim.views = Views::with_select_from(0);
+        sim.views = Views::with_select_from(0, SCAN_LIMIT);
         for _ in 0..100 {
             sim.step();
         }
@@ -79,7 +79,7 @@ fn selections_follow_every_change_as_a_full_resort_would() {
 #[test]
 fn a_deep_window_of_a_rare_filter_gets_its_own_index() {
     let mut sim = Sim::new(3);
-    sim.views = Views::with_select_from(0);
+    sim.views = Views::with_select_from(0, SCAN_LIMIT);
     for _ in 0..200 {
         sim.step();
     }
@@ -112,4 +112,47 @@ fn a_deep_window_of_a_rare_filter_gets_its_own_index() {
         .subscribe_after(0, page.clone(), Some((0, 0, Arc::from("a"))), sim.t());
     assert!(sim.views.subs[&id].sel.is_none());
     assert!(sim.views.indexes.contains_key(&IndexSpec::of(&page)));
+}
+
+/// docs/architecture.md: "a selection whose scan visits more than 80,000 keys
+/// (its filter's locks bunched far along the order) is given an index of its
+/// own" (the limit is set low here); its browser keeps the right window
+/// across the switch.
+#[test]
+fn a_selection_whose_scan_overflows_gets_its_own_index() {
+    let mut sim = Sim::new(4);
+    sim.views = Views::with_select_from(0, 10);
+    for _ in 0..200 {
+        sim.step();
+    }
+    let spec = ViewSpec {
+        filter: Filter {
+            prefix: Some("search/".into()),
+            ..Filter::default()
+        },
+        sort: Sort {
+            key: SortKey::Fence,
+            reverse: false,
+        },
+        limit: 5,
+        ..ViewSpec::default()
+    };
+    let id = sim.views.subscribe(1, spec.clone(), sim.t());
+    assert!(sim.views.subs[&id].sel.is_some());
+    let mut b = Browser {
+        id,
+        window: Window::default(),
+    };
+    for _ in 0..100 {
+        sim.step();
+        sim.views.advance(&sim.state, sim.now);
+        sim.views.mark_dirty(sim.t());
+        b.take(&mut sim, true);
+    }
+    assert!(sim.views.subs[&id].sel.is_none(), "demoted");
+    assert!(sim.views.filters.is_empty());
+    assert!(sim.views.indexes.contains_key(&IndexSpec::of(&spec)));
+    let (total, offset, names) = sim.brute(&spec);
+    assert_eq!(b.window.order(), names.as_slice());
+    assert_eq!((b.window.total, b.window.offset), (total, offset));
 }
