@@ -202,7 +202,7 @@ impl Metrics {
     }
 
     /// The mode `fleet`'s unlocker runs in on this replica (what it
-    /// actually does: `off` for a read-only store whatever was asked).
+    /// actually does: `off` where it never acts, whatever was asked).
     pub fn set_unlocker_mode(&self, fleet: &str, mode: Mode) {
         for m in UNLOCKER_MODES {
             let labels = ModeLabels {

@@ -135,7 +135,11 @@ async fn a_foreign_fleet_says_the_unlocker_never_acts_there() {
         lease: Duration::from_secs(3),
     };
     let metrics = Arc::new(Metrics::new());
-    tokio::spawn(run(hub.clone(), store, cfg, Deps { audit, metrics }, stop));
+    let deps = Deps {
+        audit,
+        metrics: metrics.clone(),
+    };
+    tokio::spawn(run(hub.clone(), store, cfg, deps, stop));
     let t0 = std::time::Instant::now();
     let status = loop {
         if let Some(u) = hub.summary().unlocker {
@@ -151,4 +155,11 @@ async fn a_foreign_fleet_says_the_unlocker_never_acts_there() {
         "{status:?}"
     );
     assert!(!status.leading);
+    // docs/operations.md, Metrics: `lockscope_unlocker_mode` is "`off` for a fleet it
+    // never acts on, a read-only store or another library's locks, whatever was asked".
+    let text = metrics.encode().unwrap();
+    for (mode, v) in [("off", 1), ("dry-run", 0), ("on", 0)] {
+        let line = format!("lockscope_unlocker_mode{{fleet=\"r\",mode=\"{mode}\"}} {v}\n");
+        assert!(text.contains(&line), "{line} in\n{text}");
+    }
 }
