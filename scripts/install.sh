@@ -83,6 +83,13 @@ if [ "$want_tests" = 1 ] && ! python3 -c 'import redis' 2>/dev/null; then
   python3 -m pip install --quiet --disable-pip-version-check redis
 fi
 
+# PyPI's openapi-spec-validator (and the jsonschema it brings): the tests validate the served
+# /api/v1/openapi.json and check the API's answers against its schemas (server/tests/it/openapi.rs).
+if [ "$want_tests" = 1 ] && ! python3 -c 'import openapi_spec_validator, jsonschema, referencing' 2>/dev/null; then
+  say "python3 -m pip install openapi-spec-validator"
+  python3 -m pip install --quiet --disable-pip-version-check openapi-spec-validator
+fi
+
 # Rust: the wasm target, and wasm-bindgen-cli at exactly the version Cargo.lock
 # pins (scripts/build-site.sh runs it). cargo-leptos is not needed: build-site.sh
 # lays the site out as it does; install it yourself for `cargo leptos watch`

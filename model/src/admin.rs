@@ -10,6 +10,7 @@ use crate::time::Millis;
 /// before it may.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Role {
     /// Reads pages and the read API (the default for an identity with no role).
     #[default]
@@ -42,6 +43,7 @@ impl Role {
 /// The state-changing actions, each with the least role that may take it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Action {
     /// Compare-and-set delete of one acquisition (by fencing token).
     Release,
@@ -82,6 +84,7 @@ impl Action {
 /// How an attempt ended. Every attempt is recorded, refused ones too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Outcome {
     /// The store did it.
     Done,
@@ -111,6 +114,7 @@ impl Outcome {
 
 /// One admin attempt, as the audit log keeps it (append-only).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEntry {
     /// Assigned by the log, increasing.
     pub id: i64,

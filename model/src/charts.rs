@@ -27,6 +27,7 @@ use crate::time::Millis;
 
 /// A chart's time span.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum ChartWindow {
     #[serde(rename = "5m")]
     FiveMinutes,
@@ -104,6 +105,7 @@ impl ChartWindow {
 /// A window's span and buckets: `[from, to]`, both included (as a history
 /// query's bounds), bucket `i` from `from + i·bucket_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Frame {
     pub from: Millis,
     pub to: Millis,
@@ -210,6 +212,7 @@ impl CounterSeries {
 
 /// What the fleet's counters grew by over a span of `ms` (monotonic).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Increase {
     pub ms: i64,
     pub counts: Totals,
@@ -338,6 +341,7 @@ pub fn hold_bucket_label(i: usize) -> String {
 
 /// A lock or a service and how often sessions waited for it in the window.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Contended {
     pub name: String,
     pub waits: u64,
@@ -348,6 +352,7 @@ pub const TOP_CONTENDED: usize = 10;
 
 /// What the lock history counted in a window.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Seen {
     /// Acquisitions seen, per bucket.
     pub acquisitions: Vec<u64>,
@@ -367,6 +372,7 @@ pub struct Seen {
 
 /// One fleet's charts for one window: the page's data.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Charts {
     pub fleet: String,
     pub window: ChartWindow,

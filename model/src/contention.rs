@@ -35,6 +35,7 @@ pub const WAIT_BUCKETS: usize = WAIT_BUCKETS_MS.len() + 1;
 /// Contention counters: one session's (cumulative, as published), or a fleet's
 /// totals (the sum of increases).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Totals {
     pub attempts: u64,
     pub acquired: u64,

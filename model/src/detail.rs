@@ -14,6 +14,7 @@ pub const MAX_SESSION_ROWS: usize = 500;
 
 /// One lock, in full.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockDetail {
     pub name: String,
     /// `None`: the lock is not held (released, or never taken).
@@ -33,6 +34,7 @@ pub struct LockDetail {
 
 /// One session waiting for a lock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WaiterDetail {
     pub session: String,
     /// `service@host:pid` from the waiter's session record, when known.
@@ -48,6 +50,7 @@ pub struct WaiterDetail {
 
 /// One row of the sessions page.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionRow {
     pub id: String,
     /// `None`: the session is gone (listed because it is blacklisted).
@@ -68,11 +71,13 @@ pub struct SessionRow {
     /// A ZooKeeper session or a PostgreSQL backend (`entry` is then `None`):
     /// what the fleet's locks tell of it, and the locks it holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub foreign: Option<Box<ForeignSession>>,
 }
 
 /// The sessions page: live sessions, and blacklisted ones even when gone.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionList {
     /// Every session the fleet knows (may exceed `rows.len()`).
     pub total: u64,

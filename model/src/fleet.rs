@@ -74,6 +74,7 @@ pub enum Changed {
 
 /// A session blocked on a lock.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Waiter {
     pub lock: String,
     pub session: String,

@@ -37,6 +37,7 @@ pub const MAX_TABLE_LOCKS: usize = 10_000;
 /// What happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Kind {
     /// A lock was taken (a new fencing token).
     Acquired,
@@ -120,6 +121,7 @@ impl Kind {
 
 /// One remembered event.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HistoryEvent {
     /// 32 hex digits, derived from what the store said (see the module docs).
     pub id: String,
@@ -348,6 +350,7 @@ pub fn wait_event(w: &Waiter, started: bool, fence: Option<i64>) -> Draft {
 
 /// The lock table as it stood at an instant, rebuilt from history.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TableAt {
     pub fleet: String,
     pub at: Millis,

@@ -24,6 +24,7 @@ pub const MAX_RECORD_BYTES: usize = 256 * 1024;
 /// `String` and `Vec<String>` (serde's `rc` feature): the JSON does not change.
 /// `owner` and `purpose` are unique per acquisition and stay owned.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockRecord {
     /// Schema version ([`RECORD_VERSION`]).
     pub v: u32,
@@ -158,6 +159,7 @@ pub const MALFORMED_KEEP_BYTES: usize = 4096;
 /// reads, the stored bytes (cut to [`MALFORMED_KEEP_BYTES`]) and why.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Stored<T> {
     Record(T),
     Malformed { raw: Vec<u8>, error: String },
@@ -319,6 +321,7 @@ pub const WAIT_BUCKETS_MS: [u64; 10] = [1, 5, 10, 50, 100, 500, 1_000, 5_000, 10
 /// A session's contention counters since it started, published with each session
 /// heartbeat. Rates come from differences between two heartbeats.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Contention {
     /// Acquisition attempts (each try against the store, including retries after a wait).
     pub attempts: u64,
@@ -355,6 +358,7 @@ impl Contention {
 
 /// One worker process session, as stored under `<prefix>sessions/<id>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionRecord {
     pub v: u32,
     pub session: String,
@@ -392,6 +396,7 @@ impl Record for WaiterRecord {
 
 /// A blacklisted session, as stored under `<prefix>blacklist/<session>`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlacklistRecord {
     pub v: u32,
     pub session: String,

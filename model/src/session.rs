@@ -17,6 +17,7 @@ use crate::time::Millis;
 
 /// One session as the store last showed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SessionEntry {
     /// The session id (the key without `<prefix>sessions/`).
     pub id: String,
@@ -62,6 +63,7 @@ pub const SKEW_SHOWN_FROM_MS: Millis = 1000;
 
 /// A blacklisted session, as the store last showed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BlacklistEntry {
     pub session: String,
     pub revision: i64,
@@ -82,6 +84,7 @@ impl BlacklistEntry {
 /// comes from its session.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Holder {
     /// The store keeps no sessions (a foreign table), or the record names none
     /// it could read: liveness comes from the lock's times alone.

@@ -60,6 +60,7 @@ pub fn verdict(entry: &LockEntry, now: Millis, grace_ms: i64) -> Verdict {
 /// How the unlocker of a fleet runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Mode {
     /// Reports overdue and expired locks, releases nothing.
     #[default]
@@ -89,6 +90,7 @@ impl Mode {
 
 /// A lock the unlocker would release (dry-run) or is about to.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pending {
     pub name: String,
     pub fence: i64,
@@ -98,6 +100,7 @@ pub struct Pending {
 
 /// What a fleet's unlocker is doing, for the overview.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UnlockerStatus {
     pub mode: Mode,
     /// This replica's name.

@@ -290,6 +290,7 @@ impl ViewSpec {
 /// A lock as a window shows it: the entry, what is known of its holder, and
 /// who waits for it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WindowRow {
     pub entry: LockEntry,
     #[serde(default)]

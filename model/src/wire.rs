@@ -86,6 +86,7 @@ pub const OVERVIEW_EVERY_MS: u64 = 1000;
 
 /// One fleet's headline numbers, for the overview row.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FleetSummary {
     pub name: String,
     /// Where the fleet's locks live (credentials removed), e.g. `etcd http://10.0.0.5:2379`.

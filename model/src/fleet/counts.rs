@@ -8,6 +8,7 @@ use crate::time::Millis;
 
 /// A fleet's headline numbers at one instant.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Counts {
     /// Every lock entry, malformed ones included.
     pub held: u64,
@@ -78,6 +79,7 @@ impl Counts {
 /// The connection between the server and one store, on the server's clock.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum StoreStatus {
     /// Not yet connected since the server started.
     Connecting { since: Millis },

@@ -9,6 +9,7 @@ use crate::time::Millis;
 
 /// One key under `<prefix>locks/`, as the store last showed it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LockEntry {
     /// The lock's name (the key without `<prefix>locks/`).
     pub name: String,
@@ -23,6 +24,7 @@ pub struct LockEntry {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum LockBody {
     Held(LockRecord),
     /// The key exists but its value is not a record this build understands. Shown
@@ -57,7 +59,10 @@ pub enum LockBody {
         /// What one family knows beyond the fields above (ZooKeeper's znodes,
         /// PostgreSQL's backends, Redlock's masters…); `None` elsewhere. A
         /// new family adds a variant to [`FamilyDetail`], never a field here.
+        // In the OpenAPI document an object keyed by family (its variants are
+        // each family's own, and change with it).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
         detail: Option<Box<FamilyDetail>>,
     },
 }
@@ -85,6 +90,7 @@ pub enum FamilyDetail {
 /// A lock that is one key holding its holder's token (Redis `SET NX PX`): the
 /// token, and the key's TTL left when read. Such a layout keeps no waiters.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenKey {
     /// The key's value: the token its holder wrote (lossy UTF-8).
     pub token: String,
@@ -96,6 +102,7 @@ pub struct TokenKey {
 
 /// What etcd's `LeaseTimeToLive` said of a foreign lock holder's lease.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LeaseInfo {
     /// The lease id in hex, as etcd's tools print it (also the holder's session).
     pub id: String,

@@ -63,6 +63,7 @@ impl Gap {
 /// The history's writer cannot write now: since when, and how many of the
 /// fleet's events it has lost since.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NotRecording {
     pub since: Millis,
     pub lost: u64,

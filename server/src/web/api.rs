@@ -9,15 +9,17 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
-use lockscope_model::admin::{Action, AuditQuery};
+use axum::Json;
+use lockscope_model::admin::{Action, AuditEntry, AuditQuery};
 use lockscope_model::detail::LockDetail;
 use lockscope_model::FleetSummary;
 use serde::Deserialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::caller::Caller;
-use super::error::{retry_after, status_of, AppError};
+use super::error::{retry_after, status_of, AppError, ErrorBody};
 use super::state::AppState;
 use crate::act::admin::{self, Attempt};
 use crate::live::hub::{HubHandle, HubStopped};
@@ -26,6 +28,9 @@ use crate::remember::audit::{to_csv, to_ndjson};
 mod charts;
 mod history;
 mod list;
+pub mod openapi;
+
+use openapi::{ActionAnswers, LockPath, NotSignedIn, SessionPath};
 
 /// Largest request body the API reads.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
@@ -41,30 +46,53 @@ fn format<'a>(pairs: &'a [(String, String)], headers: &HeaderMap) -> &'a str {
     }
 }
 
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/fleets", get(fleets))
-        .route("/api/v1/fleets/{fleet}/locks/{name}", get(lock))
-        .route("/api/v1/fleets/{fleet}/locks/{name}/release", post(release))
-        .route("/api/v1/fleets/{fleet}/locks/{name}/cancel", post(cancel))
-        .route("/api/v1/fleets/{fleet}/locks", get(list::locks))
-        .route("/api/v1/fleets/{fleet}/sessions", get(list::sessions))
-        .route(
-            "/api/v1/fleets/{fleet}/sessions/{session}/blacklist",
-            post(blacklist).delete(unblacklist),
-        )
-        .route("/api/v1/audit", get(audit))
-        .route("/api/v1/fleets/{fleet}/history", get(history::events))
-        .route("/api/v1/fleets/{fleet}/table", get(history::table))
-        .route("/api/v1/fleets/{fleet}/charts", get(charts::charts))
+/// The API's routes, each with its OpenAPI description: `routes!` adds both
+/// from the handler's `#[utoipa::path]`, so a route cannot be served without
+/// being documented, nor documented without being served. Add routes here
+/// with `routes!`, never `.route(…)`; [`openapi::served`] makes the router.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(fleets))
+        .routes(routes!(lock))
+        .routes(routes!(release))
+        .routes(routes!(cancel))
+        .routes(routes!(list::locks))
+        .routes(routes!(list::sessions))
+        .routes(routes!(blacklist, unblacklist))
+        .routes(routes!(audit))
+        .routes(routes!(history::events))
+        .routes(routes!(history::table))
+        .routes(routes!(charts::charts))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
+#[utoipa::path(get, path = "/api/v1/fleets", tag = "fleets",
+    summary = "Every fleet this server watches, in configuration order",
+    description = "Least role: viewer. Each fleet's source (credentials removed), store status, \
+whether it takes admin actions, its unlocker and history state, and its lock counts.",
+    responses(
+        (status = 200, description = "The fleets", body = Vec<FleetSummary>),
+        (status = 400, description = "Ambiguous credentials (two Authorization headers)", body = ErrorBody),
+        NotSignedIn,
+        (status = 503, description = "A token could not be checked now (Retry-After)", body = ErrorBody),
+    ))]
 async fn fleets(State(state): State<AppState>, caller: Caller) -> Result<Json<Vec<FleetSummary>>, AppError> {
     caller.reader()?;
     Ok(Json(state.fleets.summaries()))
 }
 
+#[utoipa::path(get, path = "/api/v1/fleets/{fleet}/locks/{name}", tag = "locks",
+    summary = "One held lock in full",
+    description = "Least role: viewer. The lock's entry, holder, session, blacklist entry and \
+waiters (LockDetail).",
+    params(LockPath),
+    responses(
+        (status = 200, description = "The lock", body = LockDetail),
+        (status = 400, description = "Ambiguous credentials", body = ErrorBody),
+        NotSignedIn,
+        (status = 404, description = "No such fleet, or the lock is not held", body = ErrorBody),
+        (status = 503, description = "The fleet's hub is not running", body = ErrorBody),
+    ))]
 async fn lock(
     State(state): State<AppState>,
     caller: Caller,
@@ -91,14 +119,18 @@ fn hub_stopped(_: HubStopped) -> AppError {
     AppError::api(StatusCode::SERVICE_UNAVAILABLE, "the fleet hub is not running")
 }
 
-#[derive(Deserialize)]
+/// A release: the acquisition the caller saw, and why.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReleaseBody {
+    /// `entry.fence` of the lock as `GET …/locks/{name}` showed it.
     fence: i64,
     /// Required, and `null` only for a lock that shows no owner (a malformed
     /// value, a foreign schema's row): the fence and owner name one acquisition.
     #[serde(deserialize_with = "present")]
+    #[schema(required = true)]
     owner: Option<String>,
+    /// Why, for the audit log: 1 to 2000 bytes after trimming.
     reason: String,
 }
 
@@ -108,9 +140,11 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::
     Option::<String>::deserialize(d)
 }
 
-#[derive(Deserialize)]
+/// A session action's reason.
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ReasonBody {
+    /// Why, for the audit log: 1 to 2000 bytes after trimming.
     reason: String,
 }
 
@@ -126,6 +160,15 @@ fn parse<T: serde::de::DeserializeOwned>(headers: &HeaderMap, body: &Bytes) -> R
     serde_json::from_slice(body).map_err(|e| format!("the body is not what this call takes: {e}"))
 }
 
+#[utoipa::path(post, path = "/api/v1/fleets/{fleet}/locks/{name}/release", tag = "actions",
+    summary = "Force-release one acquisition of a lock",
+    description = "Least role: operator (and the lock in the caller's scope). Deletes the lock \
+only if it is still the acquisition named by fence and owner (compare-and-set); else 409 with \
+`outcome: changed` and `current`. Audited, allowed or refused. A browser's request needs \
+X-CSRF-Token.",
+    params(LockPath),
+    request_body = ReleaseBody,
+    responses(ActionAnswers))]
 async fn release(
     State(state): State<AppState>,
     caller: Caller,
@@ -146,7 +189,7 @@ async fn release(
 }
 
 /// A waiter to cancel: the backend the caller saw (pid and backend start).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CancelBody {
     /// The waiting backend's pid, as the lock's page or API showed it.
@@ -158,6 +201,14 @@ struct CancelBody {
 }
 
 /// `POST …/locks/{name}/cancel`: cancels one waiter's wait (docs/api.md).
+#[utoipa::path(post, path = "/api/v1/fleets/{fleet}/locks/{name}/cancel", tag = "actions",
+    summary = "Cancel one waiter's wait for a lock",
+    description = "Least role: admin (and the lock in the caller's scope). PostgreSQL advisory \
+locks: cancels the waiting backend named by pid and backend start (`pg_cancel_backend`). Audited. \
+A browser's request needs X-CSRF-Token.",
+    params(LockPath),
+    request_body = CancelBody,
+    responses(ActionAnswers))]
 async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
@@ -182,6 +233,14 @@ pub(crate) fn waiter_id(pid: i32, backend_start_us: i64) -> String {
     lockscope_store::pg_advisory::session_of(pid, backend_start_us)
 }
 
+#[utoipa::path(post, path = "/api/v1/fleets/{fleet}/sessions/{session}/blacklist", tag = "actions",
+    summary = "Blacklist a session",
+    description = "Least role: operator (and the whole fleet in the caller's scope). Writes a \
+blacklist entry if the session has none (else 409 changed): its acquires, extensions and \
+heartbeats fail from its next operation. Audited. A browser's request needs X-CSRF-Token.",
+    params(SessionPath),
+    request_body = ReasonBody,
+    responses(ActionAnswers))]
 async fn blacklist(
     State(state): State<AppState>,
     caller: Caller,
@@ -191,6 +250,13 @@ async fn blacklist(
     session_action(state, caller, Action::Blacklist, fleet, session, body).await
 }
 
+#[utoipa::path(delete, path = "/api/v1/fleets/{fleet}/sessions/{session}/blacklist", tag = "actions",
+    summary = "Lift a session's blacklist entry",
+    description = "Least role: admin (and the whole fleet in the caller's scope); 409 changed \
+when the session is not blacklisted. Audited. A browser's request needs X-CSRF-Token.",
+    params(SessionPath),
+    request_body = ReasonBody,
+    responses(ActionAnswers))]
 async fn unblacklist(
     State(state): State<AppState>,
     caller: Caller,
@@ -246,6 +312,32 @@ async fn act(state: &AppState, caller: &Caller, attempt: Attempt) -> Response {
 
 /// `GET /api/v1/audit`: JSON (an array), CSV or NDJSON by `?format=` or
 /// `Accept`. Admins only; a scoped admin sees the fleets of their scope.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit",
+    summary = "The audit log, newest first",
+    description = "Least role: admin (a scoped admin sees its fleets' entries). JSON, CSV or \
+NDJSON by `format` or `Accept`. Empty values mean any; instants are unix ms, RFC 3339, \
+`2026-11-23T04:20[:13]` (UTC) or a date.",
+    params(
+        ("fleet" = Option<String>, Query, description = "Exactly this fleet"),
+        ("actor" = Option<String>, Query, description = "Exactly this actor"),
+        ("action" = Option<Action>, Query, description = "This action"),
+        ("outcome" = Option<String>, Query, description = "`done`, `changed` or `refused`"),
+        ("from" = Option<String>, Query, description = "At or after this instant"),
+        ("to" = Option<String>, Query, description = "Before this instant"),
+        ("limit" = Option<u32>, Query, description = "At most this many: default 1000, taken into 1…10000"),
+        ("format" = Option<String>, Query, description = "`json` (default), `csv` or `ndjson`"),
+    ),
+    responses(
+        (status = 200, description = "The entries", content(
+            (Vec<AuditEntry> = "application/json"),
+            (String = "text/csv"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "A bad filter or format; ambiguous credentials", body = ErrorBody),
+        NotSignedIn,
+        (status = 403, description = "Not an admin", body = ErrorBody),
+        (status = 503, description = "The audit log cannot be read now", body = ErrorBody),
+    ))]
 async fn audit(
     State(state): State<AppState>,
     caller: Caller,

@@ -70,7 +70,8 @@ impl IntoResponse for AppError {
                 why,
                 retry_after: secs,
             } => {
-                let json = (*status, Json(serde_json::json!({ "error": why }))).into_response();
+                let body = ErrorBody { error: why.clone() };
+                let json = (*status, Json(body)).into_response();
                 return retry_after(json, *status, *secs);
             }
             AppError::HubUnavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -82,6 +83,14 @@ impl IntoResponse for AppError {
         tracing::warn!(%status, error = %self, "request failed");
         (status, self.to_string()).into_response()
     }
+}
+
+/// The JSON API's error answer, `{"error": "<why>"}` (the OpenAPI document's
+/// `ErrorBody`: this struct is both what is sent and what is documented).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// Why the call was refused, in one sentence.
+    pub error: String,
 }
 
 /// `response` with `Retry-After: secs` when `status` is `429` or `503`.

@@ -57,12 +57,16 @@ pub fn app(state: AppState) -> Router {
         .route("/audit", get(pages::audit_page))
         .route("/history", get(pages::history::history_page))
         .route("/charts", get(pages::charts::charts_page))
-        .merge(api::routes())
+        // The API and the probes, each described in /api/v1/openapi.json by
+        // the route that serves it (api::openapi).
+        .merge(api::openapi::served(
+            api::routes()
+                .routes(utoipa_axum::routes!(healthz))
+                .routes(utoipa_axum::routes!(scrape)),
+        ))
         .merge(forms::routes())
-        .route("/metrics", get(scrape))
         .route("/favicon.svg", get(favicon))
         .route("/ws", get(ws::ws_upgrade))
-        .route("/healthz", get(healthz))
         .nest_service("/pkg", edge::static_files(site.join("pkg")))
         .fallback(|| async { (StatusCode::NOT_FOUND, "no such page") });
     // A route whose handler panics, so that tests see what `app()` makes of a
@@ -87,6 +91,12 @@ async fn favicon() -> Response {
 }
 
 /// Liveness for probes; the fleets' numbers only to those who may read them.
+#[utoipa::path(get, path = "/healthz", tag = "probes",
+    summary = "Liveness",
+    description = "Least role: none (no credentials needed). `{\"status\": \"ok\"}` while the \
+server answers; an authenticated caller also gets every fleet's numbers.",
+    security((), ("bearer" = []), ("cookie" = [])),
+    responses((status = 200, description = "Alive", body = api::openapi::Health)))]
 async fn healthz(State(state): State<AppState>, caller: Caller) -> Json<serde_json::Value> {
     match caller.who {
         Who::Known(_) => Json(serde_json::json!({ "status": "ok", "fleets": state.fleets.summaries() })),
@@ -96,6 +106,18 @@ async fn healthz(State(state): State<AppState>, caller: Caller) -> Json<serde_js
 
 /// `GET /metrics` ([`crate::metrics`]): with authentication configured, for any
 /// identity (a Prometheus bearer token); without, open (the server is on loopback only).
+#[utoipa::path(get, path = "/metrics", tag = "probes",
+    summary = "Prometheus metrics (OpenMetrics text)",
+    description = "Least role: viewer (any identity, e.g. a Prometheus bearer token). The metrics \
+docs/operations.md lists, in the OpenMetrics text format.",
+    responses(
+        (status = 200, description = "The metrics", body = String,
+            content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        (status = 400, description = "Ambiguous credentials", body = error::ErrorBody),
+        api::openapi::NotSignedIn,
+        (status = 500, description = "Encoding the metrics failed", body = error::ErrorBody),
+        (status = 503, description = "A token could not be checked now (Retry-After)", body = error::ErrorBody),
+    ))]
 async fn scrape(State(state): State<AppState>, caller: Caller) -> Result<Response, AppError> {
     caller.reader()?;
     match state.metrics.encode() {

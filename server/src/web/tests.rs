@@ -22,6 +22,7 @@ use crate::remember::audit::AuditLog;
 use crate::settings::FileConfig;
 
 mod identity;
+mod openapi;
 
 /// The fleet every server here has (a name and a store no stranger may learn).
 const FLEET: &str = "secret-fleet";

@@ -22,6 +22,7 @@ mod limits;
 mod list;
 mod live;
 mod metrics;
+mod openapi;
 mod outage;
 mod pg_advisory;
 mod redis;

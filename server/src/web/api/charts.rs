@@ -8,11 +8,26 @@ use axum::http::StatusCode;
 use axum::Json;
 use lockscope_model::charts::{ChartWindow, Charts};
 
+use super::openapi::{FleetPath, NotSignedIn};
 use super::{hub, Caller};
 use crate::web::charts::build;
-use crate::web::error::AppError;
+use crate::web::error::{AppError, ErrorBody};
 use crate::web::state::AppState;
 
+#[utoipa::path(get, path = "/api/v1/fleets/{fleet}/charts", tag = "charts",
+    summary = "The contention charts' data for the window ending now",
+    description = "Least role: viewer. The sessions' counters as this server sampled them, per \
+bucket, and what the lock history counted (`seen`, absent without history).",
+    params(FleetPath,
+        ("window" = Option<ChartWindow>, Query, description = "`5m` (default), `1h` or `24h`"),
+    ),
+    responses(
+        (status = 200, description = "The charts", body = Charts),
+        (status = 400, description = "Another window; ambiguous credentials", body = ErrorBody),
+        NotSignedIn,
+        (status = 404, description = "No such fleet", body = ErrorBody),
+        (status = 503, description = "The history cannot be read now", body = ErrorBody),
+    ))]
 pub(super) async fn charts(
     State(state): State<AppState>,
     caller: Caller,

@@ -8,12 +8,13 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures::StreamExt;
-use lockscope_model::history::{parse_when, HistoryQuery, TableAt, MAX_TABLE_LOCKS};
+use lockscope_model::history::{parse_when, HistoryEvent, HistoryQuery, TableAt, MAX_TABLE_LOCKS};
 use lockscope_store::now_ms;
 
+use super::openapi::{FleetPath, NotSignedIn};
 use super::{format, hub, Caller};
 use crate::remember::history::{stream_export, Format, History, HistoryError, Refused};
-use crate::web::error::AppError;
+use crate::web::error::{AppError, ErrorBody};
 use crate::web::state::AppState;
 
 /// The history, or why there is none to read.
@@ -26,6 +27,34 @@ fn history<'a>(state: &'a AppState, caller: &Caller, fleet: &str) -> Result<&'a 
         .ok_or_else(|| AppError::api(StatusCode::NOT_FOUND, "this server keeps no history (--history off)"))
 }
 
+#[utoipa::path(get, path = "/api/v1/fleets/{fleet}/history", tag = "history",
+    summary = "The fleet's lock history, oldest first",
+    description = "Least role: viewer. Events as JSON (at most 16 MiB of them: past it a 400 \
+saying how many fit), or an export streamed as CSV or NDJSON (`format` or `Accept`), limited per \
+identity and per server (`[history_exports]`: 429 with Retry-After). Instants as for the audit \
+log, plus `now`, `now-15m`, `-15m`, `-1h30m`, `-2d`.",
+    params(FleetPath,
+        ("from" = Option<String>, Query, description = "At or after this instant"),
+        ("to" = Option<String>, Query, description = "At or before this instant"),
+        ("lock" = Option<String>, Query, description = "Exactly this lock, or names starting with the text before a final `*`"),
+        ("session" = Option<String>, Query, description = "Exactly this session"),
+        ("service" = Option<String>, Query, description = "Exactly this service"),
+        ("actor" = Option<String>, Query, description = "Exactly this actor"),
+        ("kind" = Option<String>, Query, description = "One or more event kinds, comma-separated"),
+        ("limit" = Option<u32>, Query, description = "At most this many: JSON default 500, taken into 1…10000; an export has none unless given"),
+        ("format" = Option<String>, Query, description = "`json` (default), `csv` or `ndjson`"),
+    ),
+    responses(
+        (status = 200, description = "The events, or the export's stream", content(
+            (Vec<HistoryEvent> = "application/json"),
+            (String = "text/csv"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "A bad filter, time or format; an answer over 16 MiB; ambiguous credentials", body = ErrorBody),
+        NotSignedIn,
+        (status = 404, description = "No such fleet, or this server keeps no history", body = ErrorBody),
+        (status = 503, description = "The history cannot be read now", body = ErrorBody),
+    ))]
 pub(super) async fn events(
     State(state): State<AppState>,
     caller: Caller,
@@ -78,6 +107,21 @@ pub(super) async fn events(
     })
 }
 
+#[utoipa::path(get, path = "/api/v1/fleets/{fleet}/table", tag = "history",
+    summary = "The fleet's lock table at an instant",
+    description = "Least role: viewer. Rebuilt from the history: the newest checkpoint at or \
+before `at`, then the events after it; at most 10000 locks and 10000 waiters, `locks_total` / \
+`waiters_total` saying how many there were when more.",
+    params(FleetPath,
+        ("at" = String, Query, description = "The instant (as `from` of the history)"),
+    ),
+    responses(
+        (status = 200, description = "The table", body = TableAt),
+        (status = 400, description = "No `at`, or not a time in range; ambiguous credentials", body = ErrorBody),
+        NotSignedIn,
+        (status = 404, description = "No such fleet; no history kept; `at` before the oldest history kept", body = ErrorBody),
+        (status = 503, description = "The history cannot be read now", body = ErrorBody),
+    ))]
 pub(super) async fn table(
     State(state): State<AppState>,
     caller: Caller,

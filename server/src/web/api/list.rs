@@ -14,10 +14,12 @@ use lockscope_model::view::{sort_key, SortFields, SortKey, ViewSpec, WindowRow, 
 use lockscope_model::StoreStatus;
 use lockscope_store::now_ms;
 use serde::Serialize;
+use utoipa::ToSchema;
 
+use super::openapi::{FleetPath, NotSignedIn};
 use super::{format, hub, hub_stopped, Caller};
 use crate::live::views::ListCursor;
-use crate::web::error::AppError;
+use crate::web::error::{AppError, ErrorBody};
 use crate::web::state::AppState;
 
 /// Rows a page holds when `limit` is not given.
@@ -102,24 +104,28 @@ fn cursor_of(key: SortKey, row: &WindowRow, now: i64) -> ListCursor {
     (a, b, row.entry.name.clone())
 }
 
-/// The page's envelope besides its rows.
-#[derive(Clone, Serialize)]
+/// The page's envelope besides its rows (NDJSON's last line).
+#[derive(Clone, Serialize, ToSchema)]
 struct Tail {
+    /// The cursor of the next page, to pass as `after` (`null`: the last page).
     next: Option<String>,
+    /// When the page was read (unix ms, the server's clock).
     as_of: i64,
     /// `false` while the store is not live: the rows are the last known truth.
     live: bool,
     status: StoreStatus,
 }
 
-#[derive(Serialize)]
+/// A page of the fleet's locks.
+#[derive(Serialize, ToSchema)]
 struct LocksPage {
     locks: Vec<WindowRow>,
     #[serde(flatten)]
     tail: Tail,
 }
 
-#[derive(Serialize)]
+/// A page of the fleet's sessions.
+#[derive(Serialize, ToSchema)]
 struct SessionsPage {
     #[serde(flatten)]
     list: SessionList,
@@ -153,6 +159,34 @@ fn answer<T: Serialize, R: Serialize>(
     }
 }
 
+#[utoipa::path(get, path = "/api/v1/fleets/{fleet}/locks", tag = "locks",
+    summary = "The fleet's locks, a page at a time",
+    description = "Least role: viewer. The lock table's rows in the page's view, from the live \
+table, paged by cursor (pass `next` as `after`). JSON, or NDJSON for `Accept: \
+application/x-ndjson` (or `format=ndjson`): one row a line, then a last line with the page's \
+Tail.",
+    params(FleetPath,
+        ("state" = Option<String>, Query, description = "`healthy`, `overdue`, `expired`, `orphaned`, `blacklisted`, `malformed` or `foreign`"),
+        ("service" = Option<String>, Query, description = "Exactly this service"),
+        ("host" = Option<String>, Query, description = "Exactly this host"),
+        ("prefix" = Option<String>, Query, description = "Names starting with this"),
+        ("contains" = Option<String>, Query, description = "Names containing this"),
+        ("sort" = Option<String>, Query, description = "`severity` (default), `name`, `age`, `expiry`, `waiters` or `fence`"),
+        ("reversed" = Option<String>, Query, description = "`1`: the reverse order"),
+        ("limit" = Option<u32>, Query, description = "Rows in the page: 1 to 1000, default 100"),
+        ("after" = Option<String>, Query, description = "The previous page's `next`, unchanged"),
+        ("format" = Option<String>, Query, description = "`json` (default) or `ndjson`"),
+    ),
+    responses(
+        (status = 200, description = "A page of locks", content(
+            (LocksPage = "application/json"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "A bad limit, view key, cursor or format; `offset`; ambiguous credentials", body = ErrorBody),
+        NotSignedIn,
+        (status = 404, description = "No such fleet", body = ErrorBody),
+        (status = 503, description = "The fleet's hub is not running", body = ErrorBody),
+    ))]
 pub(super) async fn locks(
     State(state): State<AppState>,
     caller: Caller,
@@ -222,6 +256,26 @@ pub(super) async fn locks(
 }
 
 /// The fleet's sessions by id, paged like the locks (`after` is a session id).
+#[utoipa::path(get, path = "/api/v1/fleets/{fleet}/sessions", tag = "sessions",
+    summary = "The fleet's sessions, a page at a time",
+    description = "Least role: viewer. The sessions (live, and blacklisted ones even when gone) \
+by id, paged by cursor like the locks (`after` is a session id); at most 500 rows are kept, \
+`total` counts all. JSON, or NDJSON for `Accept: application/x-ndjson`.",
+    params(FleetPath,
+        ("limit" = Option<u32>, Query, description = "Rows in the page: 1 to 1000, default 100"),
+        ("after" = Option<String>, Query, description = "The previous page's `next`, unchanged"),
+        ("format" = Option<String>, Query, description = "`json` (default) or `ndjson`"),
+    ),
+    responses(
+        (status = 200, description = "A page of sessions", content(
+            (SessionsPage = "application/json"),
+            (String = "application/x-ndjson"),
+        )),
+        (status = 400, description = "A bad limit or format; `offset`; ambiguous credentials", body = ErrorBody),
+        NotSignedIn,
+        (status = 404, description = "No such fleet", body = ErrorBody),
+        (status = 503, description = "The fleet's hub is not running", body = ErrorBody),
+    ))]
 pub(super) async fn sessions(
     State(state): State<AppState>,
     caller: Caller,
