@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use lockscope_model::admin::Role;
 use lockscope_model::record::BlacklistRecord;
 use lockscope_model::LockEntry;
 use tokio::sync::OnceCell;
@@ -182,6 +183,14 @@ pub trait FleetStore: Send + Sync + 'static {
         fence: i64,
         owner: Option<&'a str>,
     ) -> BoxFuture<'a, Result<Release, StoreError>>;
+
+    /// The least role a force-release needs here: an operator's, as it ends
+    /// one acquisition, unless this family's release does more than that
+    /// (PostgreSQL advisory locks: it terminates the holder's whole backend,
+    /// so an admin's). The door asks the higher of this and the action's.
+    fn release_needs(&self) -> Role {
+        Role::Operator
+    }
 
     /// Blacklists `entry.session` (it can no longer acquire, extend or
     /// heartbeat) if it has no entry yet; an entry already there is kept as it

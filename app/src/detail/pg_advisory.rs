@@ -19,8 +19,8 @@ use crate::live::LiveView;
 pub const PG_TERMINATE: &str = "PostgreSQL cannot release another backend's advisory lock. The force-release \
      below terminates the holder's backend (pg_terminate_backend): its connection ends, its open transaction \
      is rolled back, and every lock it holds is released, the ones listed here included. It acts only if the \
-     backend is still the one shown (its pid and backend start: a reused pid is never hit), needs the role \
-     pg_signal_backend (or the same user), and is audited.";
+     backend is still the one shown (its pid and backend start: a reused pid is never hit), needs the admin \
+     role here and pg_signal_backend (or the same user) in the database, and is audited.";
 
 /// What cancelling a waiter does (docs/operations.md says the same).
 pub const PG_CANCEL: &str = "Cancels this backend's waiting statement (pg_cancel_backend): its \

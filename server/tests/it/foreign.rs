@@ -4,14 +4,17 @@
 //! call, a page's HTML (outage.rs reads its pages with it too), and asking
 //! for a lock until an answer holds.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use lockscope::auth::Auth;
+use lockscope::auth::{new_token, Auth};
 use lockscope::live::hub::{Fleets, HubHandle};
 use lockscope::remember::audit::AuditLog;
 use lockscope::remember::history::History;
+use lockscope::settings::{AuthFile, FileConfig};
 use lockscope::web::AppState;
+use lockscope_model::admin::Role;
 use lockscope_store::spec::StoreSpec;
 use serde_json::Value;
 
@@ -34,15 +37,38 @@ impl Served {
 
 /// A server with one fleet `fleet` on `spec`, not recording history.
 pub async fn serve(fleet: &str, title: &str, spec: &StoreSpec) -> Served {
-    start(fleet, title, spec, false).await
+    start(fleet, title, spec, false, None).await
 }
 
 /// [`serve`], recording the fleet's history as `replica-1`.
 pub async fn serve_recording(fleet: &str, title: &str, spec: &StoreSpec) -> Served {
-    start(fleet, title, spec, true).await
+    start(fleet, title, spec, true, None).await
 }
 
-async fn start(fleet: &str, title: &str, spec: &StoreSpec, record: bool) -> Served {
+/// [`serve`] with authentication: one API token per `(who, role)`, returned
+/// by name (for [`call_as`]).
+pub async fn serve_with_tokens(
+    fleet: &str,
+    title: &str,
+    spec: &StoreSpec,
+    roles: &[(&'static str, Role)],
+) -> (Served, BTreeMap<&'static str, String>) {
+    let mut tokens = BTreeMap::new();
+    let mut entries = Vec::new();
+    for &(who, role) in roles {
+        let (token, entry) = new_token(who, role);
+        let mut file = FileConfig::parse(&entry).unwrap();
+        entries.push(file.auth.take().unwrap().tokens.remove(0));
+        tokens.insert(who, token);
+    }
+    let auth = AuthFile {
+        tokens: entries,
+        ..AuthFile::default()
+    };
+    (start(fleet, title, spec, false, Some(auth)).await, tokens)
+}
+
+async fn start(fleet: &str, title: &str, spec: &StoreSpec, record: bool, auth: Option<AuthFile>) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let audit = AuditLog::open(&format!("sqlite:{}", dir.path().join("audit.db").display()))
         .await
@@ -66,7 +92,7 @@ async fn start(fleet: &str, title: &str, spec: &StoreSpec, record: bool) -> Serv
         "target/site".into(),
         stop_rx.clone(),
         audit.clone(),
-        Auth::new(None, audit.clone()),
+        Auth::new(auth, audit.clone()),
     );
     if let Some(h) = &history {
         state = state.with_history(h.clone());
@@ -85,11 +111,20 @@ async fn start(fleet: &str, title: &str, spec: &StoreSpec, record: bool) -> Serv
 
 /// A JSON request to the API: its status and body (`Null` if not JSON).
 pub async fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
+    call_as(addr, None, method, path, body).await
+}
+
+/// [`call`] with `token` as the bearer (`None`: none).
+pub async fn call_as(addr: SocketAddr, token: Option<&str>, method: &str, path: &str, body: &str) -> (u16, Value) {
     use http_body_util::BodyExt;
-    let req = hyper::Request::builder()
+    let mut req = hyper::Request::builder()
         .method(method)
         .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let req = req
         .body(http_body_util::Full::new(hyper::body::Bytes::from(body.to_string())))
         .unwrap();
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();

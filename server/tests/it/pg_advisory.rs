@@ -11,14 +11,14 @@
 //! and its session stays; both audited.
 
 use lockscope::remember::audit::AuditLog;
-use lockscope_model::admin::{Action, AuditQuery, Outcome};
+use lockscope_model::admin::{Action, AuditQuery, Outcome, Role};
 use lockscope_store::pg_advisory::fence_of;
 use lockscope_store::spec::StoreSpec;
 use lockscope_store::testing::{PgServer, Psql};
 use serde_json::Value;
 use sqlx::Connection;
 
-use super::foreign::{call, lock_until, page, serve};
+use super::foreign::{call, call_as, lock_until, page, serve, serve_with_tokens};
 
 const LOCK: &str = "/api/v1/fleets/pg/locks/42";
 
@@ -75,6 +75,7 @@ async fn a_psql_advisory_lock_through_the_api_and_a_guarded_terminate() {
     }
 
     cancel_a_waiter(addr, audit, &url, fence).await;
+    an_operator_may_not_terminate(&spec, &url, pid, fence).await;
 
     // docs/operations.md: "It acts only if the lock's holder is still the backend the fence
     // names [...]; otherwise nothing is terminated and the answer is `409` with the current holder."
@@ -112,6 +113,39 @@ async fn a_psql_advisory_lock_through_the_api_and_a_guarded_terminate() {
         audited
             .iter()
             .any(|a| a.fence == Some(fence) && a.outcome == Some(Outcome::Done)),
+        "{audited:#?}"
+    );
+}
+
+/// docs/operations.md: "The release needs the admin role" (it ends the
+/// holder's whole backend): an operator's, with the fence shown, is a 403
+/// that terminates nothing, and is audited as refused. A second server on
+/// the same database, with tokens.
+async fn an_operator_may_not_terminate(spec: &StoreSpec, url: &str, pid: i64, fence: i64) {
+    let (srv, tokens) = serve_with_tokens("pg", "with tokens", spec, &[("operator", Role::Operator)]).await;
+    let operator = Some(tokens["operator"].as_str());
+    let shown = |s: u16, b: &Value| s == 200 && b["entry"]["fence"] == fence;
+    let t0 = std::time::Instant::now();
+    while !{
+        let (s, b) = call_as(srv.addr, operator, "GET", LOCK, "").await;
+        shown(s, &b)
+    } {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5), "the lock never shown");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let body = format!(r#"{{"fence": {fence}, "owner": null, "reason": "INC-9: an operator tries"}}"#);
+    let (status, answer) = call_as(srv.addr, operator, "POST", &format!("{LOCK}/release"), &body).await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(
+        answer.to_string().contains("needs the admin role"),
+        "says why: {answer}"
+    );
+    assert_eq!(backends(url, pid).await, 1, "an operator's release terminates nothing");
+    let audited = srv.audit.query(&AuditQuery::default()).await.unwrap();
+    assert!(
+        audited
+            .iter()
+            .any(|a| a.actor == "operator" && a.outcome == Some(Outcome::Refused)),
         "{audited:#?}"
     );
 }

@@ -35,6 +35,7 @@ pub use spec::AdvisoryTarget;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use lockscope_model::admin::Role;
 use lockscope_model::fleet::pg_advisory::AdvisoryKey;
 use lockscope_model::fleet::FamilyDetail;
 use lockscope_model::record::BlacklistRecord;
@@ -256,6 +257,12 @@ impl FleetStore for PgAdvisoryFleet {
 
     fn observer(&self) -> Box<dyn Observer> {
         Box::new(AdvisoryObserver::new(self.target.clone()))
+    }
+
+    /// docs/operations.md: "The release needs the admin role": it ends the
+    /// holder's whole connection (every lock and transaction on it).
+    fn release_needs(&self) -> Role {
+        Role::Admin
     }
 
     /// Terminates the holder's backend if `fence` still names it ([`fence_of`]).

@@ -19,13 +19,19 @@ pub(super) async fn act(door: &Door, id: &Identity, a: &Attempt, at: i64) -> Res
         .fleets
         .get(Some(&a.fleet))
         .ok_or_else(|| refuse(Verdict::NotFound, door.fleets.unknown(&a.fleet)))?;
-    if id.role < a.action.needs() {
+    // A family whose release does more than end one acquisition asks more.
+    let needs = match (a.action, hub.store()) {
+        (Action::Release, Some(store)) => a.action.needs().max(store.release_needs()),
+        _ => a.action.needs(),
+    };
+    if id.role < needs {
         return Err(refuse(
             Verdict::Forbidden,
             format!(
-                "{} needs the {} role; {} is {}",
+                "{} on fleet {} needs the {} role; {} is {}",
                 a.action.as_str(),
-                a.action.needs().as_str(),
+                a.fleet,
+                needs.as_str(),
                 id.actor,
                 id.role.as_str()
             ),
