@@ -160,8 +160,9 @@ pub(super) fn schema(dialect: Dialect) -> &'static [&'static str] {
 
 /// PostgreSQL: `CREATE TABLE IF NOT EXISTS` is not safe against itself (two
 /// servers starting at once may both try, and one fails on the catalog's unique
-/// index), so the schema is created in a transaction holding this advisory lock.
-pub(super) const PG_SCHEMA_LOCK: &str = "SELECT pg_advisory_xact_lock(7163923384650297761)";
+/// index), so the schema is created in a transaction holding this advisory lock
+/// (so is the history's `CREATE SCHEMA IF NOT EXISTS`, which has the same flaw).
+pub(crate) const PG_SCHEMA_LOCK: &str = "SELECT pg_advisory_xact_lock(7163923384650297761)";
 
 /// `$12`: the entry's key ([`super::Recorded`]: random, given when it is first tried), or NULL: an entry written again
 /// under the same key (a replayed spool, a write given up on that the

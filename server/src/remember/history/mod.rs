@@ -164,12 +164,24 @@ impl History {
         sqlx::any::install_default_drivers();
         let db = target.shown.clone();
         if target.dialect == Dialect::Postgres {
-            // The schema must exist before a connection can point at it.
-            let mut conn = <sqlx::AnyConnection as sqlx::Connection>::connect(&target.url)
+            // The schema must exist before a connection can point at it. Two
+            // replicas starting at once on a new database both create it: one
+            // failed on the catalog's unique index until they took turns.
+            use sqlx::Connection;
+            let mut conn = sqlx::AnyConnection::connect(&target.url)
                 .await
                 .map_err(|source| db_error(&db, "opening the database", source))?;
-            sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", sql::PG_SCHEMA))
-                .execute(&mut conn)
+            let create = async {
+                let mut tx = conn.begin().await?;
+                sqlx::query(crate::remember::audit::sql::PG_SCHEMA_LOCK)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", sql::PG_SCHEMA))
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await
+            };
+            create
                 .await
                 .map_err(|source| db_error(&db, "creating its schema", source))?;
         }

@@ -168,6 +168,33 @@ async fn postgres() {
     check(History::open(&pg.url(), None).await.unwrap()).await;
 }
 
+/// docs/operations.md, "Several replicas": "The replicas may start together on
+/// a new, empty database: each creates the tables and schemas it needs, taking
+/// turns." Each creates the history's schema: `CREATE SCHEMA IF NOT EXISTS` run
+/// at once by several failed one of them ("creating its schema failed", the
+/// server did not start) in about one round of eight in three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_opening_a_new_postgres_database_at_once_all_start() {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let pg = PgServer::start().await;
+    let base = pg.url();
+    let mut admin = sqlx::AnyConnection::connect(&base).await.unwrap();
+    for round in 0..10 {
+        sqlx::query(&format!("CREATE DATABASE together{round}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let url = base.replace("/postgres", &format!("/together{round}"));
+        let opens = (0..6).map(|_| History::open(&url, None));
+        for (i, opened) in futures::future::join_all(opens).await.into_iter().enumerate() {
+            if let Err(e) = opened {
+                panic!("round {round}, replica {i}: {e}");
+            }
+        }
+    }
+}
+
 /// Review item 8: two replicas sharing a PostgreSQL history, each writing
 /// batches that move many fleets' cursors, take the cursor rows' locks in one
 /// order (fleet order, after the events) and so never deadlock; in map order
