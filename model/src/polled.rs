@@ -67,7 +67,7 @@ impl Polled {
 }
 
 /// Seconds without trailing zeros: "1", "0.2", "2.5".
-fn seconds(ms: u64) -> String {
+pub fn seconds(ms: u64) -> String {
     let s = format!("{:.3}", ms as f64 / 1000.0);
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }

@@ -40,11 +40,7 @@ pub fn pg(family: &FamilyDetail) -> Option<&PgAdvisoryLock> {
 
 /// "polled every 1 s" (or 0.2 s, 2.5 s…).
 pub fn polled_text(poll_ms: u64) -> String {
-    let s = poll_ms as f64 / 1000.0;
-    format!(
-        "polled every {} s",
-        format!("{s:.3}").trim_end_matches('0').trim_end_matches('.')
-    )
+    format!("polled every {} s", lockscope_model::polled::seconds(poll_ms))
 }
 
 /// The level, for people.
