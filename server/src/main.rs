@@ -85,6 +85,9 @@ async fn run() -> anyhow::Result<()> {
         Some(Command::History(args)) => lockscope::cli::history::run(args).await,
         Some(Command::Get(args)) => lockscope::cli::get::get(args).await,
         Some(Command::Describe(args)) => lockscope::cli::get::describe(args).await,
+        Some(Command::Watch(args)) => lockscope::cli::watch::watch(args).await,
+        Some(Command::Completions(args)) => lockscope::cli::shell::completions(args),
+        Some(Command::Man(args)) => lockscope::cli::shell::man(args),
     }
 }
 

@@ -190,6 +190,24 @@ impl<'a> Remote<'a> {
         Ok((status, answer))
     }
 
+    /// The websocket upgrade request for `path` on this server (`ws://`),
+    /// carrying the token as every other request does.
+    pub(crate) fn ws_request(
+        &self,
+        path: &str,
+    ) -> anyhow::Result<tokio_tungstenite::tungstenite::handshake::client::Request> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let url = format!("ws://{}{path}", self.base.trim_start_matches("http://"));
+        let mut req = url.into_client_request().context("building the websocket request")?;
+        if let Some(t) = &self.token {
+            let value = format!("Bearer {t}")
+                .parse()
+                .context("the token is not a valid header value")?;
+            req.headers_mut().insert("authorization", value);
+        }
+        Ok(req)
+    }
+
     /// Reads the lock at `lock` (its API path) and says on stderr which
     /// acquisition the release will name: the owner id it returns is sent with
     /// the fence, so the server releases that acquisition or nothing.

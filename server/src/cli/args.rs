@@ -57,6 +57,13 @@ pub enum Command {
     Get(crate::cli::get::GetArgs),
     /// One lock in full, as its page shows it (exit codes as `get`).
     Describe(crate::cli::get::DescribeArgs),
+    /// Follow a running server's locks: the rows there are, then one line per
+    /// change, until interrupted (exit codes as `get`; 3 when the connection drops).
+    Watch(crate::cli::watch::WatchArgs),
+    /// Print the completion script for a shell (bash, zsh, fish).
+    Completions(crate::cli::shell::CompletionsArgs),
+    /// Print the man page (roff), or write every page into `--dir`.
+    Man(crate::cli::shell::ManArgs),
 }
 
 #[derive(Debug, Args)]

@@ -24,7 +24,7 @@ pub struct Exit {
     pub message: String,
 }
 
-fn exit(code: u8, message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn exit(code: u8, message: impl Into<String>) -> anyhow::Error {
     Exit {
         code,
         message: message.into(),
@@ -110,23 +110,29 @@ pub enum DescribeWhat {
 }
 
 /// GET `path`: the JSON answer, or the exit its status means.
-async fn read(remote: &Remote<'_>, path: &str) -> anyhow::Result<Value> {
+pub(crate) async fn read(remote: &Remote<'_>, path: &str) -> anyhow::Result<Value> {
     let (status, answer) = remote
         .call("GET", path, None)
         .await
         .map_err(|e| exit(3, format!("{e:#}")))?;
-    let code = match status.as_u16() {
-        200..=299 => return Ok(answer),
+    if status.is_success() {
+        return Ok(answer);
+    }
+    Err(exit(exit_code(status.as_u16()), format!("{status}: {}", why(&answer))))
+}
+
+/// The exit code an HTTP error status means (the module's list).
+pub(crate) fn exit_code(status: u16) -> u8 {
+    match status {
         401 | 403 => 4,
         404 => 1,
         400..=499 => 2,
         _ => 3,
-    };
-    Err(exit(code, format!("{status}: {}", why(&answer))))
+    }
 }
 
 /// `--fleet`, else the server's first fleet.
-async fn fleet(remote: &Remote<'_>, target: &Target) -> anyhow::Result<String> {
+pub(crate) async fn fleet(remote: &Remote<'_>, target: &Target) -> anyhow::Result<String> {
     if let Some(f) = &target.fleet {
         return Ok(f.clone());
     }
@@ -137,7 +143,7 @@ async fn fleet(remote: &Remote<'_>, target: &Target) -> anyhow::Result<String> {
         .ok_or_else(|| exit(1, "the server has no fleet"))
 }
 
-fn connect(target: &Target) -> anyhow::Result<Remote<'_>> {
+pub(crate) fn connect(target: &Target) -> anyhow::Result<Remote<'_>> {
     Remote::connect(&target.server, target.token_file.as_deref(), target.insecure_http)
         .map_err(|e| exit(2, format!("{e:#}")))
 }
@@ -232,7 +238,7 @@ fn fit(text: &str, width: usize) -> String {
     }
 }
 
-fn print_locks(rows: &[WindowRow], output: Output, now: i64, header: bool) {
+pub(crate) fn print_locks(rows: &[WindowRow], output: Output, now: i64, header: bool) {
     if output == Output::Ndjson || output == Output::Json {
         for r in rows {
             println!("{}", serde_json::to_string(r).expect("a row serializes"));

@@ -7,6 +7,8 @@
 //! - [`history`]: `lockscope history export`, read from the history's database.
 //! - [`locks`]: `lockscope lock` and `lockscope unlock`, from the shell through the store.
 //! - [`demo`]: `lockscope demo`, a simulated fleet of workers over the client library.
+//! - [`watch`]: `lockscope watch locks`, a fleet's changes from a server's websocket.
+//! - [`shell`]: `lockscope completions` and `lockscope man`, from the clap definition.
 
 pub mod admin;
 pub mod args;
@@ -14,3 +16,5 @@ pub mod demo;
 pub mod get;
 pub mod history;
 pub mod locks;
+pub mod shell;
+pub mod watch;

@@ -1,6 +1,7 @@
 //! `lockscope lock` as a user expects it, on a real SQLite file: a held lock is
 //! waited for (`--wait`, default until free; `--no-wait` tries once), the wait
-//! is shown, the session's counters are published, and an error is one line.
+//! is shown, the session's counters are published, and an error is one line;
+//! `lockscope completions` and `lockscope man` from the clap definition.
 
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -133,4 +134,114 @@ fn a_bad_wait_is_one_clear_line() {
     assert!(!out.status.success());
     let err = text(&out.stderr);
     assert!(err.contains("is not a duration"), "{err}");
+}
+
+/// Runs the real binary with `args`: its stdout (it must succeed).
+fn stdout_of(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_lockscope"))
+        .args(args)
+        .env("LOCKSCOPE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// Runs `program` with `args` on stdin `input`, if it is installed: its stdout and stderr.
+fn run_with(program: &str, args: &[&str], input: &str) -> Option<(bool, String, String)> {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .ok()?;
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Some((out.status.success(), text(&out.stdout), text(&out.stderr)))
+}
+
+/// docs/operations.md: "`lockscope completions bash|zsh|fish` prints the
+/// shell's completion script, generated from the same command line the
+/// binary parses". bash is checked by completing with it; zsh and fish parse
+/// their scripts where they are installed.
+#[test]
+fn completions_complete_the_commands_and_their_flags() {
+    let bash = stdout_of(&["completions", "bash"]);
+    assert!(
+        bash.contains("_lockscope()") && bash.contains("complete -F _lockscope"),
+        "a completion function, registered: {bash:.200}"
+    );
+    // Completing: `lockscope wa<TAB>`, `lockscope watch locks --st<TAB>`, `… -o <TAB>`.
+    let complete = r#"source /dev/stdin <<< "$SCRIPT"
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _lockscope lockscope "${@: -1}" "${@: -2:1}"; echo "${COMPREPLY[*]}"; }
+c lockscope wa; c lockscope watch locks --st; c lockscope watch locks -o ''; c lockscope get lo"#;
+    let out = Command::new("bash")
+        .args(["-c", complete])
+        .env("SCRIPT", &bash)
+        .output()
+        .expect("bash runs");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).lines().collect::<Vec<_>>(),
+        ["watch", "--state", "table wide json ndjson", "locks"],
+        "what bash completes"
+    );
+    for shell in ["zsh", "fish"] {
+        let script = stdout_of(&["completions", shell]);
+        assert!(
+            script.contains("watch") && script.contains("completions"),
+            "{shell}: {script:.200}"
+        );
+        if let Some((ok, _, err)) = run_with(shell, &["-n"], &script) {
+            assert!(ok, "{shell} -n refuses its script: {err}");
+        }
+    }
+}
+
+/// docs/operations.md: "`lockscope man` prints the man page, generated from
+/// the same command line; `lockscope man --dir DIR` writes one page per
+/// subcommand". Every subcommand is named, the page is plain ASCII roff, and
+/// groff (where installed) renders it without a warning about its input.
+#[test]
+fn the_man_page_names_every_subcommand_and_renders() {
+    use clap::CommandFactory;
+    let page = stdout_of(&["man"]);
+    assert!(
+        page.starts_with(".ie") && page.contains(".TH lockscope 1"),
+        "{page:.200}"
+    );
+    assert!(page.is_ascii(), "past ASCII as groff escapes");
+    let cli = lockscope::cli::args::Cli::command();
+    let subcommands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    assert!(
+        ["get", "describe", "watch", "completions", "man"]
+            .iter()
+            .all(|s| subcommands.contains(s)),
+        "{subcommands:?}"
+    );
+    for name in &subcommands {
+        assert!(
+            page.contains(&format!("lockscope\\-{name}(1)")),
+            "the page names {name}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap();
+    stdout_of(&["man", "--dir", dir_arg]);
+    for file in [
+        "lockscope.1",
+        "lockscope-watch-locks.1",
+        "lockscope-get-sessions.1",
+        "lockscope-completions.1",
+    ] {
+        let written = std::fs::read_to_string(dir.path().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert!(written.is_ascii() && written.contains(".TH"), "{file}");
+    }
+    if let Some((ok, rendered, err)) = run_with("groff", &["-man", "-Tutf8", "-ww"], &page) {
+        assert!(ok, "{err}");
+        assert!(!err.contains("invalid input"), "groff reads every character: {err}");
+        assert!(rendered.contains("lockscope-watch(1)"), "{rendered:.300}");
+    }
 }

@@ -10,6 +10,7 @@ mod admin_exact;
 mod attribution;
 mod binary;
 mod cli;
+mod cli_watch;
 mod demo;
 mod deploy;
 mod etcd_mutex;
