@@ -194,7 +194,7 @@ echo "websocket viewers:                      $viewers_out"
 if [ -s "$dir/viewers.err" ]; then
   echo "  lagged or failed viewers ($(wc -l <"$dir/viewers.err")), the first 5:"
   head -5 "$dir/viewers.err" | sed 's/^/    /'
-  grep -o 'error: .*' "$dir/viewers.err" | cut -c1-100 | sort | uniq -c | sed 's/^/    errors: /' | head -5
+  { grep -o 'error: .*' "$dir/viewers.err" || true; } | cut -c1-100 | sort | uniq -c | sed 's/^/    errors: /' | head -5
 fi
 echo "store write -> row in the DOM:          $probe"
 echo "server CPU during the load:             $(echo "scale=0; 100 * ($cpu1 - $cpu0) / $hz / (($w1 - $w0) / 1000000000)" | bc) % of one core"

@@ -90,7 +90,7 @@ impl Selection {
                 names: names.to_vec(),
             };
         }
-        let (window, bound, visited) = scan(index, spec, total, meta);
+        let (window, bound, visited) = scan(index, spec, total, meta, limit);
         self.bound = bound;
         self.touched = false;
         self.overflowed = visited > limit;
@@ -101,12 +101,14 @@ impl Selection {
 /// Reads `spec`'s window from the shared `index` (which holds every lock),
 /// skipping locks its filter does not take (a name prefix of a by-name view
 /// starts at the prefix); with the last key read, if the window filled before
-/// the end of the order, and how many keys were visited.
+/// the end of the order, and how many keys were visited. A scan stops past
+/// `limit` keys (its window then short: the view is to get an index).
 pub(super) fn scan(
     index: &Index,
     spec: &ViewSpec,
     total: u64,
     meta: &HashMap<Arc<str>, Meta>,
+    limit_keys: usize,
 ) -> (WindowNow, Option<Key>, usize) {
     let limit = spec.limit as usize;
     let offset = spec.offset.min(total.saturating_sub(limit as u64));
@@ -129,6 +131,9 @@ pub(super) fn scan(
     let mut visited = 0;
     for key in keys {
         visited += 1;
+        if visited > limit_keys {
+            break;
+        }
         if seen >= skip + limit {
             break;
         }
@@ -231,7 +236,7 @@ impl Views {
             .indexes
             .get(&IndexSpec::of(&Views::shared(spec)))
             .filter(|i| i.unbuilt.is_none())?;
-        Some(scan(index, spec, total, &self.meta).0)
+        Some(scan(index, spec, total, &self.meta, usize::MAX).0)
     }
 
     /// Gives each selection whose last scan overflowed [`SCAN_LIMIT`] an index
