@@ -116,6 +116,13 @@ pub async fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u1
 
 /// [`call`] with `token` as the bearer (`None`: none).
 pub async fn call_as(addr: SocketAddr, token: Option<&str>, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let (status, body) = send(addr, token, method, path, body).await;
+    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// A request with a JSON `body` (and `token` as the bearer): the status and
+/// the body as sent.
+pub async fn send(addr: SocketAddr, token: Option<&str>, method: &str, path: &str, body: &str) -> (u16, Vec<u8>) {
     use http_body_util::BodyExt;
     let mut req = hyper::Request::builder()
         .method(method)
@@ -133,8 +140,7 @@ pub async fn call_as(addr: SocketAddr, token: Option<&str>, method: &str, path: 
         .unwrap_or_else(|_| panic!("{path}: no answer within 30 s"))
         .unwrap();
     let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
 }
 
 /// The page at `path`, as HTML (the raw response; it must be a 200).

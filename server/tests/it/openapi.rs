@@ -18,7 +18,7 @@ use lockscope_store::client::{LockOptions, Session, SessionConfig};
 use lockscope_store::spec::StoreSpec;
 use serde_json::{json, Value};
 
-use crate::foreign::{call, serve_recording};
+use crate::foreign::{call, send, serve_recording};
 
 const F: &str = "sql";
 
@@ -296,7 +296,8 @@ async fn every_route_is_described_and_every_description_is_served() {
                 .replace("{fleet}", F)
                 .replace("{name}", "nosuchlock")
                 .replace("{session}", "nosuchsession");
-            let (status, body) = raw(served.addr, &method.to_uppercase(), &url).await;
+            let (status, body) = send(served.addr, None, &method.to_uppercase(), &url, "{}").await;
+            let body = String::from_utf8_lossy(&body);
             assert!(
                 status != 405 && !(status == 404 && body == "no such page"),
                 "{what} is documented but not served: {status} {body}"
@@ -304,23 +305,4 @@ async fn every_route_is_described_and_every_description_is_served() {
         }
     }
     assert!(operations >= 14, "{operations} operations");
-}
-
-/// Any request: its status and body as text.
-async fn raw(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    use http_body_util::BodyExt;
-    let req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(http_body_util::Full::new(hyper::body::Bytes::from_static(b"{}")))
-        .unwrap();
-    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http();
-    let resp = tokio::time::timeout(Duration::from_secs(30), client.request(req))
-        .await
-        .unwrap_or_else(|_| panic!("{path}: no answer within 30 s"))
-        .unwrap();
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.unwrap().to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }

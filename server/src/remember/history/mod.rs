@@ -510,4 +510,4 @@ fn db_error(db: &str, what: &'static str, source: sqlx::Error) -> HistoryError {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

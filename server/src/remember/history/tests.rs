@@ -14,7 +14,8 @@ use super::*;
 mod budgets;
 mod exports;
 
-pub(super) fn held(name: &str, fence: i64, session: &str) -> LockEntry {
+/// A held lock as the history's tests (and the hub's backlog tests) write it.
+pub(crate) fn held(name: &str, fence: i64, session: &str) -> LockEntry {
     LockEntry {
         name: name.into(),
         fence,

@@ -5,34 +5,14 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use lockscope_model::fleet::{LockBody, Snapshot};
+use lockscope_model::fleet::Snapshot;
 use lockscope_model::history::{HistoryQuery, Kind};
-use lockscope_model::record::{LockRecord, RECORD_VERSION};
 
 use super::*;
 use crate::remember::history::{History, BACKLOG_AHEAD};
 
 fn held(name: &str, fence: i64) -> LockEntry {
-    LockEntry {
-        name: name.into(),
-        fence,
-        revision: fence,
-        body: LockBody::Held(LockRecord {
-            v: RECORD_VERSION,
-            owner: format!("o{fence}"),
-            session: "s1".into(),
-            service: "billing".into(),
-            host: "h".into(),
-            pid: 1,
-            purpose: "test".into(),
-            backtrace: vec![].into(),
-            acquired_at: 0,
-            expected_runtime_ms: 1,
-            alert_at: 1,
-            auto_unlock_at: 2,
-            heartbeat_at: 0,
-        }),
-    }
+    crate::remember::history::tests::held(name, fence, "s1")
 }
 
 fn queued(history: &History) -> u64 {
