@@ -53,27 +53,6 @@ pub fn level_text(level: &LockLevel) -> String {
     }
 }
 
-/// One backend in a line: pid, application, user, client, state, start.
-pub fn backend_line(b: &PgBackend, now: Millis) -> String {
-    let app = if b.application_name.is_empty() {
-        "no application_name".to_string()
-    } else {
-        b.application_name.clone()
-    };
-    let user = b.usename.as_deref().unwrap_or("unknown user");
-    let addr = b.client_addr.as_deref().unwrap_or("local socket or hidden");
-    let state = match (&b.state, b.state_change) {
-        (Some(s), Some(t)) => format!("{s} for {}", human_duration(now - t)),
-        (Some(s), None) => s.clone(),
-        _ => "state hidden (needs pg_read_all_stats)".into(),
-    };
-    format!(
-        "pid {} — {app}, {user}@{addr}, {state}, backend started {}",
-        b.pid,
-        absolute_and_relative(b.backend_start_us / 1000, now)
-    )
-}
-
 /// The transaction age of a backend, for people.
 pub fn xact_text(b: &PgBackend, now: Millis) -> String {
     match b.xact_start {
@@ -87,7 +66,7 @@ pub fn record(entry: &LockEntry, lock: &PgAdvisoryLock, d: &LockDetail, now: Mil
     let holders = lock
         .holders
         .iter()
-        .map(|b| view! { <li data-testid="detail-pg-holder">{backend_line(b, now)}<br/><code>{b.query.clone().unwrap_or_default()}</code></li> })
+        .map(|b| view! { <li data-testid="detail-pg-holder">{b.line(now)}<br/><code>{b.query.clone().unwrap_or_default()}</code></li> })
         .collect_view();
     let waiters = lock
         .waiters
@@ -105,7 +84,7 @@ pub fn record(entry: &LockEntry, lock: &PgAdvisoryLock, d: &LockDetail, now: Mil
                     b.blocked_by.iter().map(i32::to_string).collect::<Vec<_>>().join(", ")
                 )
             };
-            view! { <li data-testid="detail-pg-waiter">{format!("{}{since}{by}", backend_line(b, now))}</li> }
+            view! { <li data-testid="detail-pg-waiter">{format!("{}{since}{by}", b.line(now))}</li> }
         })
         .collect_view();
     let cycle = (!lock.cycle.is_empty()).then(|| {
@@ -245,7 +224,7 @@ mod tests {
             xact_start: Some(1_000_000),
             ..PgBackend::default()
         };
-        let line = backend_line(&b, 1_060_000);
+        let line = b.line(1_060_000);
         assert!(
             line.starts_with("pid 7 — migrate, app@local socket or hidden, idle for 1m 00s"),
             "{line}"

@@ -9,7 +9,6 @@ use lockscope_model::fleet::foreign_sessions::{ForeignFamily, ForeignSession};
 use lockscope_model::time::{absolute_and_relative, human_duration, Millis};
 
 use super::SessionText;
-use crate::detail::pg_advisory::backend_line;
 
 /// What a foreign session's row says at `now`.
 pub fn row_text(r: &SessionRow, f: &ForeignSession, now: Millis) -> SessionText {
@@ -60,7 +59,7 @@ pub fn row_text(r: &SessionRow, f: &ForeignSession, now: Millis) -> SessionText 
                 (Some(s), None) => s.clone(),
                 (None, _) => "state unknown".into(),
             };
-            t.heartbeat_title = backend_line(b, now);
+            t.heartbeat_title = b.line(now);
         }
     }
     t

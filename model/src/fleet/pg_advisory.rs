@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::time::Millis;
+use crate::time::{absolute_and_relative, human_duration, Millis};
 
 /// One advisory lock as the last poll read it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,6 +110,30 @@ pub struct PgBackend {
     /// terminate also ends. Cut to 50 entries.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub also_holds: Vec<String>,
+}
+
+impl PgBackend {
+    /// This backend in a line, for people: pid, application, user, client,
+    /// state, start (the lock page, the sessions page and the CLI say it so).
+    pub fn line(&self, now: Millis) -> String {
+        let app = if self.application_name.is_empty() {
+            "no application_name".to_string()
+        } else {
+            self.application_name.clone()
+        };
+        let user = self.usename.as_deref().unwrap_or("unknown user");
+        let addr = self.client_addr.as_deref().unwrap_or("local socket or hidden");
+        let state = match (&self.state, self.state_change) {
+            (Some(s), Some(t)) => format!("{s} for {}", human_duration(now - t)),
+            (Some(s), None) => s.clone(),
+            _ => "state hidden (needs pg_read_all_stats)".into(),
+        };
+        format!(
+            "pid {} — {app}, {user}@{addr}, {state}, backend started {}",
+            self.pid,
+            absolute_and_relative(self.backend_start_us / 1000, now)
+        )
+    }
 }
 
 /// One backend on a waits-for cycle, and what it waits on.

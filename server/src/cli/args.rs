@@ -61,9 +61,9 @@ pub enum Command {
     /// change, until interrupted (exit codes as `get`; 3 when the connection drops).
     Watch(crate::cli::watch::WatchArgs),
     /// Print the completion script for a shell (bash, zsh, fish).
-    Completions(crate::cli::shell::CompletionsArgs),
+    Completions(CompletionsArgs),
     /// Print the man page (roff), or write every page into `--dir`.
-    Man(crate::cli::shell::ManArgs),
+    Man(ManArgs),
 }
 
 #[derive(Debug, Args)]
@@ -354,6 +354,20 @@ fn fraction(s: &str) -> Result<f64, String> {
     } else {
         Err(format!("{s} is not between 0 and 1"))
     }
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish (also elvish, powershell).
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write `lockscope.1` and one page per subcommand (`lockscope-get.1`, …)
+    /// into this directory instead of printing `lockscope.1` to stdout.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
 }
 
 #[cfg(test)]

@@ -10,24 +10,11 @@
 //! writes the same pages from the binary being installed.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, CommandFactory};
+use clap::CommandFactory;
 
-#[derive(Debug, Args)]
-pub struct CompletionsArgs {
-    /// bash, zsh, fish (also elvish, powershell).
-    pub shell: clap_complete::Shell,
-}
-
-#[derive(Debug, Args)]
-pub struct ManArgs {
-    /// Write `lockscope.1` and one page per subcommand (`lockscope-get.1`, …)
-    /// into this directory instead of printing `lockscope.1` to stdout.
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-}
+use crate::cli::args::{CompletionsArgs, ManArgs};
 
 /// The completion script for `args.shell`, on stdout.
 pub fn completions(args: CompletionsArgs) -> anyhow::Result<()> {
