@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
+use lockscope_model::detail::WaiterDetail;
 use lockscope_model::time::{absolute_and_relative, human_duration};
 use lockscope_model::view::WindowRow;
 use lockscope_model::{RowState, StoreStatus};
@@ -355,12 +356,65 @@ pub async fn describe(args: DescribeArgs) -> anyhow::Result<()> {
         println!("Alert at:    {}", absolute_and_relative(r.alert_at, now));
         println!("Auto-unlock: {}", absolute_and_relative(r.auto_unlock_at, now));
         println!("Heartbeat:   {}", absolute_and_relative(r.heartbeat_at, now));
+        if !r.backtrace.is_empty() {
+            println!("Backtrace:   (innermost first)");
+            for frame in r.backtrace.iter() {
+                println!("  {frame}");
+            }
+        }
+    }
+    // A foreign family's own knowledge of the lock (what its page shows in
+    // its own section), one `path: value` line per field.
+    if let Some(families) = d["entry"]["body"]["detail"].as_object() {
+        for (family, detail) in families {
+            println!("Family:      {family}");
+            let mut lines = Vec::new();
+            flatten(detail, String::new(), &mut lines);
+            let more = lines.len().saturating_sub(MAX_DETAIL_LINES);
+            for line in lines.iter().take(MAX_DETAIL_LINES) {
+                println!("  {line}");
+            }
+            if more > 0 {
+                println!("  … {more} more lines (-o json: GET the lock from the API)");
+            }
+        }
     }
     println!("Deadlock:    {}", if d["deadlock"] == true { "yes" } else { "no" });
-    let waiters = d["waiters"].as_array().map_or(&[][..], |w| w);
+    let waiters: Vec<WaiterDetail> = serde_json::from_value(d["waiters"].clone()).unwrap_or_default();
     println!("Waiters:     {}", waiters.len());
-    for w in waiters {
-        println!("  - {}", w["session"].as_str().unwrap_or("-"));
+    for w in &waiters {
+        println!(
+            "  - {}{} waiting since {}{}{}",
+            w.session,
+            w.who.as_ref().map(|who| format!(" ({who})")).unwrap_or_default(),
+            if w.at_least { "at least " } else { "" },
+            absolute_and_relative(w.since, now),
+            if w.deadlock { ", on a deadlock cycle" } else { "" }
+        );
     }
     Ok(())
+}
+
+/// At most this many lines of a foreign family's detail in `describe`.
+const MAX_DETAIL_LINES: usize = 200;
+
+/// `value` as `path: scalar` lines (objects by key, arrays by index).
+fn flatten(value: &Value, path: String, out: &mut Vec<String>) {
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        Value::Object(map) => map.iter().for_each(|(k, v)| flatten(v, join(k), out)),
+        Value::Array(items) if !items.is_empty() => {
+            for (i, v) in items.iter().enumerate() {
+                flatten(v, format!("{path}[{i}]"), out);
+            }
+        }
+        Value::String(s) => out.push(format!("{path}: {s}")),
+        other => out.push(format!("{path}: {other}")),
+    }
 }

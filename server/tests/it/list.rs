@@ -269,7 +269,7 @@ async fn the_list_api_pages_filters_and_refuses_with_reasons() {
 }
 
 /// Runs the real `lockscope` binary: exit code, stdout, stderr.
-fn lockscope(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn lockscope(args: &[&str]) -> (i32, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lockscope"))
         .args(args)
         .env_remove("RUST_BACKTRACE")

@@ -31,7 +31,7 @@ async fn backends(url: &str, pid: i64) -> i64 {
         .unwrap()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_psql_advisory_lock_through_the_api_and_a_guarded_terminate() {
     let server = PgServer::start().await;
     let url = server.url();
@@ -62,6 +62,22 @@ async fn a_psql_advisory_lock_through_the_api_and_a_guarded_terminate() {
     .await;
 
     sessions_page(addr, pid, start).await;
+
+    // issue 29: "`lockscope describe lock NAME` (the detail page's content in text)":
+    // the family's own section too, holder and waiter backends.
+    let server = format!("http://{addr}");
+    let (code, out, err) = tokio::task::block_in_place(|| {
+        super::list::lockscope(&["describe", "lock", "--server", &server, "--fleet", "pg", "42"])
+    });
+    assert_eq!(code, 0, "{err}");
+    for said in [
+        "Family:      pg_advisory",
+        "holders[0].application_name: migrate",
+        &format!("holders[0].pid: {pid}"),
+        "waiters[0].application_name: worker",
+    ] {
+        assert!(out.contains(said), "{said:?} not in describe's output:\n{out}");
+    }
 
     let html = page(addr, "/lock?fleet=pg&name=42").await;
     for said in [
