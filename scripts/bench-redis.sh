@@ -5,15 +5,20 @@
 #
 # Starts a private redis-server (free port, no persistence), writes LOCKS locks the way
 # redis-py's Lock and redsync take them (`SET jobs:NNNNNN token NX PX 600000`, piped through
-# `redis-cli --pipe`), then starts `lockscope --store perf=redis://…?match=jobs:*` (debug
-# build: target/release is not built here) and prints the time from its start to live with
+# `redis-cli --pipe`), then starts `lockscope --store perf=redis://…?match=jobs:*` (PROFILE=
+# release|debug, default release; NO_BUILD=1 uses the binary already built) and prints the time from its start to live with
 # every lock (/healthz `held`), and its RSS then, against its RSS watching an empty database:
 # the cost per lock. Results: docs/performance.md, "Redis".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCKS=${1:-100000}
-bin=target/debug
-cargo build --workspace --locked --bins
+PROFILE=${PROFILE:-release}
+case $PROFILE in
+  release) bin=target/release; build=(cargo build --release --locked -p lockscope --bin lockscope) ;;
+  debug) bin=target/debug; build=(cargo build --workspace --locked --bins) ;;
+  *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
+esac
+[ -n "${NO_BUILD:-}" ] || "${build[@]}"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 dir=$(mktemp -d /dev/shm/lockscope-bench-redis-XXXX)
 port=$(free_port)
@@ -58,5 +63,6 @@ serve 0 full
 until curl -s "http://127.0.0.1:$listen/healthz" | grep -q "\"held\":$LOCKS"; do sleep 0.1; done
 t1=$(date +%s%N)
 rss_full=$(rss "$server")
+echo "$PROFILE build, load $(cut -d" " -f1-3 /proc/loadavg)"
 echo "start -> live with $LOCKS locks: $(( (t1 - t0) / 1000000 )) ms"
 echo "RSS: $rss_empty KiB empty, $rss_full KiB with $LOCKS locks: $(( (rss_full - rss_empty) * 1024 / LOCKS )) bytes per lock"
