@@ -66,3 +66,43 @@ rss_full=$(rss "$server")
 echo "$PROFILE build, load $(cut -d" " -f1-3 /proc/loadavg)"
 echo "start -> live with $LOCKS locks: $(( (t1 - t0) / 1000000 )) ms"
 echo "RSS: $rss_empty KiB empty, $rss_full KiB with $LOCKS locks: $(( (rss_full - rss_empty) * 1024 / LOCKS )) bytes per lock"
+
+# A write -> row at RATE writes/s for SECONDS: each write hands a lock to a new holder (`SET key
+# newtoken PX 600000`, what a redis-py lock taken again right after a release leaves); one write
+# in 200 is timed from redis's OK to the new token in `GET /api/v1/fleets/perf/locks/KEY`
+# (polled every 20 ms by a second thread, at most 10 s).
+RATE=${RATE:-1000} SECONDS_LOADED=${SECONDS_LOADED:-20}
+python3 - "$port" "$listen" "$LOCKS" "$RATE" "$SECONDS_LOADED" <<'EOF'
+import sys, time, threading, uuid, urllib.request, redis
+port, listen, locks, rate, secs = (int(a) for a in sys.argv[1:])
+r = redis.Redis(port=port)
+lat, lost, samples = [], [0], []
+def probe(key, tok, t0):
+    url = "http://127.0.0.1:%d/api/v1/fleets/perf/locks/%s" % (listen, key)
+    while time.monotonic() - t0 < 10:
+        try:
+            if tok in urllib.request.urlopen(url, timeout=5).read().decode():
+                lat.append((time.monotonic() - t0) * 1000); return
+        except Exception:
+            pass
+        time.sleep(0.02)
+    lost[0] += 1
+start, n = time.monotonic(), 0
+while time.monotonic() - start < secs:
+    due = start + n / rate
+    now = time.monotonic()
+    if due > now:
+        time.sleep(due - now)
+    key, tok = "jobs:%06d" % (n * 7919 % locks), uuid.uuid4().hex
+    r.set(key, tok, px=600000)
+    if n % 200 == 0:
+        t = threading.Thread(target=probe, args=(key, tok, time.monotonic())); t.start(); samples.append(t)
+    n += 1
+took = time.monotonic() - start
+for t in samples: t.join()
+lat.sort()
+q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] if lat else float("nan")
+print("load: %d writes in %.1f s (%.0f/s); write -> row in the API p50 %.0f / p95 %.0f / p99 %.0f / max %.0f ms over %d sampled writes (%d not shown within 10 s)"
+      % (n, took, n / took, q(0.5), q(0.95), q(0.99), lat[-1] if lat else float("nan"), len(lat), lost[0]))
+EOF
+echo "server RSS after the load: $(rss "$server") KiB; load $(cut -d" " -f1-3 /proc/loadavg)"
