@@ -20,15 +20,9 @@ CONNECTIONS=${CONNECTIONS:-4}
 WAITERS=${WAITERS:-10}
 POLLS=${POLLS:-100}
 SECONDS_SERVED=${SECONDS_SERVED:-30}
-PROFILE=${PROFILE:-release}
-case $PROFILE in
-  release) bin=target/release; build=(cargo build --release --locked -p lockscope --bin lockscope-bench --bin lockscope) ;;
-  debug) bin=target/debug; build=(cargo build --workspace --locked --bins) ;;
-  *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
-esac
-[ -n "${NO_BUILD:-}" ] || "${build[@]}"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-dir=$(mktemp -d /dev/shm/lockscope-bench-advisory-XXXX)
+. scripts/bench-lib.sh
+bench_build lockscope-bench lockscope
+bench_dir advisory
 pids=()
 pgbin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)
 # PostgreSQL refuses to run as root: as the postgres user when we are root.

@@ -13,15 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCKS=${1:-100000}
-PROFILE=${PROFILE:-release}
-case $PROFILE in
-  release) bin=target/release; build=(cargo build --release --locked -p lockscope --bin lockscope) ;;
-  debug) bin=target/debug; build=(cargo build --workspace --locked --bins) ;;
-  *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
-esac
-[ -n "${NO_BUILD:-}" ] || "${build[@]}"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-dir=$(mktemp -d /dev/shm/lockscope-bench-zk-XXXX)
+. scripts/bench-lib.sh
+bench_build lockscope
+bench_dir zk
 zk=$(free_port)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
