@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 scripts/install.sh
 
 export RUST_BACKTRACE=1
+# A fresh clone (CI) gains nothing from incremental caches: they would only add
+# ~3 GB to a disk that CI shares (stop 33's CI ran out of space). A warm target
+# keeps cargo's default, so local runs do not rebuild the workspace crates.
+if [ ! -d target/debug ]; then export CARGO_INCREMENTAL=0; fi
 echo "== formatting"
 cargo fmt --all --check
 echo "== import circles between modules (scripts/check-modules.py, tested by its --self-test)"
