@@ -23,7 +23,7 @@
 //!   ([`crate::pg_advisory`]; OPTIONS `poll=1s&limit=10000&idle=300s&
 //!   poolers=pgbouncer,…&names=TABLE&name.KEY=NAME&hashtext=NAME,…`, each
 //!   optional: see [`crate::pg_advisory::AdvisoryTarget`]'s module);
-//! - `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`: Redis `SET NX PX`
+//! - `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN&queue=N]`: Redis `SET NX PX`
 //!   locks and Redisson `RLock`/fair-lock hashes, read and guarded-released
 //!   ([`crate::redis_set`]; `rediss://…[&ca=PEM]` over TLS);
 //! - `redlock+redis://[USER:PASSWORD@]HOST:PORT,HOST:PORT,…[/DB][?match=PATTERN]`:

@@ -138,7 +138,7 @@ pub struct ServeArgs {
     /// (password of `user` also from LOCKSCOPE_SCYLLA_PASSWORD), or a read-only
     /// ShedLock table: `shedlock+postgres://…[#TABLE]`, `shedlock+sqlite:PATH[#TABLE]`, or
     /// etcd's native mutexes (`etcdctl lock`) under a prefix: `etcd-mutex:ENDPOINT[,…]#PREFIX`,
-    /// Redis `SET NX PX` locks (redis-py's `Lock`) and Redisson hashes: `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]` (`rediss://…[&ca=PEM]`: TLS),
+    /// Redis `SET NX PX` locks (redis-py's `Lock`) and Redisson hashes: `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN&queue=N]` (`rediss://…[&ca=PEM]`: TLS),
     /// Redlock over several masters: `redlock+redis://HOST:PORT,HOST:PORT,…[/DB][?match=PATTERN]`,
     /// ZooKeeper lock recipes (kazoo, Curator): `zk://HOST:PORT[,HOST:PORT…]/ROOT`, or
     /// PostgreSQL advisory locks: `advisory+postgres://…[#poll=1s&limit=10000&…]`. With no

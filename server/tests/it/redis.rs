@@ -368,9 +368,10 @@ async fn a_polled_fleet_says_when_it_last_looked_and_when_that_is_too_old() {
 }
 
 /// docs/operations.md, "Redisson locks": "A queue is read up to its first
-/// 1000 waiters … past that, the page says "more than 1000 waiters: only the
-/// first 1000 in the queue are read and shown" and the API's
-/// `detail.redisson.queue_truncated_at` is `1000`."
+/// 1000 waiters (the fleet's `queue=N`, default 1000 …): past that, the page
+/// says "more than N waiters: only the first N in the queue are read and
+/// shown" and the API's `detail.redisson.queue_truncated_at` is N." (Here the
+/// default; store/tests/it/redis.rs sets `queue=1`.)
 #[tokio::test]
 async fn a_fair_lock_queue_is_read_up_to_its_bound() {
     const CROWD: &str = "/api/v1/fleets/cache/locks/rs%3Acrowd";

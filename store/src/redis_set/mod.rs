@@ -1,5 +1,5 @@
 //! Redis locks of one instance as a fleet: spec
-//! `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN]`, or `rediss://…`
+//! `redis://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN&queue=N]`, or `rediss://…`
 //! over TLS (`&ca=PEM`: the CA checking the server's certificate). Two layouts,
 //! told apart by the key's type:
 //! - `SET key token NX PX ms` (redis-py's `Lock`, redsync, node-redlock on
@@ -64,6 +64,9 @@ pub struct RedisTarget {
     /// `rediss://`: over TLS, the server's certificate checked against the
     /// system's roots, or against the CA at `ca=` only. Never unchecked.
     pub tls: Option<RedisTls>,
+    /// The most waiters of a Redisson fair lock's queue read and shown per
+    /// lock (`queue=`, default [`redisson::MAX_QUEUE`]).
+    pub queue: usize,
 }
 
 /// How a `rediss://` fleet checks the server's certificate.
@@ -74,8 +77,9 @@ pub struct RedisTls {
     pub ca: Option<std::path::PathBuf>,
 }
 
-/// Parses `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN][&ca=PEM]`
-/// (the whole spec); `ca=` only with `rediss://` (TLS).
+/// Parses `redis[s]://[USER:PASSWORD@]HOST:PORT[/DB][?match=PATTERN][&queue=N][&ca=PEM]`
+/// (the whole spec); `ca=` only with `rediss://` (TLS); `queue=` from 1 to
+/// [`redisson::QUEUE_CEILING`].
 pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
     let (rest, mut tls) = match text.strip_prefix("rediss://") {
         Some(rest) => (rest, Some(RedisTls { ca: None })),
@@ -105,11 +109,24 @@ pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
         return Err("redis://HOST:PORT needs a host and a port from 1 to 65535".into());
     }
     let mut pattern = "*".to_string();
+    let mut queue = redisson::MAX_QUEUE;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("match", p)) if !p.is_empty() && !p.chars().any(char::is_control) => pattern = p.to_string(),
             Some(("match", _)) => {
                 return Err("match= needs a key pattern (a Redis glob) without control characters".into())
+            }
+            Some(("queue", n)) => {
+                queue = n
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=redisson::QUEUE_CEILING).contains(n))
+                    .ok_or_else(|| {
+                        format!(
+                            "queue= is how many fair-lock waiters are read per lock, from 1 to {}, not {n:?}",
+                            redisson::QUEUE_CEILING
+                        )
+                    })?
             }
             Some(("ca", path)) => match &mut tls {
                 Some(t) if path.starts_with('/') => t.ca = Some(path.into()),
@@ -118,7 +135,7 @@ pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
             },
             _ => {
                 return Err(format!(
-                    "unknown option {:?} (only match=PATTERN, and ca=PEM with rediss://)",
+                    "unknown option {:?} (only match=PATTERN, queue=N, and ca=PEM with rediss://)",
                     pair.split('=').next().unwrap_or("")
                 ))
             }
@@ -131,6 +148,7 @@ pub(crate) fn parse_spec(text: &str) -> Result<StoreSpec, String> {
         db,
         pattern,
         tls,
+        queue,
     }))
 }
 
@@ -269,7 +287,8 @@ pub(crate) fn found(read: read::Read, revision: i64) -> shown::Found {
             queue,
             truncated,
         } => {
-            let cut = truncated.then_some(redisson::MAX_QUEUE as u32);
+            // A truncated queue was cut to the fleet's `queue=`: its length.
+            let cut = truncated.then_some(queue.len() as u32);
             let e = redisson::entry(key, &field, count, pttl, queue, cut, revision);
             let waiters = redisson::waiting_sessions(&e).into_iter().collect();
             (e, waiters)
@@ -294,7 +313,7 @@ impl RedisFleet {
         name: &str,
     ) -> Result<Option<(LockEntry, read::Read)>, StoreError> {
         crate::validate_name(name)?;
-        let got = read::read_keys(con, vec![name.to_string()], true).await?;
+        let got = read::read_keys(con, vec![name.to_string()], Some(self.target.queue)).await?;
         Ok(got.into_iter().next().map(|r| (found(r.clone(), 0).0, r)))
     }
 }

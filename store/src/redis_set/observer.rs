@@ -194,7 +194,7 @@ impl RedisObserver {
 
     /// `keys` as locks (see [`read_keys`]).
     async fn read(&mut self, con: &mut MultiplexedConnection, keys: Vec<String>) -> Result<Vec<Found>, StoreError> {
-        let read = read_keys(con, keys, true).await?;
+        let read = read_keys(con, keys, Some(self.target.queue)).await?;
         self.beat.saw();
         Ok(read.into_iter().map(|r| found(r, self.next_revision())).collect())
     }

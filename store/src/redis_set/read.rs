@@ -17,7 +17,7 @@ pub(crate) enum Read {
     Token { key: String, token: Vec<u8>, pttl: i64 },
     /// A Redisson hash: its holder's field, count, `PTTL`, and the fair
     /// lock's queue (waiter, deadline), in order: its first
-    /// [`redisson::MAX_QUEUE`] only (`truncated`: it holds more).
+    /// waiters only, as many as the fleet's `queue=` (`truncated`: it holds more).
     Redisson {
         key: String,
         field: String,
@@ -65,12 +65,13 @@ fn list(v: &Value) -> Vec<String> {
     }
 }
 
-/// `keys` as locks (strings, and Redisson hashes when `hashes`). A key gone
+/// `keys` as locks (strings, and Redisson hashes when `hashes` is
+/// `Some(queue)`: at most `queue` waiters of a fair lock read). A key gone
 /// or retyped in between, or not of a known layout, is left out.
 pub(crate) async fn read_keys(
     con: &mut MultiplexedConnection,
     keys: Vec<String>,
-    hashes: bool,
+    hashes: Option<usize>,
 ) -> Result<Vec<Read>, StoreError> {
     if keys.is_empty() {
         return Ok(Vec::new());
@@ -85,13 +86,14 @@ pub(crate) async fn read_keys(
         .zip(kinds)
         .filter_map(|(k, t)| match t.as_str() {
             "string" => Some((k, false)),
-            "hash" if hashes => Some((k, true)),
+            "hash" if hashes.is_some() => Some((k, true)),
             _ => None,
         })
         .collect();
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
+    let max_queue = hashes.unwrap_or(0);
     let mut reads = redis::pipe();
     for (k, hash) in &wanted {
         if *hash {
@@ -104,11 +106,11 @@ pub(crate) async fn read_keys(
                 .cmd("LRANGE")
                 .arg(redisson::queue_key(k))
                 .arg(0)
-                .arg(redisson::MAX_QUEUE)
+                .arg(max_queue)
                 .cmd("ZRANGE")
                 .arg(redisson::timeout_key(k))
                 .arg(0)
-                .arg(redisson::MAX_QUEUE)
+                .arg(max_queue)
                 .arg("WITHSCORES");
         } else {
             reads.cmd("PTTL").arg(k).cmd("GET").arg(k);
@@ -130,8 +132,8 @@ pub(crate) async fn read_keys(
                 };
                 let deadlines: std::collections::HashMap<String, String> = pairs(deadlines).into_iter().collect();
                 let mut queue = list(queue);
-                let truncated = queue.len() > redisson::MAX_QUEUE;
-                queue.truncate(redisson::MAX_QUEUE);
+                let truncated = queue.len() > max_queue;
+                queue.truncate(max_queue);
                 let queue = queue
                     .into_iter()
                     .map(|id| {

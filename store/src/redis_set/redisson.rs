@@ -31,10 +31,15 @@ pub fn side_key(prefix: &str, name: &str) -> String {
     }
 }
 
-/// The most waiters of a fair lock's queue read and shown (`LRANGE 0
-/// MAX_QUEUE`, one more to tell whether there are more; the page then says
-/// "more than 1000 waiters"). docs/operations.md, "Redisson locks".
+/// The default of the most waiters of a fair lock's queue read and shown
+/// (the spec's `queue=N`; `LRANGE 0 N`, one more to tell whether there are
+/// more; the page then says "more than N waiters"). docs/operations.md,
+/// "Redisson locks".
 pub const MAX_QUEUE: usize = 1000;
+
+/// The largest `queue=` a spec may ask: every read of a fair lock holds
+/// up to this many waiters (and their deadlines) in one reply.
+pub const QUEUE_CEILING: usize = 100_000;
 
 /// The fair lock's queue of `name`.
 pub fn queue_key(name: &str) -> String {

@@ -22,6 +22,11 @@ fn the_spec_form() {
         (0, "*"),
         "database 0 and every key by default"
     );
+    assert_eq!(t.queue, 1000, "docs/operations.md: `queue=N` (default 1000)");
+    let StoreSpec::Redis(t) = StoreSpec::parse("redis://h:1?match=a*&queue=5").unwrap() else {
+        panic!()
+    };
+    assert_eq!((t.pattern.as_str(), t.queue), ("a*", 5));
     assert!(StoreSpec::parse("redis://127.0.0.1:6379").unwrap().open().is_ok());
     // rediss:// (TLS): the server's certificate checked against the system's
     // roots, or the CA file given; never unchecked (no insecure option).
@@ -52,6 +57,9 @@ fn the_spec_form() {
         ("redis://h:1/x", "database"),
         ("redis://h:1?match=", "needs a key pattern"),
         ("redis://h:1?count=5", "unknown option"),
+        ("redis://h:1?queue=0", "from 1 to 100000"),
+        ("redis://h:1?queue=100001", "from 1 to 100000"),
+        ("redis://h:1?queue=ten", "fair-lock waiters"),
     ] {
         let err = StoreSpec::parse(bad).unwrap_err().to_string();
         assert!(err.contains(why), "{bad:?}: {err}");

@@ -214,7 +214,7 @@ impl RedlockFleet {
     async fn read_all(&self, name: &str) -> Vec<Option<(redis::aio::MultiplexedConnection, Option<(Vec<u8>, i64)>)>> {
         let reads = self.target.masters.iter().map(|m| async move {
             let mut con = m.connect().await.ok()?;
-            let got = read_keys(&mut con, vec![name.to_string()], false).await.ok()?;
+            let got = read_keys(&mut con, vec![name.to_string()], None).await.ok()?;
             Some((con, master_read(got.first())))
         });
         futures::future::join_all(reads).await

@@ -274,7 +274,7 @@ impl RedlockObserver {
         let mut per_master: Vec<Option<BTreeMap<String, (Vec<u8>, i64)>>> = Vec::with_capacity(cons.len());
         for slot in cons.iter_mut() {
             let got = match slot.as_mut() {
-                Some(con) => read_keys(con, keys.clone(), false).await.ok(),
+                Some(con) => read_keys(con, keys.clone(), None).await.ok(),
                 None => None,
             };
             if got.is_none() {

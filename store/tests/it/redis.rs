@@ -378,6 +378,25 @@ async fn redisson_locks_are_shown_and_guardedly_released() {
     })
     .await;
     let fair = w.lock("rs:fair").unwrap();
+    assert_eq!(redisson(&fair).queue_truncated_at, None, "the whole queue: 2 < 1000");
+    // docs/operations.md: "A queue is read up to its first 1000 waiters (the
+    // fleet's `queue=N`, default 1000)": past that, "more than N waiters" and
+    // `queue_truncated_at` N. The same server, a fleet asking `queue=1`.
+    let short_spec = StoreSpec::parse(&format!("{}?match=rs:*&queue=1", server.url())).unwrap();
+    let mut short = Watch::start(&short_spec);
+    short
+        .until("the queue cut at 1", 10 * SECOND, |w| {
+            w.lock("rs:fair")
+                .is_some_and(|e| redisson(&e).queue_truncated_at == Some(1))
+        })
+        .await;
+    let cut = redisson(&short.lock("rs:fair").unwrap());
+    assert_eq!(
+        cut.queue.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(),
+        [b.field(7)],
+        "only the first waiter read and shown"
+    );
+    drop(short);
     let queue = redisson(&fair).queue;
     assert_eq!(
         queue.iter().map(|q| q.id.as_str()).collect::<Vec<_>>(),
