@@ -15,7 +15,12 @@ use crate::fleet::pg_advisory::PgBackend;
 use crate::fleet::{FamilyDetail, FleetState, LockBody};
 
 /// The most lock names one row keeps in [`ForeignSession::holds`]
-/// (`holds_total` counts them all).
+/// (`holds_total` counts them all). Past it the row says "holds a, b, …
+/// (and N more)" (docs/operations.md, "PostgreSQL advisory locks"). A fixed
+/// const, not a setting: the names are a hover's summary (the lock table
+/// filtered by the session lists them all), the count is always whole, and
+/// the rows are rebuilt from the lock table on every sessions-page change, so
+/// this bounds what a session holding thousands of locks costs each rebuild.
 pub const FOREIGN_HOLDS_KEPT: usize = 50;
 
 /// A foreign family's session, as its locks show it.
@@ -234,5 +239,16 @@ mod tests {
         assert_eq!(got["11@7"].holds_total, 0);
         let plain = state(vec![LockEntry::foreign("x".into(), 1, 1, Some("s".into()), None)], &[]);
         assert!(foreign_sessions(&plain).is_empty(), "other foreign locks have none");
+    }
+
+    /// docs/operations.md: "the locks it holds (the first 50 by name, then "and N
+    /// more": fixed, the count is always whole)".
+    #[test]
+    fn a_session_row_keeps_the_first_50_names_and_counts_them_all() {
+        let names: Vec<String> = (0..52).map(|i| format!("lock{i:02}")).collect();
+        let s = state(names.iter().map(|n| zk(n, &["0x1"], None)).collect(), &[]);
+        let got = &foreign_sessions(&s)["0x1"];
+        assert_eq!(got.holds, names[..FOREIGN_HOLDS_KEPT], "the first 50 by name");
+        assert_eq!(got.holds_total, 52, "the count is whole");
     }
 }

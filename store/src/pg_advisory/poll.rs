@@ -26,9 +26,6 @@ use sqlx::postgres::PgPool;
 use super::{fence_of, graph, session_of, AdvisoryTarget, READ_TIMEOUT};
 use crate::StoreError;
 
-/// The most entries a backend's `also_holds` lists.
-pub const ALSO_HOLDS_KEPT: usize = 50;
-
 /// What one poll read.
 #[derive(Debug, Default)]
 pub struct Read {
@@ -211,15 +208,16 @@ pub fn build(target: &AdvisoryTarget, read: Read, levels: &mut Levels) -> Snapsh
     let backend = |pid: i32, waitstart: Option<i64>| {
         let row = rows_by_backend.get(&pid);
         let start = row.and_then(|b| b.start_us).unwrap_or(0);
-        // The first 50 only: a backend holding thousands of keys must not
-        // cost thousands of copies per lock it holds (quadratic per poll).
+        // The first `holds=` (50) only: a backend holding thousands of keys
+        // must not cost thousands of copies per lock it holds (quadratic per poll).
+        let kept = target.holds;
         let mut also: Vec<String> = held_by
             .get(&pid)
-            .map(|h| h.iter().take(ALSO_HOLDS_KEPT).cloned().collect())
+            .map(|h| h.iter().take(kept).cloned().collect())
             .unwrap_or_default();
-        if also.len() < ALSO_HOLDS_KEPT {
+        if also.len() < kept {
             let rest = row.and_then(|b| b.holds.as_ref()).into_iter().flatten();
-            also.extend(rest.take(ALSO_HOLDS_KEPT - also.len()).cloned());
+            also.extend(rest.take(kept - also.len()).cloned());
         }
         PgBackend {
             pid,

@@ -3,6 +3,9 @@
 //! - `poll=1s` (or `500ms`): time between two polls (default 1 s, 100 ms to 1 h);
 //! - `limit=10000`: the most advisory lock rows one poll reads (1 to 1,000,000);
 //!   past it the page says "more than N advisory locks";
+//! - `holds=50`: the most entries a holder's "also holds" lists (what else
+//!   terminating it ends; 1 to 10,000): the advisory keys it holds first,
+//!   then the relations it locks; the rest are not listed;
 //! - `idle=300s`: a session-level lock whose holder has been idle (not in a
 //!   transaction) longer is shown as possibly stranded (default 300 s);
 //! - `poolers=pgbouncer,odyssey,pgcat,pgpool,supavisor` (the default): a
@@ -26,6 +29,8 @@ pub struct AdvisoryTarget {
     pub url: String,
     pub poll: Duration,
     pub limit: u32,
+    /// The most entries a holder's `also_holds` lists (`holds=`).
+    pub holds: usize,
     pub idle: Duration,
     pub poolers: Vec<String>,
     pub names_table: Option<String>,
@@ -37,6 +42,12 @@ pub struct AdvisoryTarget {
 impl AdvisoryTarget {
     pub const DEFAULT_POLL: Duration = Duration::from_secs(1);
     pub const DEFAULT_LIMIT: u32 = 10_000;
+    /// `holds=` by default: each lock a backend holds copies this many of its
+    /// other holds, so a backend holding thousands of keys costs at most
+    /// this many copies per lock (docs/performance.md).
+    pub const DEFAULT_HOLDS: usize = 50;
+    /// The largest `holds=`.
+    pub const MAX_HOLDS: usize = 10_000;
     pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
     pub const DEFAULT_POOLERS: [&'static str; 5] = ["pgbouncer", "odyssey", "pgcat", "pgpool", "supavisor"];
 
@@ -46,6 +57,7 @@ impl AdvisoryTarget {
             url: url.into(),
             poll: Self::DEFAULT_POLL,
             limit: Self::DEFAULT_LIMIT,
+            holds: Self::DEFAULT_HOLDS,
             idle: Self::DEFAULT_IDLE,
             poolers: Self::DEFAULT_POOLERS.iter().map(|s| s.to_string()).collect(),
             names_table: None,
@@ -85,6 +97,13 @@ pub(crate) fn parse_spec(rest: &str) -> Result<StoreSpec, String> {
                     .filter(|n| (1..=1_000_000).contains(n))
                     .ok_or_else(|| format!("limit={v}: a number from 1 to 1000000"))?
             }
+            "holds" => {
+                t.holds = v
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=AdvisoryTarget::MAX_HOLDS).contains(n))
+                    .ok_or_else(|| format!("holds={v}: a number from 1 to {}", AdvisoryTarget::MAX_HOLDS))?
+            }
             "idle" => t.idle = duration(v)?,
             "poolers" => t.poolers = v.split(',').filter(|s| !s.is_empty()).map(str::to_lowercase).collect(),
             "names" => {
@@ -106,7 +125,7 @@ pub(crate) fn parse_spec(rest: &str) -> Result<StoreSpec, String> {
             }
             _ => {
                 return Err(format!(
-                    "unknown option {k:?} (poll, limit, idle, poolers, names, name.KEY, hashtext)"
+                    "unknown option {k:?} (poll, limit, holds, idle, poolers, names, name.KEY, hashtext)"
                 ))
             }
         }

@@ -22,6 +22,7 @@ fn the_spec_and_its_options() {
         (t.poll, t.limit, t.idle),
         (Duration::from_secs(1), 10_000, Duration::from_secs(300))
     );
+    assert_eq!(t.holds, 50, "store/src/pg_advisory/spec.rs: `holds=50` by default");
     assert!(!t.source().contains("secret"), "{}", t.source());
     let t = target(
         "advisory+postgresql://db/app?sslmode=disable#poll=500ms&limit=20&idle=2m&poolers=bouncer&names=ops.lock_names\
@@ -37,6 +38,7 @@ fn the_spec_and_its_options() {
     assert_eq!(t.names["42"], "migrations");
     assert_eq!(t.names["1:-2"], "jobs");
     assert_eq!(t.hashtext, vec!["nightly", "weekly"]);
+    assert_eq!(target("advisory+postgres://db#holds=3").holds, 3);
 }
 
 #[test]
@@ -46,6 +48,8 @@ fn a_bad_spec_says_what_is_wrong() {
         ("advisory+postgres://db#poll=1", "not a duration"),
         ("advisory+postgres://db#poll=10ms", "between 100ms"),
         ("advisory+postgres://db#limit=0", "limit=0"),
+        ("advisory+postgres://db#holds=0", "holds=0: a number from 1 to 10000"),
+        ("advisory+postgres://db#holds=10001", "from 1 to 10000"),
         ("advisory+postgres://db#names=x;drop", "plain table name"),
         ("advisory+postgres://db#name.abc=x", "KEY (a bigint) or K1:K2"),
         ("advisory+postgres://db#colour=red", "unknown option"),
@@ -140,7 +144,18 @@ fn a_poll_costs_time_linear_in_its_locks_when_one_backend_holds_them_all() {
     };
     assert_eq!(
         l.holders[0].also_holds.len(),
-        poll::ALSO_HOLDS_KEPT,
+        AdvisoryTarget::DEFAULT_HOLDS,
         "what else it holds, cut to 50"
     );
+    // store/src/pg_advisory/spec.rs: "`holds=50`: the most entries a holder's
+    // \"also holds\" lists".
+    let t = target("advisory+postgres://db/app#holds=3");
+    let snapshot = poll::build(&t, one_backend_holding(100), &mut Default::default());
+    let LockBody::Foreign { detail: Some(d), .. } = &snapshot.locks[0].body else {
+        panic!("{:?}", snapshot.locks[0]);
+    };
+    let FamilyDetail::PgAdvisory(l) = &**d else {
+        panic!("{d:?}")
+    };
+    assert_eq!(l.holders[0].also_holds.len(), 3, "holds=3 lists 3");
 }

@@ -281,6 +281,18 @@ async fn psql_and_sqlx_holders_waiters_and_the_guarded_levers() {
         let d = capped.detail(&e.name).unwrap();
         assert_eq!(d.truncated_at, Some(2), "{d:?}");
     }
+    // docs/operations.md: "`holds=N` (default 50, 1 to 10000): the most entries a holder's
+    // **also holds** lists". The backend holding 5, 6 and 7: all listed by default, 1 with holds=1.
+    let also = |w: &Watch, name: &str| w.detail(name).and_then(|d| d.holder().map(|h| h.also_holds.clone()));
+    assert!(
+        also(&named, "reports").is_some_and(|a| a.len() >= 3),
+        "{:?}",
+        also(&named, "reports")
+    );
+    let mut one = Watch::start(&spec(&url, "poll=200ms&holds=1"));
+    one.until("5 read", Duration::from_secs(5), |w| w.detail("5").is_some())
+        .await;
+    assert_eq!(also(&one, "5").map(|a| a.len()), Some(1), "{:?}", also(&one, "5"));
 }
 
 #[tokio::test]
