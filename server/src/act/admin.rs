@@ -25,7 +25,10 @@ mod perform;
 
 pub use lockscope_model::admin::MAX_REASON_BYTES;
 use perform::act;
-/// Longest lock name or session id accepted (bytes).
+/// Longest lock name or session id accepted (bytes): `400` "name a lock or
+/// session of 1 to 512 bytes", audited (docs/api.md). Fixed: it is the
+/// protocol's own bound on names and session ids (docs/protocol.md), so no
+/// lock this could act on is longer.
 pub const MAX_TARGET_BYTES: usize = 512;
 
 /// What the door acts through and writes to: the fleets (their store

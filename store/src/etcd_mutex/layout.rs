@@ -21,6 +21,9 @@ use lockscope_model::time::Millis;
 use lockscope_model::{FleetEvent, LockBody, LockEntry, Snapshot, Waiter};
 
 /// Longest election proposal shown (the rest is cut, on a char boundary).
+/// Fixed: a proposal names the leader (a host, an address), which fits many
+/// times over; the cut bounds what each lock of a fleet keeps in memory and
+/// sends to every page.
 pub(crate) const PROPOSAL_KEEP_BYTES: usize = 1024;
 
 /// What the part of a key after the prefix names.

@@ -40,7 +40,10 @@ pub const RESCAN_EVERY: Duration = Duration::from_secs(30);
 /// How often the whole pattern is scanned when notifications cannot be had.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
 
-/// Keys asked per `SCAN` step (a hint to Redis), and per pipeline.
+/// Keys asked per `SCAN` step (a hint to Redis), and per pipeline. Not a
+/// bound on what is held (every key of the pattern is read, 1000 a
+/// pipeline), so not a setting: a `SCAN` step costs Redis time in proportion
+/// to COUNT, and 1000 keeps each step short and one pipeline's reply small.
 const SCAN_COUNT: usize = 1000;
 
 /// The notification classes read: keyspace (`K`), generic (`g`: del, expire,

@@ -46,7 +46,12 @@ use crate::{Observer, StoreError};
 /// for unreachable.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Requests kept in flight while reading the tree (one connection pipelines them).
+/// Requests kept in flight while reading the tree (one connection pipelines
+/// them). A pace, not a bound on what is held (the whole tree is read
+/// either way): past it a read waits for an answer before the next request
+/// goes. Fixed: 256 keeps a server's outstanding-request queue (1000 by
+/// default, `globalOutstandingLimit`) well clear, and 1,024 read a
+/// 100,000-lock tree no faster (docs/performance.md, "ZooKeeper").
 const IN_FLIGHT: usize = 256;
 
 /// Why a ZooKeeper lock's holder cannot be blacklisted (said to whoever asks).

@@ -23,6 +23,8 @@ use crate::web::error::{AppError, ErrorBody};
 use crate::web::state::AppState;
 
 /// Rows a page holds when `limit` is not given.
+/// Fixed, as is [`MAX_LIMIT`] (docs/operations.md, "Limits"): a client lists
+/// a whole fleet by following `next`, so no operator needs a bigger page.
 pub const DEFAULT_LIMIT: usize = 100;
 /// Most rows one page holds (`limit` above it is a `400`).
 pub const MAX_LIMIT: usize = 1000;

@@ -143,3 +143,20 @@ fn an_elections_value_is_the_proposal_and_a_malformed_key_is_shown() {
         "{events:?}"
     );
 }
+
+/// docs/security.md: "an etcd election's proposal | 1024 bytes | fixed | cut there (on a
+/// character boundary)".
+#[test]
+fn a_long_proposal_is_cut_at_1024_bytes_on_a_character_boundary() {
+    assert_eq!(PROPOSAL_KEEP_BYTES, 1024);
+    let ascii = "a".repeat(2000);
+    assert_eq!(proposal_of(ascii.as_bytes()).unwrap().len(), 1024);
+    // 'é' is two bytes: 1023 of 'a' then 'é' would end at byte 1025, so it goes.
+    let accented = format!("{}é{}", "a".repeat(1023), "b".repeat(10));
+    assert_eq!(proposal_of(accented.as_bytes()).unwrap(), "a".repeat(1023));
+    assert_eq!(
+        proposal_of(b"replica-1").as_deref(),
+        Some("replica-1"),
+        "a short one whole"
+    );
+}
