@@ -273,6 +273,24 @@ pub fn validate_name(name: &str) -> Result<(), StoreError> {
     })
 }
 
+/// A foreign lock's bytes as shown: lossy UTF-8 cut to at most `max` bytes
+/// on a character boundary (`None`: empty). One place for the families'
+/// display bounds (an etcd election's proposal, a ZooKeeper node's data).
+pub(crate) fn shown_text(data: &[u8], max: usize) -> Option<String> {
+    if data.is_empty() {
+        return None;
+    }
+    let mut text = String::from_utf8_lossy(data).into_owned();
+    if text.len() > max {
+        let mut cut = max;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+    }
+    Some(text)
+}
+
 /// This host's wall clock in unix ms.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -12,6 +12,8 @@ use crate::time::Millis;
 pub const ZK_NODES_KEPT: usize = 100;
 
 /// Longest znode data kept per contender (the rest is cut on a char boundary).
+/// Fixed: lock recipes write an identifier there (kazoo: the client's), and
+/// every contender's data rides in its lock's entry to every page.
 pub const ZK_DATA_KEEP_BYTES: usize = 256;
 
 /// Which library's node names a contender has.

@@ -377,18 +377,7 @@ impl Table {
 
 /// An election's value as its proposal (`None`: empty, as a mutex's key is).
 fn proposal_of(value: &[u8]) -> Option<String> {
-    if value.is_empty() {
-        return None;
-    }
-    let mut text = String::from_utf8_lossy(value).into_owned();
-    if text.len() > PROPOSAL_KEEP_BYTES {
-        let mut cut = PROPOSAL_KEEP_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    Some(text)
+    crate::shown_text(value, PROPOSAL_KEEP_BYTES)
 }
 
 #[cfg(test)]

@@ -58,18 +58,7 @@ pub(crate) fn session_hex(id: i64) -> String {
 
 /// A node's data as shown (`None`: empty).
 pub(crate) fn data_text(data: &[u8]) -> Option<String> {
-    if data.is_empty() {
-        return None;
-    }
-    let mut text = String::from_utf8_lossy(data).into_owned();
-    if text.len() > ZK_DATA_KEEP_BYTES {
-        let mut cut = ZK_DATA_KEEP_BYTES;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-    }
-    Some(text)
+    crate::shown_text(data, ZK_DATA_KEEP_BYTES)
 }
 
 /// A contender as read: its stat and data.

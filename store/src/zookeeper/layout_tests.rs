@@ -141,3 +141,15 @@ fn a_long_queue_keeps_its_first_contenders_and_every_waiter() {
     assert_eq!((l.nodes.len(), l.nodes_total), (ZK_NODES_KEPT, 150));
     assert_eq!(waiters.len(), 149);
 }
+
+/// docs/operations.md, ZooKeeper: "every contender in order with its session, age and data
+/// (its first 256 bytes, cut on a character boundary)".
+#[test]
+fn a_contenders_data_is_cut_at_256_bytes_on_a_character_boundary() {
+    assert_eq!(ZK_DATA_KEEP_BYTES, 256);
+    assert_eq!(data_text(&[b'a'; 300]).unwrap().len(), 256);
+    let accented = format!("{}é", "a".repeat(255));
+    assert_eq!(data_text(accented.as_bytes()).unwrap(), "a".repeat(255));
+    assert_eq!(data_text(b"").as_deref(), None, "empty: none");
+    assert_eq!(data_text(b"host-1").as_deref(), Some("host-1"));
+}
