@@ -36,6 +36,14 @@
 #                         snapshot and prints how long after live that took, the RSS peak
 #                         (VmHWM) by then and the RSS at rest after it
 #   HISTORY=off           `--history off`
+#   CHURN=1               rows entering and leaving the window instead of changing in place:
+#                         the load takes new locks that sort into the browser's window and
+#                         releases them again, RATE operations per second in all (`load
+#                         --churn`); the probe also checks that every lock still held is in
+#                         the window and every released one has left, and the page's main
+#                         thread's busy share is judged (issue 26)
+#   SITE=target/site      the built site the server serves to the probe (say, a release site
+#                         kept apart from the debug one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCKS=${1:-1000}
@@ -46,6 +54,8 @@ STORE=${STORE:-etcd}
 PROFILE=${PROFILE:-release}
 BROWSER=${BROWSER:-1}
 HISTORY=${HISTORY:-on}
+CHURN=${CHURN:-0}
+SITE=${SITE:-target/site}
 
 build=cargo; [ "${NO_BUILD:-0}" = 0 ] || build=true
 case $PROFILE in
@@ -53,8 +63,8 @@ case $PROFILE in
   debug) $build build -p lockscope --bins; bin=target/debug ;;
   *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
 esac
-if [ "$BROWSER" != 0 ] && [ ! -f target/site/pkg/lockscope.wasm ]; then
-  echo "no built site in target/site: run scripts/run.sh (or cargo leptos build) first, or BROWSER=0" >&2
+if [ "$BROWSER" != 0 ] && [ ! -f "$SITE/pkg/lockscope.wasm" ]; then
+  echo "no built site in $SITE: run scripts/run.sh (or cargo leptos build) first, or BROWSER=0" >&2
   exit 1
 fi
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -101,7 +111,7 @@ if [ "${LAYOUT:-lockscope}" = etcd-mutex ]; then
   $bin/lockscope-bench mutex fill "${mx[@]}"
   t0=$(date +%s%N)
   $bin/lockscope --store "bench=etcd-mutex:http://127.0.0.1:$client#/mx/" --unlocker bench=off \
-    --listen "127.0.0.1:$listen" --site-root target/site --log warn >"$dir/server.log" 2>&1 &
+    --listen "127.0.0.1:$listen" --site-root "$SITE" --log warn >"$dir/server.log" 2>&1 &
   server=$!
   pids+=($server)
   until curl -s "http://127.0.0.1:$listen/healthz" | grep -q "\"held\":$LOCKS"; do sleep 0.1; done
@@ -125,7 +135,7 @@ t0=$(date +%s%N)
 # Every viewer connects from this one address: room for them past [limits]' default 64.
 printf '[limits]\nws_per_identity = %d\nws_per_address = %d\n' $((VIEWERS + 16)) $((VIEWERS + 16)) >"$dir/lockscope.toml"
 $bin/lockscope --config "$dir/lockscope.toml" "${serve_store[@]}" "${history[@]}" --listen "127.0.0.1:$listen" \
-  --site-root target/site --log warn >"$dir/server.log" 2>&1 &
+  --site-root "$SITE" --log warn >"$dir/server.log" 2>&1 &
 server=$!
 pids+=($server)
 until curl -s "http://127.0.0.1:$listen/healthz" | grep -q "\"held\":$LOCKS"; do sleep 0.1; done
@@ -162,7 +172,8 @@ if [ "$VIEWERS" -gt 0 ]; then
   pids+=($viewers)
   sleep 1
 fi
-$bin/lockscope-bench load "${bench_store[@]}" --locks "$LOCKS" \
+churn=(); [ "$CHURN" = 0 ] || churn=(--churn)
+$bin/lockscope-bench load "${bench_store[@]}" --locks "$LOCKS" "${churn[@]}" \
   --rate "$RATE" --seconds "$SECS" --log "$dir/writes.log" >"$dir/load.out" &
 load=$!
 pids+=($load)
@@ -185,7 +196,8 @@ hz=$(getconf CLK_TCK)
 for _ in $(seq 20); do curl -s -o /dev/null "http://127.0.0.1:$listen/"; done
 
 echo
-echo "== lockscope live path: $LOCKS locks in $where, $RATE changes/s for $SECS s, $VIEWERS websocket viewers, history $HISTORY ($PROFILE build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+changes="changes/s"; [ "$CHURN" = 0 ] || changes="rows entering or leaving the window per second (CHURN=1)"
+echo "== lockscope live path: $LOCKS locks in $where, $RATE $changes for $SECS s, $VIEWERS websocket viewers, history $HISTORY ($PROFILE build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
 echo "server start -> live with every lock:  $(( (t1 - t0) / 1000000 )) ms"
 echo "history:                                $history_out"
 echo "GET / (default view):                   $page_bytes bytes"
@@ -234,4 +246,14 @@ if [ "$BROWSER" != 0 ]; then
   dom_p99=$(grep -o '"p99_ms":[0-9]*' <<<"$probe" | head -1 | cut -d: -f2)
   goal "store write -> row in the DOM p50" "${dom_p50:--1}" 25 ms
   goal "store write -> row in the DOM p99" "${dom_p99:--1}" 100 ms
+  busy=$(grep -o '"main_thread_busy_pct":[0-9]*' <<<"$probe" | cut -d: -f2)
+  goal "page's main thread busy during the load" "${busy:--1}" 40 %
+  never=$(grep -o '"never_shown":[0-9]*' <<<"$probe" | cut -d: -f2)
+  goal "changes never shown" "${never:--1}" 0
+  if [ "$CHURN" != 0 ]; then
+    not_shown=$(grep -o '"held_not_shown":[0-9]*' <<<"$probe" | cut -d: -f2)
+    not_left=$(grep -o '"released_not_left":[0-9]*' <<<"$probe" | cut -d: -f2)
+    goal "churn: locks held at the end but not in the window" "${not_shown:--1}" 0
+    goal "churn: released locks still in the window at the end" "${not_left:--1}" 0
+  fi
 fi

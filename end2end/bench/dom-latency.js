@@ -12,10 +12,20 @@
 // stamp, and `steady`, the same over writes made from 2 s after the page went live
 // (the first seconds of a fresh page — wasm compiled and tiered up, the first
 // frames rendered — on a loaded 2-core machine show stale rows longer).
+// A stamp counts as seen when its row changes in place or enters the window (a
+// whole row added to the table). Also `main_thread_busy_pct`: the page's main
+// thread busy while the load runs, Chromium's TaskDuration (CDP Performance
+// metrics) per wall-clock second, from live until the load's last write. With
+// a churn log (`load --churn`: lines `name t n` take a lock, `name t n
+// release` release it) also `churn`: locks
+// still held but not in the window at the end (`held_not_shown`), released
+// but still there (`released_not_left`), and release -> row gone (`left`).
 const { chromium } = require('playwright-core');
 const { readFileSync } = require('node:fs');
 
 const [url, writeLog, seconds] = process.argv.slice(2);
+// The load starts with this probe: its last write is due SECONDS from now.
+const loadEnds = Date.now() + Number(seconds) * 1000;
 (async () => {
   const browser = await chromium.launch({
     executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
@@ -25,31 +35,55 @@ const [url, writeLog, seconds] = process.argv.slice(2);
   await page.goto(url);
   await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: 30_000 });
   const liveAt = Date.now();
+  // The page's main thread: Chromium's TaskDuration (seconds of tasks run) over the run.
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('Performance.enable');
+  const taskSeconds = async () =>
+    (await cdp.send('Performance.getMetrics')).metrics.find((m) => m.name === 'TaskDuration').value;
   await page.evaluate(() => {
     window.__seen = new Map();
-    const record = (text) => {
-      const m = /bench t=(\d+) n=(\d+)/.exec(text || '');
+    window.__left = new Map();
+    const record = (row) => {
+      const m = /bench t=(\d+) n=(\d+)/.exec(row.querySelector('td.purpose')?.textContent || '');
       if (m && !window.__seen.has(m[2])) window.__seen.set(m[2], Date.now() - Number(m[1]));
     };
+    const rowsIn = (node) =>
+      node.nodeType !== 1 ? [] : node.matches('tr[data-testid=lock-row]') ? [node] : [...node.querySelectorAll('tr[data-testid=lock-row]')];
     new MutationObserver((muts) => {
       for (const mu of muts) {
+        // A row entering the window: whole rows added to the table body.
+        for (const node of mu.addedNodes) rowsIn(node).forEach(record);
+        // A row leaving it (or moving: the last removal counts, and a row still
+        // in the document at the end has not left).
+        for (const node of mu.removedNodes) rowsIn(node).forEach((r) => window.__left.set(r.dataset.lock, Date.now()));
+        // A row changed in place.
         const el = mu.target.nodeType === 3 ? mu.target.parentElement : mu.target;
         const row = el && el.closest && el.closest('tr[data-testid=lock-row]');
-        if (row) record(row.querySelector('td.purpose')?.textContent);
+        if (row) record(row);
       }
     }).observe(document.querySelector('[data-testid=lock-table]'), { subtree: true, childList: true, characterData: true });
   });
-  await page.waitForTimeout(Number(seconds) * 1000 + 1500);
+  const [busy0, wall0] = [await taskSeconds(), Date.now()];
+  // Busy over the load's seconds the page was live for (none: not measured).
+  await page.waitForTimeout(Math.max(0, loadEnds - Date.now()));
+  const busyFor = (Date.now() - wall0) / 1000;
+  const busy = busyFor >= 1 ? Math.round((100 * (await taskSeconds() - busy0)) / busyFor) : null;
+  await page.waitForTimeout(Math.max(0, liveAt + Number(seconds) * 1000 + 1500 - Date.now()));
   const seen = new Map(await page.evaluate(() => [...window.__seen.entries()]));
+  const left = new Map(await page.evaluate(() => [...window.__left.entries()]));
   const visible = new Set(await page.locator('[data-testid=lock-row]').evaluateAll((rows) => rows.map((r) => r.dataset.lock)));
   await browser.close();
 
   const writes = readFileSync(writeLog, 'utf8').trim().split('\n').map((l) => l.split(' '));
+  // Churn (`load --churn`): `name t n` takes a new lock, `name t n release` releases it.
+  const releases = new Map(writes.filter((w) => w[3] === 'release').map(([name, t]) => [name, Number(t)]));
+  const stamps = writes.filter((w) => w[3] !== 'release');
   const byRow = new Map();
-  for (const [name, , n] of writes) if (visible.has(name)) (byRow.get(name) ?? byRow.set(name, []).get(name)).push(n);
+  for (const [name, , n] of stamps) if (visible.has(name) || releases.has(name)) (byRow.get(name) ?? byRow.set(name, []).get(name)).push(n);
   let lost = 0, shownWrites = 0;
-  for (const ns of byRow.values()) {
-    let laterSeen = false;
+  for (const [name, ns] of byRow) {
+    // A lock taken and released again may never show (one frame can carry both).
+    let laterSeen = releases.has(name);
     for (let i = ns.length - 1; i >= 0; i--) {
       if (seen.has(ns[i])) laterSeen = true;
       else if (!laterSeen) lost++;
@@ -63,8 +97,23 @@ const [url, writeLog, seconds] = process.argv.slice(2);
   };
   const writtenAt = new Map(writes.map(([, t, n]) => [n, Number(t)]));
   const steady = [...seen.entries()].filter(([n]) => writtenAt.get(n) >= liveAt + 2000).map(([, ms]) => ms);
-  console.log(JSON.stringify({
+  const churn = releases.size > 0 || stamps.some(([name]) => /-c\d+$/.test(name));
+  const out = {
     writes_to_shown_rows: shownWrites, never_shown: lost, ...figures([...seen.values()]),
     steady: figures(steady),
-  }));
+    main_thread_busy_pct: busy,
+  };
+  if (churn) {
+    // Nothing lost: every churned lock still held is in the window at the end
+    // (its names sort into the window's first rows), every released one has left.
+    const taken = new Set(stamps.map(([name]) => name).filter((name) => /-c\d+$/.test(name)));
+    const held = [...taken].filter((name) => !releases.has(name));
+    out.churn = {
+      taken: taken.size, released: releases.size,
+      held_not_shown: held.filter((name) => !visible.has(name)).length,
+      released_not_left: [...releases.keys()].filter((name) => visible.has(name)).length,
+      left: figures([...releases].filter(([name]) => left.has(name)).map(([name, t]) => left.get(name) - t)),
+    };
+  }
+  console.log(JSON.stringify(out));
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -14,6 +14,8 @@
 //!   by name), because a browser only receives its window. Every write is logged
 //!   (`name t n` per line) so a probe can count changes never shown. On SQL the
 //!   rewrite is the holder's own `extend`, so the observer sees ordinary changes.
+//!   With `--churn`, it takes and releases locks in that view instead, so rows
+//!   enter and leave the window (`churn.rs`).
 //! - `viewers`: a websocket probe: N concurrent subscribers of a running server,
 //!   each on a different view, acknowledging every frame; reports store write →
 //!   frame received for every stamp it sees, and which viewers fell behind.
@@ -28,6 +30,7 @@
 //! `postgres://…`), or `--etcd URL` as before.
 
 mod advisory;
+mod churn;
 mod handoff;
 mod history;
 mod mutex;
@@ -71,6 +74,10 @@ enum Command {
         /// Where to log every write.
         #[arg(long)]
         log: PathBuf,
+        /// Take and release locks in the first `hot` rows of service 0 by name
+        /// instead: rows entering and leaving a browser's window (`churn.rs`).
+        #[arg(long)]
+        churn: bool,
     },
     /// Subscribe N websocket viewers, each to a different view, and measure what
     /// reaches them.
@@ -122,6 +129,7 @@ async fn main() -> anyhow::Result<()> {
             hot_share,
             hot,
             log,
+            churn,
         } => {
             let plan = store::Load {
                 locks: fleet.locks,
@@ -132,7 +140,11 @@ async fn main() -> anyhow::Result<()> {
                 hot: hot.max(1),
             };
             let target = store::Target::open(&fleet).await?;
-            target.load(plan, &log).await
+            if churn {
+                target.churn(plan, &log).await
+            } else {
+                target.load(plan, &log).await
+            }
         }
         Command::Viewers(args) => viewers::run(args).await,
         Command::History(args) => history::run(args).await,
