@@ -108,9 +108,10 @@ fn the_hub_memory_per_held_lock_does_not_grow() {
     // 824 bytes when written (753 + 4.4 blocks; 1,195 before the hub interned
     // service, host, session and backtrace); 907 with sessions in the live
     // model (each lock's session in its meta and in the session -> locks index
-    // that re-places a dead session's locks). Goal: 1,024. Fail on growth past
+    // that re-places a dead session's locks); 737 once a snapshot's table is
+    // built in one go, its B-tree nodes full. Goal: 1,024. Fail on growth past
     // +5 %, not on noise.
-    const LIMIT: f64 = 952.0;
+    const LIMIT: f64 = 775.0;
     const _: () = assert!(LIMIT <= 1024.0, "the goal is 1 KiB per lock");
     assert!(per_lock <= LIMIT, "{per_lock:.0} bytes per lock, over {LIMIT}");
     let steady = LIVE.load(Ordering::Relaxed);

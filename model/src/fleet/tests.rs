@@ -276,6 +276,44 @@ fn locks_share_their_common_values() {
     assert_eq!(s, s.clone(), "the interner is no part of the state");
 }
 
+/// A snapshot's table is built in one go (full B-tree nodes): that keeps what
+/// inserting one by one did, the last entry of a name twice in the snapshot.
+#[test]
+fn a_snapshot_with_a_name_twice_keeps_the_last() {
+    let mut s = FleetState::default();
+    let locks = vec![
+        parsed("b", 1, "x", "s-1"),
+        parsed("a", 2, "x", "s-1"),
+        parsed("b", 3, "y", "s-1"),
+    ];
+    s.apply(reset(3, locks));
+    assert_eq!(s.locks().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(s.get("b").unwrap().fence, 3, "the later entry of b");
+    assert_eq!(&*record(&s, "b").service, "y");
+}
+
+/// What `SnapshotSharing` is for: an observer's snapshot arrives with its
+/// common fields already shared, and the hub keeps those very allocations
+/// rather than dropping them all at the end for copies of its own.
+#[test]
+fn a_snapshot_shared_as_it_is_read_is_kept_as_shared() {
+    let mut sharing = SnapshotSharing::default();
+    let a = sharing.share(parsed("a", 1, "billing", "s-1"));
+    let b = sharing.share(parsed("b", 2, "billing", "s-1"));
+    let (ra, rb) = (a.record().unwrap(), b.record().unwrap());
+    assert!(Arc::ptr_eq(&ra.service, &rb.service), "shared as it is read");
+    assert!(Arc::ptr_eq(&ra.backtrace, &rb.backtrace));
+    let service = ra.service.clone();
+    drop(sharing);
+    let mut s = FleetState::default();
+    s.apply(reset(2, vec![a, b]));
+    assert!(
+        Arc::ptr_eq(&record(&s, "a").service, &service),
+        "the table keeps the snapshot's copy"
+    );
+    assert!(Arc::ptr_eq(&record(&s, "b").service, &service));
+}
+
 #[test]
 fn values_no_lock_uses_are_dropped_after_churn() {
     let mut s = FleetState::default();

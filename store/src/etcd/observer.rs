@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use etcd_client::{Client, EventType, GetOptions, KeyValue, KvClient, WatchOptions};
 use futures::future::BoxFuture;
+use lockscope_model::fleet::SnapshotSharing;
 use lockscope_model::{BlacklistEntry, FleetEvent, LockEntry, SessionEntry, Snapshot, Waiter};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
@@ -205,9 +206,11 @@ impl EtcdObserver {
             sessions: Some(Vec::new()),
             ..Snapshot::default()
         };
-        // Each response is parsed as it arrives, so its raw bytes never pile up.
+        // Each response is parsed as it arrives, so its raw bytes never pile up,
+        // and each record's common fields are shared as it is parsed.
+        let mut sharing = SnapshotSharing::default();
         let mut take = |kv: &KeyValue| match self.key_of(kv) {
-            Key::Lock(name) => snap.locks.push(entry_of(kv, name)),
+            Key::Lock(name) => snap.locks.push(sharing.share(entry_of(kv, name))),
             Key::Waiter(w) => snap.waiters.push(w),
             Key::Session(id) => snap
                 .sessions

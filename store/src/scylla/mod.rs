@@ -38,6 +38,7 @@ pub use unlocker::ScyllaLeadership;
 
 use std::sync::Arc;
 
+use lockscope_model::fleet::SnapshotSharing;
 use lockscope_model::record::{BlacklistRecord, SessionRecord, Stored};
 use lockscope_model::LockEntry;
 
@@ -192,7 +193,8 @@ impl ScyllaLocks {
             Schema::Published => Stmt::LocksPagePublished,
         };
         let rows = scan(&*self.cql, stmt, self.page).await?;
-        Ok(rows.iter().filter_map(entry_of).collect())
+        let mut sharing = SnapshotSharing::default();
+        Ok(rows.iter().filter_map(entry_of).map(|e| sharing.share(e)).collect())
     }
 
     /// Every `token_times` row, in pages.

@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockscope_model::fleet::SnapshotSharing;
 use lockscope_model::{FleetEvent, LockEntry};
 use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow};
 use sqlx::AnyPool;
@@ -267,7 +268,8 @@ impl SqlLocks {
         let q =
             self.sql("SELECT name, fence, revision, record FROM lockscope_locks WHERE owner IS NOT NULL ORDER BY name");
         let rows = sqlx::query(&q).fetch_all(&self.pool).await?;
-        rows.iter().map(entry_of).collect()
+        let mut sharing = SnapshotSharing::default();
+        rows.iter().map(|r| Ok(sharing.share(entry_of(r)?))).collect()
     }
 
     /// Writes raw text as lock `name`'s record, held, bypassing the protocol: for
