@@ -41,11 +41,13 @@ use lockscope_model::{Changed, Counts, FleetState};
 mod frames;
 mod index;
 mod select;
+mod top;
 
 use frames::Sub;
 use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
 pub use select::{SCAN_BUDGET, SCAN_LIMIT, SELECT_FROM};
+pub use top::TOP_ROWS;
 
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.
@@ -133,6 +135,10 @@ pub struct Views {
     filters: HashMap<lockscope_model::view::Filter, select::FilterCount>,
     select_from: usize,
     scan_limit: usize,
+    /// The first rows of the orders that windows near their top show.
+    tops: HashMap<top::TopSpec, top::Top>,
+    /// Fleets of this many locks or more serve such windows by a top.
+    top_from: usize,
 }
 
 impl Default for Views {
@@ -163,6 +169,8 @@ impl Views {
             filters: HashMap::new(),
             select_from: SELECT_FROM,
             scan_limit: select::SCAN_LIMIT,
+            tops: HashMap::new(),
+            top_from: SELECT_FROM,
         };
         // The default view (the bare page) is always ready.
         v.indexes
@@ -180,12 +188,25 @@ impl Views {
         }
     }
 
-    /// Serves filtered views by selection from `from` locks on (tests use 0).
+    /// Serves filtered views by selection from `from` locks on (tests use 0),
+    /// never by a top (so that tests see selections near the top too).
     #[cfg(test)]
     pub(crate) fn with_select_from(from: usize, scan_limit: usize) -> Views {
         Views {
             select_from: from,
             scan_limit,
+            top_from: usize::MAX,
+            ..Views::new()
+        }
+    }
+
+    /// Serves windows near the top of their order by a top from `from` locks
+    /// on (tests use 0), and deeper filtered ones by selection.
+    #[cfg(test)]
+    pub(crate) fn with_top_from(from: usize) -> Views {
+        Views {
+            select_from: from,
+            top_from: from,
             ..Views::new()
         }
     }
@@ -270,6 +291,7 @@ impl Views {
             index.move_key(&name, old, meta.key_in(&name, spec));
         }
         self.reselect(&name, old.as_ref(), Some(&meta));
+        self.follow_tops(&name, old.as_ref(), Some(&meta));
         self.meta.insert(name, meta);
     }
 
@@ -280,6 +302,7 @@ impl Views {
             index.move_key(&name, old.key_in(&name, spec), None);
         }
         self.reselect(&name, Some(&old), None);
+        self.follow_tops(&name, Some(&old), None);
     }
 
     /// Removes `name`'s meta, its deadline and its share of the aggregates.

@@ -19,6 +19,11 @@ use crate::live::stats::HubFeed;
 use crate::live::views::{BuildId, Built, Now, SubId, Views};
 use crate::remember::history::Recorder;
 
+/// Commands handled before the hub's next turn (frames, summary). Large enough
+/// that 200 browsers opening views at once are one turn; bounded so that a
+/// flood of commands still leaves turns for the frames.
+const MAX_COMMANDS_PER_TURN: usize = 256;
+
 /// The state the hub task owns (nothing else touches it: see the module docs
 /// of [`super`] on channels instead of a lock).
 pub(super) struct Hub {
@@ -62,7 +67,16 @@ impl Hub {
                     None => events_open = false,
                 },
                 cmd = commands.recv() => match cmd {
-                    Some(cmd) => self.on_command(cmd),
+                    Some(cmd) => {
+                        self.on_command(cmd);
+                        // And those queued behind it: a burst of new views (or
+                        // acknowledgements) costs one turn, and new views' tops
+                        // one pass over the fleet for all of them.
+                        for _ in 1..MAX_COMMANDS_PER_TURN {
+                            let Ok(cmd) = commands.try_recv() else { break };
+                            self.on_command(cmd);
+                        }
+                    }
                     // Every handle is gone: nobody can read us any more.
                     None => break,
                 },

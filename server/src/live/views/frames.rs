@@ -38,6 +38,9 @@ pub(super) struct Sub {
     pub(super) after: Option<Key>,
     /// `Some` for a selection view: `index` is its sort key's shared order.
     pub(super) sel: Option<select::Selection>,
+    /// `Some` for a top view ([`super::top`]): `index` is then the default
+    /// view's (always there), and not read.
+    pub(super) top: Option<top::TopSpec>,
 }
 
 impl Views {
@@ -51,10 +54,9 @@ impl Views {
         let id = self.next_sub;
         self.next_sub += 1;
         // A cursor seeks a key in the view's own index.
-        let sel = after.is_none().then(|| self.select(&spec)).flatten();
-        let index = match sel {
-            Some(_) => self.attach(&Views::shared(&spec)),
-            None => self.attach(&spec),
+        let (index, sel, top) = match after {
+            None => self.attach_any(&spec),
+            Some(_) => (self.attach(&spec), None, None),
         };
         self.subs.insert(
             id,
@@ -78,6 +80,7 @@ impl Views {
                 one_off: false,
                 after,
                 sel,
+                top,
             },
         );
         id
@@ -89,19 +92,19 @@ impl Views {
         let Some((old, old_sel)) = self.subs.get(&id).map(|s| (s.index.clone(), s.sel.is_some())) else {
             return;
         };
-        let sel = self.select(&spec);
-        let index = match sel {
-            Some(_) => self.attach(&Views::shared(&spec)),
-            None => self.attach(&spec),
-        };
+        let (index, sel, top) = self.attach_any(&spec);
         self.detach(&old);
         let sub = self.subs.get_mut(&id).expect("checked above");
         let old_filter = std::mem::replace(&mut sub.spec, spec).filter;
         sub.view_id = view_id;
         sub.index = index;
         sub.sel = sel;
+        let old_top = std::mem::replace(&mut sub.top, top);
         if old_sel {
             self.uncount_filter(&old_filter);
+        }
+        if let Some(old_top) = old_top {
+            self.detach_top(&old_top);
         }
         let sub = self.subs.get_mut(&id).expect("checked above");
         sub.index_gen = 0; // whatever the generation, the window must be rebuilt
@@ -114,7 +117,29 @@ impl Views {
             if sub.sel.is_some() {
                 self.uncount_filter(&sub.spec.filter);
             }
+            if let Some(top) = &sub.top {
+                self.detach_top(top);
+            }
         }
+    }
+
+    /// What serves `spec` (no cursor), one more user of it: a top near the top
+    /// of a large fleet's order, else a selection over its key's shared order,
+    /// else an index of its own; the index the subscriber holds.
+    fn attach_any(&mut self, spec: &ViewSpec) -> (IndexSpec, Option<select::Selection>, Option<top::TopSpec>) {
+        if self.tops_serve(spec) {
+            let top = self.attach_top(spec);
+            return (self.attach(&ViewSpec::default()), None, Some(top));
+        }
+        match self.select(spec) {
+            Some(sel) => (self.attach(&Views::shared(spec)), Some(sel), None),
+            None => (self.attach(spec), None, None),
+        }
+    }
+
+    /// Whether `sub`'s window can be read now (its index built, its top filled).
+    pub(super) fn sub_ready(&self, sub: &Sub) -> bool {
+        self.index_ready(&sub.index) && sub.top.as_ref().is_none_or(|t| self.top_ready(t))
     }
 
     /// Records that the subscriber has applied every frame up to `seq`.
@@ -137,8 +162,15 @@ impl Views {
     /// since when it has had something unsent. Call after a batch of changes.
     pub fn mark_dirty(&mut self, now: Now) {
         self.refresh_aggregates();
+        // New, deeper or depleted tops, in one pass for all.
+        self.fill_tops();
         for sub in self.subs.values_mut() {
+            let count = |f| self.filters.get(f).map_or(0, |c| c.count);
             let rows_changed = match &sub.sel {
+                None if sub.top.is_some() => {
+                    let top = sub.top.as_ref().and_then(|t| self.tops.get(t));
+                    top.map_or(0, |t| t.generation) != sub.index_gen || count(&sub.spec.filter) != sub.total
+                }
                 None => self.indexes.get(&sub.index).map_or(0, |i| i.generation) != sub.index_gen,
                 // Its window, or its total.
                 Some(sel) => sel.touched || self.filters.get(&sub.spec.filter).map_or(0, |c| c.count) != sub.total,
@@ -159,7 +191,7 @@ impl Views {
     pub fn next_send(&self) -> Option<Millis> {
         self.subs
             .values()
-            .filter(|s| self.index_ready(&s.index))
+            .filter(|s| self.sub_ready(s))
             .filter_map(Sub::ready_at)
             .min()
     }
@@ -171,7 +203,7 @@ impl Views {
         let due: Vec<SubId> = self
             .subs
             .iter()
-            .filter(|(_, s)| s.ready_at().is_some_and(|at| at <= now.mono) && self.index_ready(&s.index))
+            .filter(|(_, s)| s.ready_at().is_some_and(|at| at <= now.mono) && self.sub_ready(s))
             .map(|(id, _)| *id)
             .collect();
         let frames = due
@@ -207,16 +239,21 @@ impl Views {
         let aggregates = send_aggregates.then(|| self.published.clone());
         let sub = self.subs.get_mut(&id)?;
         let index = self.indexes.get(&sub.index).filter(|i| i.unbuilt.is_none())?;
-        let window = match sub.sel.as_mut() {
-            None => window_of(index, &sub.spec, sub.after.as_ref()),
-            Some(sel) => {
-                let total = self.filters.get(&sub.spec.filter).map_or(0, |c| c.count);
+        let total = self.filters.get(&sub.spec.filter).map_or(0, |c| c.count);
+        let (window, generation) = match (&sub.top, sub.sel.as_mut()) {
+            (Some(top), _) => {
+                let top = self.tops.get(top).filter(|t| !t.stale)?;
+                (top.window(&sub.spec, total), top.generation)
+            }
+            (None, None) => (window_of(index, &sub.spec, sub.after.as_ref()), index.generation),
+            (None, Some(sel)) => {
                 let held = (!sub.fresh).then_some((sub.order.as_slice(), sub.offset));
-                sel.window(index, &sub.spec, total, &self.meta, held, self.scan_limit)
+                let window = sel.window(index, &sub.spec, total, &self.meta, held, self.scan_limit);
+                (window, index.generation)
             }
         };
         let dirty_since = sub.dirty_since.take().unwrap_or(now);
-        sub.index_gen = index.generation;
+        sub.index_gen = generation;
         if aggregates.is_some() {
             sub.aggregates_gen = aggregates_gen;
             sub.aggregates_sent_at = Some(now);
@@ -297,6 +334,8 @@ impl Views {
         let id = self.subscribe_after(0, spec.clone(), after, now);
         let sub = self.subs.get_mut(&id).expect("just made");
         sub.one_off = true;
+        // A new top is filled now: a page render need not wait a turn.
+        self.fill_tops();
         match self.is_ready(id) {
             true => Ok(self.render_sub(state, id, now)),
             false => Err(id),
@@ -318,7 +357,10 @@ impl Views {
     pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
         let w = match self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none()) {
             Some(index) => window_of(index, spec, None),
-            None => self.selection_names(spec)?,
+            None => match self.top_names(spec) {
+                Some(w) => w,
+                None => self.selection_names(spec)?,
+            },
         };
         Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
     }

@@ -247,7 +247,7 @@ impl Views {
 
     /// Whether subscriber `id`'s view can be shown (its index is not being built).
     pub fn is_ready(&self, id: SubId) -> bool {
-        self.subs.get(&id).is_some_and(|s| self.index_ready(&s.index))
+        self.subs.get(&id).is_some_and(|s| self.sub_ready(s))
     }
 
     pub(super) fn index_ready(&self, index: &IndexSpec) -> bool {

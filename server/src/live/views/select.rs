@@ -50,6 +50,9 @@ pub(super) struct Selection {
 pub(super) struct FilterCount {
     pub(super) count: u64,
     users: usize,
+    /// `false` until the pass that fills a new top counts it
+    /// ([`Views::fill_tops`]); `count` means nothing meanwhile.
+    pub(super) counted: bool,
 }
 
 impl Meta {
@@ -183,14 +186,40 @@ impl Views {
     }
 
     /// One more user of `filter`'s count (counted now if new); the count.
-    fn count_filter(&mut self, filter: &Filter) -> u64 {
+    pub(super) fn count_filter(&mut self, filter: &Filter) -> u64 {
+        let count = |views: &Views| views.meta.iter().filter(|(n, m)| m.takes(n, filter)).count() as u64;
+        if let Some(c) = self.filters.get(filter).filter(|c| !c.counted) {
+            let (users, count) = (c.users, count(self));
+            let counted = FilterCount {
+                count,
+                users,
+                counted: true,
+            };
+            self.filters.insert(filter.clone(), counted);
+        }
         if let Some(c) = self.filters.get_mut(filter) {
             c.users += 1;
             return c.count;
         }
-        let count = self.meta.iter().filter(|(n, m)| m.takes(n, filter)).count() as u64;
-        self.filters.insert(filter.clone(), FilterCount { count, users: 1 });
+        let count = count(self);
+        let counted = FilterCount {
+            count,
+            users: 1,
+            counted: true,
+        };
+        self.filters.insert(filter.clone(), counted);
         count
+    }
+
+    /// One more user of `filter`'s count, left to be counted by the pass that
+    /// fills the tops (so that a new top costs that one pass, not two).
+    pub(super) fn count_filter_later(&mut self, filter: &Filter) {
+        let uncounted = FilterCount {
+            count: 0,
+            users: 0,
+            counted: false,
+        };
+        self.filters.entry(filter.clone()).or_insert(uncounted).users += 1;
     }
 
     pub(super) fn uncount_filter(&mut self, filter: &Filter) {
@@ -208,7 +237,7 @@ impl Views {
         if self.filters.is_empty() {
             return;
         }
-        for (filter, c) in self.filters.iter_mut() {
+        for (filter, c) in self.filters.iter_mut().filter(|(_, c)| c.counted) {
             let was = old.is_some_and(|m| m.takes(name, filter));
             let is = new.is_some_and(|m| m.takes(name, filter));
             c.count = c.count + u64::from(is) - u64::from(was);

@@ -6,6 +6,7 @@ use super::*;
 
 mod select;
 mod sim;
+mod top;
 
 use sim::Sim;
 

@@ -1,0 +1,151 @@
+//! Top views ([`crate::live::views::top`]): windows near the top of their order
+//! served from the first rows only, checked against windows recomputed from
+//! scratch after every change, and answered without any index build.
+
+use super::*;
+
+/// docs/architecture.md: "a window near the top of its order (offset + limit
+/// at most 1,000 rows) keeps only the first rows of that order"; "a lock the
+/// filter takes that lands before the last row held is inserted, one that
+/// leaves is removed, and when fewer rows than its viewers need are left the
+/// pass is repeated."
+/// Every browser on a top view, acknowledging every frame, holds after each
+/// change exactly what a full re-sort gives (order, total, offset, rows), and no
+/// top keeps more than twice the rows its viewers need.
+#[test]
+fn tops_follow_every_change_as_a_full_resort_would() {
+    let mut refills = 0;
+    for seed in 0..10u64 {
+        let mut sim = Sim::new(seed);
+        sim.views = Views::with_top_from(0);
+        for _ in 0..100 {
+            sim.step();
+        }
+        let mut browsers: Vec<(ViewSpec, Browser)> = Sim::specs()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| *i as u64 % 2 == seed % 2)
+            .map(|(_, spec)| {
+                let id = sim.views.subscribe(1, spec.clone(), sim.t());
+                let window = Window::default();
+                (spec, Browser { id, window })
+            })
+            .collect();
+        let tops = browsers
+            .iter()
+            .filter(|(_, b)| sim.views.subs[&b.id].top.is_some())
+            .count();
+        assert!(
+            tops * 2 >= browsers.len(),
+            "seed {seed}: most are tops ({tops} of {})",
+            browsers.len()
+        );
+        for step in 0..300 {
+            sim.step();
+            sim.views.advance(&sim.state, sim.now);
+            refills += sim.views.tops.values().filter(|t| t.stale).count();
+            sim.views.mark_dirty(sim.t());
+            let frames = sim.views.due_frames(&sim.state, sim.t());
+            for (id, f) in frames {
+                let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
+                b.window.apply(f).unwrap();
+                sim.views.ack(id, b.window.seq);
+            }
+            for (spec, b) in &browsers {
+                let (total, offset, names) = sim.brute(spec);
+                let at = format!("seed {seed}, step {step}, {spec:?}");
+                assert_eq!(b.window.order(), names.as_slice(), "{at}: order");
+                assert_eq!((b.window.total, b.window.offset), (total, offset), "{at}");
+                for row in b.window.rows() {
+                    assert_eq!(Some(&row.entry), sim.state.get(&row.entry.name), "{at}: row");
+                }
+            }
+            for top in sim.views.tops.values() {
+                assert!(
+                    top.len() <= 2 * top.want(),
+                    "seed {seed}: a top keeps at most twice its depth"
+                );
+            }
+        }
+        // The last viewer of a top takes it, and its filter's count, along.
+        for (_, b) in browsers {
+            sim.views.unsubscribe(b.id);
+        }
+        assert!(sim.views.tops.is_empty());
+        assert!(sim.views.filters.is_empty());
+        assert_eq!(sim.views.indexes.len(), 1, "only the default view's index stays");
+    }
+    assert!(refills > 0, "some top ran short and was filled again");
+}
+
+/// docs/architecture.md: "so a new view's first frame never waits for a sort of
+/// the fleet". Over a fleet large enough that any new index waits for a build
+/// off the hub task, a new filtered view sorted by age (and an unfiltered one,
+/// and a page render) is answered in the same turn, and no index is queued.
+#[test]
+fn a_new_view_near_the_top_is_answered_without_an_index_build() {
+    let mut sim = Sim::new(7);
+    sim.views = Views {
+        off_task_build_from: 0,
+        ..Views::with_top_from(0)
+    };
+    for _ in 0..150 {
+        sim.step();
+    }
+    let by_age = ViewSpec {
+        filter: Filter {
+            service: Some("billing".into()),
+            ..Filter::default()
+        },
+        sort: Sort {
+            key: SortKey::Age,
+            reverse: true,
+        },
+        offset: 2,
+        limit: 4,
+    };
+    let unfiltered = ViewSpec {
+        sort: Sort {
+            key: SortKey::Fence,
+            reverse: false,
+        },
+        ..ViewSpec::default()
+    };
+    let mut browsers: Vec<(ViewSpec, Browser)> = [by_age.clone(), unfiltered]
+        .into_iter()
+        .map(|spec| {
+            let id = sim.views.subscribe(1, spec.clone(), sim.t());
+            (
+                spec,
+                Browser {
+                    id,
+                    window: Window::default(),
+                },
+            )
+        })
+        .collect();
+    sim.views.mark_dirty(sim.t());
+    let frames = sim.views.due_frames(&sim.state, sim.t());
+    assert_eq!(frames.len(), 2, "both first frames in the same turn");
+    for (id, f) in frames {
+        let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
+        b.window.apply(f).unwrap();
+    }
+    for (spec, b) in &browsers {
+        let (total, offset, names) = sim.brute(spec);
+        assert_eq!(b.window.order(), names.as_slice(), "{spec:?}");
+        assert_eq!((b.window.total, b.window.offset), (total, offset), "{spec:?}");
+    }
+    let page = ViewSpec {
+        filter: Filter {
+            state: Some(RowState::Healthy),
+            ..Filter::default()
+        },
+        ..by_age
+    };
+    let frame = sim.views.render(&sim.state, &page, sim.t()).expect("rendered at once");
+    let (total, offset, names) = sim.brute(&page);
+    assert_eq!((frame.total, frame.offset, frame.order), (total, offset, Some(names)));
+    assert!(!sim.views.has_queued(), "no index build was queued");
+    assert_eq!(sim.views.indexes.len(), 1, "only the default view's index exists");
+}
