@@ -47,8 +47,10 @@ impl TopSpec {
 pub(super) struct Top {
     /// In view order (a reversed view's largest keys first).
     keys: Vec<Key>,
-    /// The rows its viewers need (the largest offset + limit among them); it
-    /// keeps up to twice that, so that a few locks leaving cost no pass.
+    /// The rows its viewers need (the largest offset + limit among them,
+    /// rounded up to a power of two, so that a viewer paging down a little
+    /// costs no pass); it keeps up to twice that, so that a few locks leaving
+    /// cost no pass either.
     want: usize,
     /// `keys` holds every lock the filter takes.
     complete: bool,
@@ -162,7 +164,7 @@ impl Views {
     /// before it is read); counts its filter.
     pub(super) fn attach_top(&mut self, spec: &ViewSpec) -> TopSpec {
         let key = TopSpec::of(spec);
-        let need = (spec.offset + spec.limit as u64) as usize;
+        let need = ((spec.offset + spec.limit as u64) as usize).next_power_of_two();
         self.count_filter_later(&spec.filter);
         let top = self.tops.entry(key.clone()).or_insert_with(|| Top {
             keys: Vec::new(),
@@ -220,11 +222,12 @@ impl Views {
         let mut heaps: Vec<BinaryHeap<Ranked>> = stale.iter().map(|_| BinaryHeap::new()).collect();
         let mut matched = vec![0usize; stale.len()];
         for (name, meta) in &self.meta {
+            // Each position computed once per lock, whatever the tops reading it.
+            let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
             for (filter, tops) in &by_filter {
                 if !meta.takes(name, filter) {
                     continue;
                 }
-                let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
                 for &(i, sort, cap) in tops {
                     matched[i] += 1;
                     let (a, b) = *positions[sort.key as usize].get_or_insert_with(|| meta.position(sort.key));
