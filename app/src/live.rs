@@ -5,8 +5,14 @@
 //! which row signals are set, created or dropped, so one changed lock re-renders
 //! one row, and the keyed list only moves, adds or removes the rows whose place
 //! changed. Nothing here depends on the fleet's size: it holds one window.
+//!
+//! In the browser the frames are batched ([`LiveView::batch_frames`]): each one
+//! is applied to the window as it arrives (so a frame that does not fit is
+//! caught at once), and what they changed reaches the signals, and so the
+//! document, once per animation frame ([`LiveView::publish`]). A row that
+//! entered and left the window between two paints is never built.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use leptos::prelude::*;
 use lockscope_model::time::Millis;
@@ -43,10 +49,29 @@ pub const BEHIND_AFTER_MS: i64 = 250;
 /// for this long, and longer only if more late frames follow.
 pub const BEHIND_SHOWN_MS: i64 = 2_000;
 
+/// What frames applied to the window changed that the signals do not show yet.
+#[derive(Default)]
+struct Unpublished {
+    /// Rows whose data changed (they may have left the window since).
+    rows: HashSet<String>,
+    /// Rows that left the window (they may have come back since).
+    dropped: HashSet<String>,
+    order: bool,
+    aggregates: bool,
+    /// Any frame at all (the total and offset come with every one).
+    any: bool,
+    /// A frame came over the socket: the page is live once it shows it.
+    live: bool,
+}
+
 /// Reactive state of the page. `Copy`: every field is an arena handle.
 #[derive(Clone, Copy)]
 pub struct LiveView {
     window: StoredValue<Window>,
+    unpublished: StoredValue<Unpublished>,
+    /// Whether frames wait for [`LiveView::publish`] (the browser's animation
+    /// frame) to reach the signals; otherwise each is published as it is applied.
+    batching: StoredValue<bool>,
     /// One signal per row, shared with that row's view: reference-counted, so a
     /// removed row's signal lives until its view is gone.
     rows: StoredValue<HashMap<String, ArcRwSignal<WindowRow>>>,
@@ -87,6 +112,8 @@ impl LiveView {
         let now = page.frame.as_ref().map_or(page.server_time, |f| f.server_time);
         let view = LiveView {
             window: StoredValue::new(Window::default()),
+            unpublished: StoredValue::new(Unpublished::default()),
+            batching: StoredValue::new(false),
             rows: StoredValue::new(HashMap::new()),
             order: RwSignal::new(Vec::new()),
             total: RwSignal::new(0),
@@ -226,7 +253,12 @@ impl LiveView {
                 if let Err(e) = self.apply_frame(frame) {
                     return Followup::Resync(e);
                 }
-                self.connection.set(Connection::Live);
+                if self.batching.get_value() {
+                    // Live once the rows are on screen, not before.
+                    self.unpublished.update_value(|u| u.live = true);
+                } else {
+                    self.connection.set(Connection::Live);
+                }
                 return Followup::Ack(seq);
             }
             ServerMsg::Status { server_time, status } => {
@@ -285,30 +317,67 @@ impl LiveView {
         }
     }
 
+    /// From now on, frames reach the signals only when [`LiveView::publish`] is
+    /// called (the browser calls it once per animation frame).
+    pub fn batch_frames(&self) {
+        self.batching.set_value(true);
+    }
+
     fn apply_frame(&self, frame: lockscope_model::WindowFrame) -> Result<(), String> {
-        let (total, offset) = (frame.total, frame.offset);
         let changes = self
             .window
             .try_update_value(|w| w.apply(frame))
             .unwrap_or_else(|| Err("the page is gone".into()))?;
-        for name in &changes.dropped {
-            self.rows.update_value(|r| {
-                r.remove(name);
-            });
+        self.unpublished.update_value(|u| {
+            u.any = true;
+            u.order |= changes.order;
+            u.aggregates |= changes.aggregates;
+            u.rows.extend(changes.rows);
+            u.dropped.extend(changes.dropped);
+        });
+        if !self.batching.get_value() {
+            self.publish();
         }
-        for name in &changes.rows {
-            let Some(data) = self.window.with_value(|w| w.row(name).cloned()) else {
-                continue;
-            };
-            match self.row(name) {
-                Some(sig) => sig.set(data),
-                None => self.rows.update_value(|r| {
-                    r.insert(name.clone(), ArcRwSignal::new(data));
+        Ok(())
+    }
+
+    /// Brings the signals up to the window: every frame applied since the last
+    /// call, at once. Rows that left are dropped (unless they came back), rows
+    /// that changed and are still in the window get their latest data, and the
+    /// order is set once.
+    pub fn publish(&self) {
+        let Some(u) = self.unpublished.try_update_value(std::mem::take) else {
+            return;
+        };
+        if !u.any {
+            return;
+        }
+        // Read out of the window first: setting signals happens outside its borrow.
+        let (updates, order, total, offset, aggregates) = self.window.with_value(|w| {
+            let updates: Vec<(String, Option<WindowRow>)> = u
+                .dropped
+                .iter()
+                .filter(|n| w.row(n).is_none())
+                .map(|n| (n.clone(), None))
+                .chain(u.rows.iter().filter_map(|n| Some((n.clone(), Some(w.row(n)?.clone())))))
+                .collect();
+            let order = u.order.then(|| w.order().to_vec());
+            let aggregates = u.aggregates.then(|| w.aggregates().clone());
+            (updates, order, w.total, w.offset, aggregates)
+        });
+        for (name, data) in updates {
+            match (data, self.row(&name)) {
+                (None, _) => self.rows.update_value(|r| {
+                    r.remove(&name);
+                }),
+                (Some(data), Some(sig)) => sig.set(data),
+                (Some(data), None) => self.rows.update_value(|r| {
+                    r.insert(name, ArcRwSignal::new(data));
                 }),
             }
         }
-        if changes.order {
-            self.order.set(self.window.with_value(|w| w.order().to_vec()));
+        if let Some(order) = order {
+            self.order.set(order);
         }
         if self.total.get_untracked() != total {
             self.total.set(total);
@@ -316,149 +385,20 @@ impl LiveView {
         if self.offset.get_untracked() != offset {
             self.offset.set(offset);
         }
-        if changes.aggregates {
-            self.aggregates.set(self.window.with_value(|w| w.aggregates().clone()));
+        if let Some(a) = aggregates {
+            self.aggregates.set(a);
         }
-        Ok(())
+        // (A socket that closed since is reconnecting, not live.)
+        if u.live
+            && matches!(
+                self.connection.get_untracked(),
+                Connection::Connecting | Connection::Static
+            )
+        {
+            self.connection.set(Connection::Live);
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use lockscope_model::{LockEntry, WindowFrame};
-
-    fn row(name: &str, revision: i64) -> WindowRow {
-        WindowRow {
-            entry: LockEntry::from_stored(name.into(), revision, revision, b"garbage"),
-            holder: Default::default(),
-            deadlock: false,
-            waiters: vec![],
-        }
-    }
-
-    fn frame(seq: u64, order: Option<&[&str]>, rows: Vec<WindowRow>) -> WindowFrame {
-        WindowFrame {
-            seq,
-            view_id: 0,
-            server_time: 2_000,
-            waited_ms: 0,
-            full: false,
-            total: order.map_or(2, |o| o.len() as u64),
-            offset: 0,
-            order: order.map(|o| o.iter().map(|s| s.to_string()).collect()),
-            rows,
-            aggregates: None,
-        }
-    }
-
-    fn page(order: &[&str]) -> Page {
-        Page {
-            fleet: "f".into(),
-            frame: Some(WindowFrame {
-                full: true,
-                ..frame(1, Some(order), order.iter().map(|n| row(n, 1)).collect())
-            }),
-            ..Page::default()
-        }
-    }
-
-    #[test]
-    fn a_heartbeat_touches_one_row_signal_and_not_the_row_list() {
-        let owner = Owner::new();
-        owner.with(|| {
-            let v = LiveView::new(page(&["a", "b"]));
-            assert_eq!(v.order.get_untracked(), vec!["a", "b"]);
-            let a_before = v.row("a").unwrap();
-            assert_eq!(
-                v.receive(ServerMsg::Window(frame(2, None, vec![row("b", 5)])), 1_500),
-                Followup::Ack(2)
-            );
-            assert_eq!(v.row("b").unwrap().get_untracked().entry.revision, 5);
-            assert_eq!(a_before, v.row("a").unwrap(), "row a keeps its signal");
-            assert_eq!(v.order.get_untracked(), vec!["a", "b"]);
-        });
-    }
-
-    #[test]
-    fn rows_come_and_go_with_the_window_and_bad_frames_force_a_resync() {
-        let owner = Owner::new();
-        owner.with(|| {
-            let v = LiveView::new(page(&["a"]));
-            v.receive(ServerMsg::Window(frame(2, Some(&["c", "a"]), vec![row("c", 6)])), 1_500);
-            v.receive(ServerMsg::Window(frame(3, Some(&["c"]), vec![])), 1_500);
-            assert_eq!(v.order.get_untracked(), vec!["c"]);
-            assert!(v.row("a").is_none());
-            assert!(matches!(
-                v.receive(ServerMsg::Window(frame(4, Some(&["c", "zz"]), vec![])), 1_500),
-                Followup::Resync(_)
-            ));
-            // A new connection's first frame replaces the window.
-            let full = WindowFrame {
-                full: true,
-                ..frame(1, Some(&["z"]), vec![row("z", 30)])
-            };
-            assert_eq!(v.receive(ServerMsg::Window(full), 1_500), Followup::Ack(1));
-            assert_eq!(v.order.get_untracked(), vec!["z"]);
-            assert_eq!(v.connection.get_untracked(), Connection::Live);
-        });
-    }
-
-    #[test]
-    fn the_held_count_of_an_unfiltered_view_is_its_total() {
-        let owner = Owner::new();
-        owner.with(|| {
-            let v = LiveView::new(page(&["a", "b"]));
-            assert_eq!(v.counts().held, 2);
-            v.receive(ServerMsg::Window(frame(2, Some(&["a"]), vec![])), 0);
-            assert_eq!(v.counts().held, 1);
-        });
-    }
-
-    #[test]
-    fn lag_is_the_wait_on_the_server_plus_the_trip() {
-        let owner = Owner::new();
-        owner.with(|| {
-            let v = LiveView::new(page(&[]));
-            v.pong(10_000, 10_000, 10_000); // clocks agree
-            let late = WindowFrame {
-                waited_ms: 900,
-                server_time: 20_000,
-                ..frame(2, None, vec![])
-            };
-            v.receive(ServerMsg::Window(late), 20_100);
-            assert_eq!(v.lag_ms.get_untracked(), 1_000);
-            assert_eq!(v.behind(), Some(1_000));
-            // Nothing more arrives: the late frame brought the page up to date.
-            v.tick(20_100 + BEHIND_SHOWN_MS);
-            assert_eq!(v.behind(), None);
-        });
-    }
-
-    #[test]
-    fn clock_offset_comes_from_the_server() {
-        let owner = Owner::new();
-        owner.with(|| {
-            let v = LiveView::new(page(&[]));
-            // Browser clock 400 ms behind the server, 100 ms round trip.
-            v.pong(10_000, 10_100, 10_450);
-            assert_eq!(v.clock_offset.get_untracked(), 400);
-            v.tick(20_000);
-            assert_eq!(v.now.get_untracked(), 20_400);
-        });
-    }
-
-    #[test]
-    fn wrong_protocol_is_refused() {
-        let owner = Owner::new();
-        owner.with(|| {
-            let v = LiveView::new(page(&[]));
-            let hello = ServerMsg::Hello {
-                protocol: 999,
-                server_version: "x".into(),
-                fleet: "f".into(),
-            };
-            assert!(matches!(v.receive(hello, 0), Followup::Resync(_)));
-        });
-    }
-}
+mod tests;

@@ -1,7 +1,8 @@
 //! The browser's websocket to `/ws`: connects after hydration, asks for the view
-//! on screen, feeds every message to [`LiveView::receive`], acknowledges each
-//! frame once the next animation frame runs (so the server never sends faster
-//! than the page paints), pings for the clock offset, and reconnects with capped,
+//! on screen, feeds every message to [`LiveView::receive`], publishes the
+//! frames that arrived to the document and acknowledges them once the next
+//! animation frame runs (so the page renders at most once per paint whatever
+//! the frames, and the server never sends faster than the page paints), pings for the clock offset, and reconnects with capped,
 //! jittered backoff. A reconnect always starts from a full window, so nothing
 //! missed while disconnected stays missing.
 //!
@@ -41,6 +42,7 @@ fn local_now() -> i64 {
 
 /// Starts the live connection once the page has hydrated.
 pub fn start(live: LiveView) {
+    live.batch_frames();
     Effect::new(move |_| {
         connect(live);
         set_interval(move || live.tick(local_now()), Duration::from_secs(1));
@@ -76,10 +78,14 @@ pub fn show(live: LiveView, view: ViewSpec) {
     }
 }
 
-/// Acknowledges frame `seq` after the page has applied it, at the next animation
-/// frame.
-fn ack_after_paint(seq: u64) {
-    request_animation_frame(move || send(&ClientMsg::Ack { seq }));
+/// At the next animation frame: publishes what frame `seq` (and any other since
+/// the last paint) changed, so the document follows in that frame's rendering,
+/// and acknowledges it.
+fn ack_after_paint(live: LiveView, seq: u64) {
+    request_animation_frame(move || {
+        live.publish();
+        send(&ClientMsg::Ack { seq });
+    });
 }
 
 fn connect(live: LiveView) {
@@ -125,7 +131,7 @@ fn connect(live: LiveView) {
                 }
                 match live.receive(msg, now) {
                     Followup::None => {}
-                    Followup::Ack(seq) => ack_after_paint(seq),
+                    Followup::Ack(seq) => ack_after_paint(live, seq),
                     Followup::Resync(why) => {
                         leptos::logging::warn!("resynchronising: {why}");
                         CONN.with_borrow(|c| c.as_ref().map(|c| c.ws.close()));
