@@ -39,6 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use lockscope_model::fleet::SnapshotSharing;
 use lockscope_model::{FleetEvent, LockEntry};
 use sqlx::any::{AnyPoolOptions, AnyQueryResult, AnyRow};
@@ -267,9 +268,15 @@ impl SqlLocks {
     pub async fn held(&self) -> Result<Vec<LockEntry>, StoreError> {
         let q =
             self.sql("SELECT name, fence, revision, record FROM lockscope_locks WHERE owner IS NOT NULL ORDER BY name");
-        let rows = sqlx::query(&q).fetch_all(&self.pool).await?;
+        // Each row is parsed as it arrives: a million rows' records never pile
+        // up beside the entries made of them.
+        let mut rows = sqlx::query(&q).fetch(&self.pool);
         let mut sharing = SnapshotSharing::default();
-        rows.iter().map(|r| Ok(sharing.share(entry_of(r)?))).collect()
+        let mut locks = Vec::new();
+        while let Some(row) = rows.try_next().await? {
+            locks.push(sharing.share(entry_of(&row)?));
+        }
+        Ok(locks)
     }
 
     /// Writes raw text as lock `name`'s record, held, bypassing the protocol: for
