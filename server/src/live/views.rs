@@ -139,6 +139,8 @@ pub struct Views {
     tops: HashMap<top::TopSpec, top::Top>,
     /// Fleets of this many locks or more serve such windows by a top.
     top_from: usize,
+    /// Passes over the fleet made to fill tops.
+    top_passes: u64,
 }
 
 impl Default for Views {
@@ -171,6 +173,7 @@ impl Views {
             scan_limit: select::SCAN_LIMIT,
             tops: HashMap::new(),
             top_from: SELECT_FROM,
+            top_passes: 0,
         };
         // The default view (the bare page) is always ready.
         v.indexes

@@ -219,6 +219,7 @@ impl Views {
             let cap = self.tops[spec].cap();
             by_filter.entry(&spec.filter).or_default().push((i, spec.sort, cap));
         }
+        self.top_passes += 1;
         let mut heaps: Vec<BinaryHeap<Ranked>> = stale.iter().map(|_| BinaryHeap::new()).collect();
         let mut matched = vec![0usize; stale.len()];
         for (name, meta) in &self.meta {

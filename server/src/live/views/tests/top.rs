@@ -5,7 +5,9 @@
 use super::*;
 
 /// docs/architecture.md: "a window near the top of its order (offset + limit
-/// at most 1,000 rows) keeps only the first rows of that order"; "a lock the
+/// at most 1,000 rows; not the default view, whose index always exists) keeps
+/// only the first rows of that order, its viewers' depth rounded up to a power
+/// of two, twice over"; "a lock the
 /// filter takes that lands before the last row held is inserted, one that
 /// leaves is removed, and when fewer rows than its viewers need are left the
 /// pass is repeated."
@@ -78,10 +80,12 @@ fn tops_follow_every_change_as_a_full_resort_would() {
     assert!(refills > 0, "some top ran short and was filled again");
 }
 
-/// docs/architecture.md: "so a new view's first frame never waits for a sort of
-/// the fleet". Over a fleet large enough that any new index waits for a build
+/// docs/architecture.md: "one pass for all the tops made or run short in a
+/// turn (...), so a new view's first frame never waits for a sort of the
+/// fleet". Over a fleet large enough that any new index waits for a build
 /// off the hub task, a new filtered view sorted by age (and an unfiltered one,
-/// and a page render) is answered in the same turn, and no index is queued.
+/// and a page render) is answered in the same turn, and no index is queued;
+/// the views new in one turn share one pass over the fleet.
 #[test]
 fn a_new_view_near_the_top_is_answered_without_an_index_build() {
     let mut sim = Sim::new(7);
@@ -127,6 +131,7 @@ fn a_new_view_near_the_top_is_answered_without_an_index_build() {
     sim.views.mark_dirty(sim.t());
     let frames = sim.views.due_frames(&sim.state, sim.t());
     assert_eq!(frames.len(), 2, "both first frames in the same turn");
+    assert_eq!(sim.views.top_passes, 1, "both tops filled by one pass over the fleet");
     for (id, f) in frames {
         let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
         b.window.apply(f).unwrap();
@@ -148,4 +153,13 @@ fn a_new_view_near_the_top_is_answered_without_an_index_build() {
     assert_eq!((frame.total, frame.offset, frame.order), (total, offset, Some(names)));
     assert!(!sim.views.has_queued(), "no index build was queued");
     assert_eq!(sim.views.indexes.len(), 1, "only the default view's index exists");
+    // "offset + limit at most 1,000 rows": the last window a top serves, and the next.
+    let at = |offset| ViewSpec {
+        offset,
+        limit: 5,
+        ..page.clone()
+    };
+    let last = sim.views.subscribe(1, at(TOP_ROWS - 5), sim.t());
+    let past = sim.views.subscribe(1, at(TOP_ROWS - 4), sim.t());
+    assert!(sim.views.subs[&last].top.is_some() && sim.views.subs[&past].top.is_none());
 }
