@@ -248,6 +248,8 @@ if [ "$BROWSER" != 0 ]; then
   goal "store write -> row in the DOM p99" "${dom_p99:--1}" 100 ms
   busy=$(grep -o '"main_thread_busy_pct":[0-9]*' <<<"$probe" | cut -d: -f2)
   goal "page's main thread busy during the load" "${busy:--1}" 40 %
+  cpu=$(grep -o '"cpu_pct":[0-9]*' <<<"$probe" | cut -d: -f2)
+  echo "    (its CPU time: ${cpu:-?} % of a core; the busy share counts tasks' wall time, waits for a core included)"
   never=$(grep -o '"never_shown":[0-9]*' <<<"$probe" | cut -d: -f2)
   goal "changes never shown" "${never:--1}" 0
   if [ "$CHURN" != 0 ]; then

@@ -15,13 +15,17 @@
 // A stamp counts as seen when its row changes in place or enters the window (a
 // whole row added to the table). Also `main_thread_busy_pct`: the page's main
 // thread busy while the load runs, Chromium's TaskDuration (CDP Performance
-// metrics) per wall-clock second, from live until the load's last write. With
+// metrics) per wall-clock second, from live until the load's last write (and
+// its script, style and layout shares, and `cpu_pct`, the thread's CPU time,
+// which on a loaded machine is less than its tasks' wall time). With
 // a churn log (`load --churn`: lines `name t n` take a lock, `name t n
 // release` release it) also `churn`: locks
 // still held but not in the window at the end (`held_not_shown`), released
 // but still there (`released_not_left`), and release -> row gone (`left`).
+// CPU_PROFILE=FILE writes the page's CPU profile over the same seconds there
+// (a .cpuprofile: Chromium's DevTools opens it).
 const { chromium } = require('playwright-core');
-const { readFileSync } = require('node:fs');
+const { readFileSync, writeFileSync } = require('node:fs');
 
 const [url, writeLog, seconds] = process.argv.slice(2);
 // The load starts with this probe: its last write is due SECONDS from now.
@@ -38,8 +42,8 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   // The page's main thread: Chromium's TaskDuration (seconds of tasks run) over the run.
   const cdp = await page.context().newCDPSession(page);
   await cdp.send('Performance.enable');
-  const taskSeconds = async () =>
-    (await cdp.send('Performance.getMetrics')).metrics.find((m) => m.name === 'TaskDuration').value;
+  const threadSeconds = async () =>
+    Object.fromEntries((await cdp.send('Performance.getMetrics')).metrics.map((m) => [m.name, m.value]));
   await page.evaluate(() => {
     window.__seen = new Map();
     window.__left = new Map();
@@ -63,11 +67,25 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
       }
     }).observe(document.querySelector('[data-testid=lock-table]'), { subtree: true, childList: true, characterData: true });
   });
-  const [busy0, wall0] = [await taskSeconds(), Date.now()];
+  const [busy0, wall0] = [await threadSeconds(), Date.now()];
+  if (process.env.CPU_PROFILE) {
+    await cdp.send('Profiler.enable');
+    await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
+    await cdp.send('Profiler.start');
+  }
   // Busy over the load's seconds the page was live for (none: not measured).
   await page.waitForTimeout(Math.max(0, loadEnds - Date.now()));
   const busyFor = (Date.now() - wall0) / 1000;
-  const busy = busyFor >= 1 ? Math.round((100 * (await taskSeconds() - busy0)) / busyFor) : null;
+  const busy1 = await threadSeconds();
+  // Shares of the thread: all its tasks, and of them script, style and layout.
+  const share = (m) => (busyFor >= 1 ? Math.round((100 * (busy1[m] - busy0[m])) / busyFor) : null);
+  const busy = share('TaskDuration');
+  // and the thread's CPU time (on a loaded machine a task's wall time includes waits for a core).
+  const busySplit = {
+    script_pct: share('ScriptDuration'), style_pct: share('RecalcStyleDuration'), layout_pct: share('LayoutDuration'),
+    cpu_pct: share('ThreadTime'),
+  };
+  if (process.env.CPU_PROFILE) writeFileSync(process.env.CPU_PROFILE, JSON.stringify((await cdp.send('Profiler.stop')).profile));
   await page.waitForTimeout(Math.max(0, liveAt + Number(seconds) * 1000 + 1500 - Date.now()));
   const seen = new Map(await page.evaluate(() => [...window.__seen.entries()]));
   const left = new Map(await page.evaluate(() => [...window.__left.entries()]));
@@ -101,7 +119,7 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   const out = {
     writes_to_shown_rows: shownWrites, never_shown: lost, ...figures([...seen.values()]),
     steady: figures(steady),
-    main_thread_busy_pct: busy,
+    main_thread_busy_pct: busy, main_thread: busySplit,
   };
   if (churn) {
     // Nothing lost: every churned lock still held is in the window at the end
