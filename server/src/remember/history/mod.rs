@@ -17,10 +17,12 @@
 //! Time travel: the writer stores a checkpoint of each fleet's table every
 //! [`CHECKPOINT_EVERY`] events (or the table's size, if larger, so checkpoints
 //! cost O(1) per event); the table at T is the checkpoint before T plus the
-//! events after it up to T ([`History::table_at`]).
+//! events after it up to T ([`History::table_at`]). A checkpoint is stored in
+//! parts of at most [`PART_BYTES`], so taking one holds a part, not the fleet.
 //!
 //! Layout: here, [`History`] (open, query, time travel); `retention`; `writer`
-//! (the queue, batches, checkpoints); `resync` (a first snapshot's ends, a
+//! (the queue, batches, when to checkpoint); `checkpoint` (writing and reading
+//! them, in parts); `resync` (a first snapshot's ends, a
 //! restart's gap); `cursor` (how far each fleet's history goes); `sql`
 //! (tables, statements, rows);
 //! `export` (CSV and NDJSON, streamed); `admit` (the exports' limits);
@@ -29,6 +31,7 @@
 
 mod admit;
 mod charts;
+mod checkpoint;
 mod cursor;
 mod export;
 pub mod health;
@@ -39,6 +42,7 @@ mod writer;
 
 pub use crate::settings::ExportLimits;
 pub use admit::{ExportPermit, Refused, RETRY_AFTER};
+pub use checkpoint::PART_BYTES;
 pub use cursor::{Cursor, Unseen};
 pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
 pub use health::HistoryStats;
@@ -374,18 +378,15 @@ impl History {
     /// The lock table of `fleet` as it stood at `at`: the checkpoint before it,
     /// then every event after that up to `at`.
     pub async fn table_at(&self, fleet: &str, at: Millis) -> Result<TableAt, HistoryError> {
-        if let Some(floor) = self.floor(fleet).await? {
-            if at < floor {
-                return Err(HistoryError::OutOfRange(format!(
-                    "{} is before the oldest history kept for {fleet} ({})",
-                    lockscope_model::time::rfc3339(at),
-                    lockscope_model::time::rfc3339(floor)
-                )));
+        self.check_floor(fleet, at).await?;
+        let mut replay = Replay::default();
+        let checkpoint = match self.stored_before(fleet, at).await? {
+            Some(stored) => {
+                let at = stored.at;
+                self.load(fleet, stored, &mut replay).await?;
+                Some(at)
             }
-        }
-        let (checkpoint, mut replay) = match self.checkpoint_before(fleet, at).await? {
-            Some(t) => (Some(t.at), Replay::from_table(t)),
-            None => (None, Replay::default()),
+            None => None,
         };
         // From a little before the checkpoint: replicas' clocks differ, so an
         // acquisition and its end can sit on either side of it; replaying both
@@ -415,19 +416,16 @@ impl History {
         })
     }
 
-    async fn checkpoint_before(&self, fleet: &str, at: Millis) -> Result<Option<TableAt>, HistoryError> {
-        let q = self.sql("SELECT body FROM history_checkpoints WHERE fleet = $1 AND at <= $2 ORDER BY at DESC LIMIT 1");
-        let row = sqlx::query(&q)
-            .bind(fleet)
-            .bind(at)
-            .fetch_optional(&self.inner.pool)
-            .await
-            .map_err(|e| self.error("reading a checkpoint", e))?;
-        let Some(row) = row else { return Ok(None) };
-        let body: String = row.try_get("body").map_err(|e| self.error("reading a checkpoint", e))?;
-        serde_json::from_str(&body)
-            .map(Some)
-            .map_err(|e| self.error("reading a checkpoint", sqlx::Error::Decode(e.into())))
+    /// An error if `at` is before the oldest history kept for `fleet`.
+    async fn check_floor(&self, fleet: &str, at: Millis) -> Result<(), HistoryError> {
+        match self.floor(fleet).await? {
+            Some(floor) if at < floor => Err(HistoryError::OutOfRange(format!(
+                "{} is before the oldest history kept for {fleet} ({})",
+                lockscope_model::time::rfc3339(at),
+                lockscope_model::time::rfc3339(floor)
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// The oldest instant whose table can be rebuilt, once the retention has
@@ -442,24 +440,6 @@ impl History {
         row.map(|r| r.try_get::<i64, _>("at"))
             .transpose()
             .map_err(|e| self.error("reading the retention floor", e))
-    }
-
-    /// Stores `fleet`'s table at `at` as a checkpoint (computed from history).
-    pub async fn checkpoint(&self, fleet: &str, at: Millis) -> Result<usize, HistoryError> {
-        let table = self.table_at(fleet, at).await?;
-        let size = table.locks.len() + table.waiters.len();
-        let body = serde_json::to_string(&table).expect("tables serialise");
-        let q = self.sql(
-            "INSERT INTO history_checkpoints (fleet, at, body) VALUES ($1, $2, $3) ON CONFLICT (fleet, at) DO NOTHING",
-        );
-        sqlx::query(&q)
-            .bind(fleet)
-            .bind(at)
-            .bind(body)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| self.error("writing a checkpoint", e))?;
-        Ok(size)
     }
 
     /// Events written so far (for tests and the bench).

@@ -90,6 +90,14 @@ impl History {
                 .execute(&self.inner.pool)
                 .await
                 .map_err(|e| self.error("removing old checkpoints", e))?;
+            // Their parts, and those of checkpoints that failed half-written.
+            let q = self.sql("DELETE FROM history_checkpoint_parts WHERE fleet = $1 AND at < $2");
+            sqlx::query(&q)
+                .bind(&fleet)
+                .bind(cut - 1)
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| self.error("removing old checkpoints", e))?;
         }
         Ok(removed)
     }

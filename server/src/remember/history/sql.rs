@@ -60,6 +60,20 @@ const V3: &str = "CREATE TABLE history_cursor (
     at       BIGINT NOT NULL
 );";
 
+/// Version 4: a checkpoint in parts (`super::checkpoint`): its row in
+/// `history_checkpoints` says which run wrote it and how many parts it has
+/// (`run` NULL: a checkpoint written before, its table whole in `body`).
+const V4: &str = "ALTER TABLE history_checkpoints ADD COLUMN run TEXT;
+ALTER TABLE history_checkpoints ADD COLUMN parts BIGINT;
+CREATE TABLE history_checkpoint_parts (
+    fleet TEXT NOT NULL,
+    at    BIGINT NOT NULL,
+    run   TEXT NOT NULL,
+    part  BIGINT NOT NULL,
+    body  TEXT NOT NULL,
+    PRIMARY KEY (fleet, at, run, part)
+);";
+
 /// Moves a fleet's cursor forward to `$2` (revision) and `$3` (time), never back.
 pub const ADVANCE_CURSOR: &str = "INSERT INTO history_cursor (fleet, revision, at) VALUES ($1, $2, $3) \
     ON CONFLICT (fleet) DO UPDATE SET \
@@ -95,6 +109,13 @@ pub fn migrator(dialect: Dialect) -> Migrator {
                 Cow::Borrowed(V3),
                 false,
             ),
+            Migration::new(
+                4,
+                Cow::Borrowed("checkpoints in parts"),
+                MigrationType::Simple,
+                Cow::Borrowed(V4),
+                false,
+            ),
         ]),
         ..Migrator::DEFAULT
     }
@@ -106,7 +127,11 @@ pub const COLUMNS: &str =
 /// Rows per multi-row INSERT (14 parameters each, far below both databases' limits).
 pub const INSERT_ROWS: usize = 200;
 
-/// `INSERT … VALUES (…), (…) … ON CONFLICT (id) …` for `rows` rows.
+/// `INSERT … VALUES (…), (…) … ON CONFLICT (id) …` for `rows` rows, its
+/// parameters bound in order. SQLite's are anonymous (`?`): sqlx asks the
+/// name of each numbered one (`?14`), which SQLite finds by a walk through
+/// all of them, so a statement of n numbered parameters cost n² (2,800 of
+/// them: more than half of the writer's time, issue 26).
 pub fn insert(dialect: Dialect, rows: usize) -> String {
     let mut q = format!("INSERT INTO history_events ({COLUMNS}) VALUES ");
     for r in 0..rows {
@@ -118,7 +143,10 @@ pub fn insert(dialect: Dialect, rows: usize) -> String {
             if c > 0 {
                 q.push(',');
             }
-            q.push_str(&format!("${}", r * 14 + c + 1));
+            match dialect {
+                Dialect::Sqlite => q.push('?'),
+                Dialect::Postgres => q.push_str(&format!("${}", r * 14 + c + 1)),
+            }
         }
         q.push(')');
     }
@@ -129,7 +157,7 @@ pub fn insert(dialect: Dialect, rows: usize) -> String {
         " ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, actor = excluded.actor, detail = excluded.detail \
          WHERE history_events.actor IS NULL AND excluded.actor IS NOT NULL",
     );
-    crate::remember::audit::sql::sql(dialect, &q).into_owned()
+    q
 }
 
 /// One value to bind.

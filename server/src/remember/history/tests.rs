@@ -12,7 +12,9 @@ use lockscope_store::testing::PgServer;
 use super::*;
 
 mod budgets;
+mod checkpoints;
 mod exports;
+mod inserts;
 
 /// A held lock as the history's tests (and the hub's backlog tests) write it.
 pub(crate) fn held(name: &str, fence: i64, session: &str) -> LockEntry {
