@@ -9,6 +9,7 @@ use lockscope_model::{BlacklistEntry, FleetSummary, Holder, LockEntry, Page, Scr
 use crate::App;
 
 mod history_gaps;
+mod lock_rows;
 mod outage;
 
 fn render(page: Page) -> String {

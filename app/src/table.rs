@@ -410,6 +410,11 @@ pub fn LockTable() -> impl IntoView {
 
 /// One lock. Re-renders only when its own row signal changes; its state and
 /// countdown cells also follow the clock (once a second).
+///
+/// A row is built whenever a lock enters the window, so it is kept cheap: each
+/// group of neighbouring cells that one memo decides is one reactive closure
+/// (eight per row, not one per attribute and text), and when it runs again the
+/// cells are updated in place, their nodes kept.
 #[component]
 fn LockRow(name: String) -> impl IntoView {
     let live = expect_context::<LiveView>();
@@ -423,33 +428,62 @@ fn LockRow(name: String) -> impl IntoView {
     let text = Memo::new(move |_| row.with(row_text));
     let state = Memo::new(move |_| row.with(|r| r.state(live.now.get())));
     let timed = Memo::new(move |_| row.with(|r| crate::rows::countdowns(r, live.now.get())));
-    let malformed = move || row.with(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
     let frozen = use_context::<Frozen>();
     let name_link = name.clone();
     let link = move || match &frozen {
         Some(f) => format!("{}{}", f.lock_href_prefix, encode(&name_link)),
         None => lock_href(&live.fleet.get(), &name_link),
     };
+    let state_cell = move || {
+        let s = state.get();
+        view! {
+            <td class="st" data-testid="state" title=s.reason()>
+                <span class="icon" aria-hidden="true">{state_icon(s)}</span>
+                {s.as_str()}
+            </td>
+        }
+    };
+    let holder_and_purpose = move || {
+        // A malformed record's purpose text says so, so `text` changes with it.
+        let malformed = row.with_untracked(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
+        text.with(|t| {
+            view! {
+                <td class="holder" title=t.holder_title.clone()>
+                    <span class="where">{t.holder.clone()}</span>
+                    " "
+                    <span class="session">{t.session.clone()}</span>
+                </td>
+                <td class="purpose" class:malformed=malformed title=t.purpose.clone()>{t.purpose.clone()}</td>
+            }
+        })
+    };
+    let countdowns = move || {
+        timed.with(|t| {
+            view! {
+                <td class="age" data-testid="held-for" title=t.held_title.clone()>{t.held_for.clone()}</td>
+                <td class="expires" data-testid="expires-in" title=t.expires_title.clone()>{t.expires_in.clone()}</td>
+            }
+        })
+    };
+    let waiters_and_fence = move || {
+        let fence = row.with(|r| r.entry.fence);
+        text.with(|t| {
+            view! {
+                <td class="waiters" data-testid="waiters" title=t.waiters_title.clone()>{t.waiters.clone()}</td>
+                <td class="fence" data-testid="fence">{fence}</td>
+            }
+        })
+    };
     view! {
         <tr data-testid="lock-row" data-lock=name.clone() class=move || state.get().as_str() data-state=move || state.get().as_str()>
-            <td class="st" data-testid="state" title=move || state.get().reason()>
-                <span class="icon" aria-hidden="true">{move || state_icon(state.get())}</span>
-                {move || state.get().as_str()}
-            </td>
+            {state_cell}
             <td class="name" title=name.clone()>
                 <a href=link data-testid="lock-link">{name.clone()}</a>
                 {move || row.with(|r| r.deadlock).then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle">" ⟲"</span> })}
             </td>
-            <td class="holder" title=move || text.with(|t| t.holder_title.clone())>
-                <span class="where">{move || text.with(|t| t.holder.clone())}</span>
-                " "
-                <span class="session">{move || text.with(|t| t.session.clone())}</span>
-            </td>
-            <td class="purpose" class:malformed=malformed title=move || text.with(|t| t.purpose.clone())>{move || text.with(|t| t.purpose.clone())}</td>
-            <td class="age" data-testid="held-for" title=move || timed.with(|t| t.held_title.clone())>{move || timed.with(|t| t.held_for.clone())}</td>
-            <td class="expires" data-testid="expires-in" title=move || timed.with(|t| t.expires_title.clone())>{move || timed.with(|t| t.expires_in.clone())}</td>
-            <td class="waiters" data-testid="waiters" title=move || text.with(|t| t.waiters_title.clone())>{move || text.with(|t| t.waiters.clone())}</td>
-            <td class="fence" data-testid="fence">{move || row.with(|r| r.entry.fence)}</td>
+            {holder_and_purpose}
+            {countdowns}
+            {waiters_and_fence}
         </tr>
     }
     .into_any()

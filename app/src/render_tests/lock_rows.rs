@@ -1,0 +1,88 @@
+//! The lock table's rows as the server renders them (the page hydrates this
+//! markup): each cell, attribute and text for a held lock on a wait-for cycle
+//! with waiters, and for a malformed record. A row's cells are grouped into a
+//! few reactive closures (`table.rs`, `LockRow`) so that a row entering the
+//! window is cheap to build; this pins that the grouping renders exactly what
+//! one closure per attribute and text did.
+
+use leptos::prelude::*;
+use lockscope_model::record::RECORD_VERSION;
+use lockscope_model::view::WindowRow;
+use lockscope_model::{LockEntry, LockRecord, Page, WindowFrame};
+
+use crate::App;
+
+fn held(name: &str, fence: i64, waiters: Vec<String>, deadlock: bool) -> WindowRow {
+    let rec = LockRecord {
+        v: RECORD_VERSION,
+        owner: "o".into(),
+        session: "0123456789abcdef".into(),
+        service: "billing".into(),
+        host: "h1".into(),
+        pid: 42,
+        purpose: "nightly <b>&".into(),
+        backtrace: [].into(),
+        acquired_at: 0,
+        expected_runtime_ms: 60_000,
+        alert_at: 60_000,
+        auto_unlock_at: 120_000,
+        heartbeat_at: 0,
+    };
+    WindowRow {
+        entry: LockEntry::from_stored(name.into(), fence, fence, &rec.to_json()),
+        holder: Default::default(),
+        deadlock,
+        waiters,
+    }
+}
+
+fn table_html(rows: Vec<WindowRow>) -> String {
+    let page = Page {
+        fleet: "f".into(),
+        server_time: 90_000,
+        frame: Some(WindowFrame {
+            seq: 1,
+            view_id: 0,
+            server_time: 90_000,
+            waited_ms: 0,
+            full: true,
+            total: rows.len() as u64,
+            offset: 0,
+            order: Some(rows.iter().map(|r| r.entry.name.clone()).collect()),
+            rows,
+            aggregates: None,
+        }),
+        ..Page::default()
+    };
+    let owner = Owner::new();
+    let html = owner.with(|| {
+        provide_context(page);
+        view! { <App/> }.to_html()
+    });
+    let start = html.find(r#"data-testid="lock-table""#).expect("the lock table");
+    let end = start + html[start..].find("</table>").expect("its end");
+    html[start..end].to_string()
+}
+
+#[test]
+fn a_rows_cells_render_as_before_their_grouping() {
+    let malformed = WindowRow {
+        entry: LockEntry::from_stored("a/3".into(), 5, 5, b"garbage"),
+        holder: Default::default(),
+        deadlock: false,
+        waiters: vec![],
+    };
+    let html = table_html(vec![
+        held("a/1", 3, vec![], false),
+        held("a/2", 4, vec!["s1".into(), "s2".into()], true),
+        malformed,
+    ]);
+    assert!(
+        html.contains(A2),
+        "a held lock on a wait-for cycle with two waiters:\n{html}"
+    );
+    assert!(html.contains(A3), "a malformed record:\n{html}");
+}
+
+const A2: &str = r#"<tr data-testid="lock-row" data-lock="a/2" data-state="overdue" class="overdue"><td data-testid="state" title="past alert_at: held longer than its holder expected" class="st"><span aria-hidden="true" class="icon">⚠</span>overdue</td><td title="a/2" class="name"><a href="/lock?fleet=f&amp;name=a/2" data-testid="lock-link">a/2</a><span title="on a wait-for cycle" class="deadlock-flag"> ⟲</span></td><td title="service billing, host h1, pid 42, session 0123456789abcdef" class="holder"><span class="where">billing@h1:42</span> <span class="session">01234567…</span></td><td title="nightly &lt;b&gt;&amp;" class="purpose">nightly &lt;b&gt;&amp;</td><td data-testid="held-for" title="acquired at 00:00:00 UTC (holder's clock); last heartbeat 00:00:00 UTC" class="age">1m 30s</td><td data-testid="expires-in" title="overdue from 00:01:00 UTC; may be released from 00:02:00 UTC (holder's clock)" class="expires">30s</td><td data-testid="waiters" title="waiting: s1, s2" class="waiters">2</td><td data-testid="fence" class="fence">4</td></tr>"#;
+const A3: &str = r#"<tr data-testid="lock-row" data-lock="a/3" data-state="malformed" class="malformed"><td data-testid="state" title="the stored value is not a lock record this build can read" class="st"><span aria-hidden="true" class="icon">✖</span>malformed</td><td title="a/3" class="name"><a href="/lock?fleet=f&amp;name=a/3" data-testid="lock-link">a/3</a><!></td><td title="the record cannot be read, so its holder is unknown" class="holder"><span class="where">unknown</span> <span class="session"> </span></td><td title="malformed record: not a lock record: not a JSON object — garbage" class="purpose malformed">malformed record: not a lock record: not a JSON object — garbage</td><td data-testid="held-for" title="" class="age"> </td><td data-testid="expires-in" title="" class="expires"> </td><td data-testid="waiters" title="nobody waits" class="waiters"> </td><td data-testid="fence" class="fence">5</td></tr>"#;
