@@ -131,6 +131,43 @@ impl Top {
     }
 }
 
+/// One stale top's heap during a pass ([`Views::fill_tops`]).
+struct Fill {
+    /// Its place in the list of stale tops.
+    at: usize,
+    sort: Sort,
+    cap: usize,
+    heap: BinaryHeap<Ranked>,
+}
+
+/// Reads every lock once for `groups` (a filter, its tops' heaps, and how many
+/// locks it takes, counted here): each heap keeps its top's first keys.
+fn fill_pass(meta: &HashMap<Arc<str>, Meta>, groups: &mut [(&Filter, Vec<Fill>, usize)]) {
+    for (name, meta) in meta {
+        // Each position computed once per lock, whatever the tops reading it.
+        let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
+        for (filter, fills, matched) in groups.iter_mut() {
+            if !meta.takes(name, filter) {
+                continue;
+            }
+            *matched += 1;
+            for fill in fills.iter_mut() {
+                let (a, b) = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
+                let reverse = fill.sort.reverse;
+                if fill.heap.len() < fill.cap {
+                    fill.heap.push(Ranked((a, b, name.clone()), reverse));
+                    continue;
+                }
+                let mut last = fill.heap.peek_mut().expect("cap is at least 1");
+                if view_cmp((a, b, name), &last.0, reverse).is_lt() {
+                    // Replaces the last kept; sifted down as `last` drops.
+                    *last = Ranked((a, b, name.clone()), reverse);
+                }
+            }
+        }
+    }
+}
+
 /// A key in a bounded heap whose top is the last in view order.
 struct Ranked(Key, bool);
 
@@ -214,36 +251,45 @@ impl Views {
             return;
         }
         // Grouped by filter, so each lock is matched once per distinct filter.
-        let mut by_filter: HashMap<&Filter, Vec<(usize, Sort, usize)>> = HashMap::new();
+        let mut by_filter: HashMap<&Filter, Vec<Fill>> = HashMap::new();
         for (i, spec) in stale.iter().enumerate() {
-            let cap = self.tops[spec].cap();
-            by_filter.entry(&spec.filter).or_default().push((i, spec.sort, cap));
+            let fill = Fill {
+                at: i,
+                sort: spec.sort,
+                cap: self.tops[spec].cap(),
+                heap: BinaryHeap::new(),
+            };
+            by_filter.entry(&spec.filter).or_default().push(fill);
         }
         self.top_passes += 1;
-        let mut heaps: Vec<BinaryHeap<Ranked>> = stale.iter().map(|_| BinaryHeap::new()).collect();
+        // Two halves of the tops, one on another thread: the pass is what a
+        // burst of new views waits for, and each half reads every lock.
+        let mut groups: Vec<(&Filter, Vec<Fill>, usize)> = by_filter.into_iter().map(|(f, t)| (f, t, 0)).collect();
+        groups.sort_by_key(|g| std::cmp::Reverse(g.1.len()));
+        let (mut left, mut right, mut sizes) = (Vec::new(), Vec::new(), [0, 0]);
+        for g in groups {
+            let half = usize::from(sizes[1] < sizes[0]);
+            sizes[half] += g.1.len();
+            [&mut left, &mut right][half].push(g);
+        }
+        let meta = &self.meta;
+        if right.is_empty() {
+            fill_pass(meta, &mut left);
+        } else {
+            std::thread::scope(|scope| {
+                scope.spawn(|| fill_pass(meta, &mut right));
+                fill_pass(meta, &mut left);
+            });
+        }
+        let mut heaps: Vec<Option<BinaryHeap<Ranked>>> = stale.iter().map(|_| None).collect();
         let mut matched = vec![0usize; stale.len()];
-        for (name, meta) in &self.meta {
-            // Each position computed once per lock, whatever the tops reading it.
-            let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
-            for (filter, tops) in &by_filter {
-                if !meta.takes(name, filter) {
-                    continue;
-                }
-                for &(i, sort, cap) in tops {
-                    matched[i] += 1;
-                    let (a, b) = *positions[sort.key as usize].get_or_insert_with(|| meta.position(sort.key));
-                    let heap = &mut heaps[i];
-                    if heap.len() >= cap {
-                        let last = heap.peek().expect("cap is at least 1");
-                        if view_cmp((a, b, name), &last.0, sort.reverse).is_ge() {
-                            continue;
-                        }
-                        heap.pop();
-                    }
-                    heap.push(Ranked((a, b, name.clone()), sort.reverse));
-                }
+        for (_, fills, n) in left.into_iter().chain(right) {
+            for fill in fills {
+                matched[fill.at] = n;
+                heaps[fill.at] = Some(fill.heap);
             }
         }
+        let heaps = heaps.into_iter().map(|h| h.expect("every stale top is in a group"));
         for ((spec, heap), matched) in stale.iter().zip(heaps).zip(matched) {
             if let Some(c) = self.filters.get_mut(&spec.filter).filter(|c| !c.counted) {
                 (c.count, c.counted) = (matched as u64, true);
