@@ -110,12 +110,15 @@ fn batched_frames_reach_the_signals_once_per_publish_and_a_row_in_and_out_meanwh
         );
         v.publish();
         assert_eq!(v.order.get_untracked(), vec!["a", "b", "d"]);
-        assert!(v.row("c").is_none(), "c came and went between two paints: never built");
+        assert!(
+            v.row("c").is_none(),
+            "docs/performance.md: \"a row that enters and leaves between two paints is never built\""
+        );
         assert_eq!(v.row("b").unwrap().get_untracked().entry.revision, 7, "b's latest data");
         assert_eq!(v.row("d").unwrap().get_untracked().entry.revision, 8);
         assert_eq!(a_before, v.row("a").unwrap(), "row a keeps its signal");
         assert_eq!(v.connection.get_untracked(), Connection::Live);
-        // A row that leaves and comes back between two paints keeps its signal.
+        // docs/performance.md: "one that leaves and comes back keeps its row".
         let b_before = v.row("b").unwrap();
         v.receive(ServerMsg::Window(frame(4, Some(&["a", "d"]), vec![])), 1_500);
         v.receive(
