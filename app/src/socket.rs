@@ -1,8 +1,9 @@
 //! The browser's websocket to `/ws`: connects after hydration, asks for the view
-//! on screen, feeds every message to [`LiveView::receive`], publishes the
-//! frames that arrived to the document and acknowledges them once the next
-//! animation frame runs (so the page renders at most once per paint whatever
-//! the frames, and the server never sends faster than the page paints), pings for the clock offset, and reconnects with capped,
+//! on screen, feeds every message to [`LiveView::receive`], publishes a frame
+//! to the document at once if it is the first since the last paint and the
+//! others together at the next animation frame (so a busy page renders once per
+//! paint whatever the frames), acknowledges each at that animation frame (so the
+//! server never sends faster than the page paints), pings for the clock offset, and reconnects with capped,
 //! jittered backoff. A reconnect always starts from a full window, so nothing
 //! missed while disconnected stays missing.
 //!
@@ -34,6 +35,8 @@ struct Conn {
 thread_local! {
     static CONN: RefCell<Option<Conn>> = const { RefCell::new(None) };
     static ATTEMPT: Cell<u32> = const { Cell::new(0) };
+    /// A frame was published since the last animation frame: later ones wait for it.
+    static PAINT_PENDING: Cell<bool> = const { Cell::new(false) };
 }
 
 fn local_now() -> i64 {
@@ -78,11 +81,16 @@ pub fn show(live: LiveView, view: ViewSpec) {
     }
 }
 
-/// At the next animation frame: publishes what frame `seq` (and any other since
-/// the last paint) changed, so the document follows in that frame's rendering,
-/// and acknowledges it.
+/// Publishes frame `seq` at once if it is the first since the last animation
+/// frame (an idle page shows a change as soon as it arrives); otherwise it waits
+/// for that animation frame, which publishes every frame since at once. Frame
+/// `seq` is acknowledged then.
 fn ack_after_paint(live: LiveView, seq: u64) {
+    if !PAINT_PENDING.replace(true) {
+        live.publish();
+    }
     request_animation_frame(move || {
+        PAINT_PENDING.set(false);
         live.publish();
         send(&ClientMsg::Ack { seq });
     });
