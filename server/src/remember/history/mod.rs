@@ -332,6 +332,13 @@ impl History {
     /// Appends `events` (one transaction, with their fleets' [`Cursor`]s;
     /// events already there are skipped).
     pub async fn write(&self, events: Vec<HistoryEvent>) -> Result<u64, HistoryError> {
+        self.write_all(&events).await
+    }
+
+    /// [`History::write`], the events copied to be bound an INSERT's rows
+    /// ([`sql::INSERT_ROWS`]) at a time: the writer keeps its batch for a
+    /// retry without a copy of all of it (5,000 events, ~1 KB each).
+    pub(super) async fn write_all(&self, events: &[HistoryEvent]) -> Result<u64, HistoryError> {
         let what = "writing events";
         let mut conn = self.inner.write.acquire().await.map_err(|e| self.error(what, e))?;
         let cap = self.inner.cap.load(Ordering::Relaxed);
@@ -345,13 +352,11 @@ impl History {
             let mut tx = sqlx::Connection::begin(&mut *conn)
                 .await
                 .map_err(|e| self.error(what, e))?;
-            let far = History::reach(&events);
+            let far = History::reach(events);
             let mut added = 0;
-            let mut rows = events.into_iter().peekable();
-            while rows.peek().is_some() {
-                let chunk: Vec<HistoryEvent> = rows.by_ref().take(sql::INSERT_ROWS).collect();
+            for chunk in events.chunks(sql::INSERT_ROWS) {
                 let text = sql::insert(self.inner.dialect, chunk.len());
-                let binds = chunk.into_iter().flat_map(sql::values).collect();
+                let binds = chunk.iter().cloned().flat_map(sql::values).collect();
                 added += sql::bind(sqlx::query(&text), binds)
                     .execute(&mut *tx)
                     .await

@@ -376,7 +376,7 @@ async fn write_batch(history: &History, mut batch: Vec<HistoryEvent>) {
     batch.extend(super::health::events(&lost));
     let mut tries = 0;
     loop {
-        match history.write(batch.clone()).await {
+        match history.write_all(&batch).await {
             Ok(added) => {
                 stats.written.fetch_add(added, Ordering::Relaxed);
                 stats.duplicates.fetch_add(n.saturating_sub(added), Ordering::Relaxed);
