@@ -192,25 +192,7 @@ impl History {
             // Not the database's collation, which is not bytewise.
             Dialect::Postgres => "lock COLLATE \"C\", at, seq",
         };
-        let text = self
-            .sql(&format!(
-                "SELECT {} FROM history_events WHERE {clause} AND lock IS NOT NULL ORDER BY {order}",
-                sql::COLUMNS
-            ))
-            .into_owned();
-        let this = self.clone();
-        super::async_stream(move |tx| async move {
-            let mut rows = sql::bind(sqlx::query(&text), binds).fetch(&this.inner.pool);
-            while let Some(row) = rows.next().await {
-                let item = row
-                    .and_then(|r| sql::event(&r))
-                    .map_err(|e| this.error("reading events", e));
-                let stop = item.is_err();
-                if tx.send(item).await.is_err() || stop {
-                    break;
-                }
-            }
-        })
+        self.event_rows(&format!("WHERE {clause} AND lock IS NOT NULL ORDER BY {order}"), binds)
     }
 }
 

@@ -298,11 +298,18 @@ impl History {
     ) -> impl Stream<Item = Result<HistoryEvent, HistoryError>> + Send + 'static {
         let (clause, binds) = sql::filter(q);
         let limit = limit.map(|n| format!(" LIMIT {n}")).unwrap_or_default();
+        self.event_rows(&format!("WHERE {clause} ORDER BY at, seq{limit}"), binds)
+    }
+
+    /// The events of `SELECT … FROM history_events {rest}`, streamed as they
+    /// are read; the first error ends the stream.
+    fn event_rows(
+        &self,
+        rest: &str,
+        binds: Vec<sql::Bind>,
+    ) -> impl Stream<Item = Result<HistoryEvent, HistoryError>> + Send + 'static {
         let text = self
-            .sql(&format!(
-                "SELECT {} FROM history_events WHERE {clause} ORDER BY at, seq{limit}",
-                sql::COLUMNS
-            ))
+            .sql(&format!("SELECT {} FROM history_events {rest}", sql::COLUMNS))
             .into_owned();
         let this = self.clone();
         // The query borrows its text: the stream owns both (and the pool).
