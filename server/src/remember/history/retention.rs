@@ -83,21 +83,18 @@ impl History {
                 .await
                 .map_err(|e| self.error("removing old events", e))?
                 .rows_affected();
-            let q = self.sql("DELETE FROM history_checkpoints WHERE fleet = $1 AND at < $2");
-            sqlx::query(&q)
-                .bind(&fleet)
-                .bind(cut - 1)
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| self.error("removing old checkpoints", e))?;
-            // Their parts, and those of checkpoints that failed half-written.
-            let q = self.sql("DELETE FROM history_checkpoint_parts WHERE fleet = $1 AND at < $2");
-            sqlx::query(&q)
-                .bind(&fleet)
-                .bind(cut - 1)
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| self.error("removing old checkpoints", e))?;
+            // The checkpoints before it, then their parts and those of
+            // checkpoints that failed half-written.
+            for table in ["history_checkpoints", "history_checkpoint_parts"] {
+                let text = format!("DELETE FROM {table} WHERE fleet = $1 AND at < $2");
+                let q = self.sql(&text);
+                sqlx::query(&q)
+                    .bind(&fleet)
+                    .bind(cut - 1)
+                    .execute(&self.inner.pool)
+                    .await
+                    .map_err(|e| self.error("removing old checkpoints", e))?;
+            }
         }
         Ok(removed)
     }
