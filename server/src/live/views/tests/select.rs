@@ -27,14 +27,7 @@ fn selections_follow_every_change_as_a_full_resort_would() {
             .filter(|(i, _)| *i as u64 % 5 == seed % 5)
             .map(|(_, s)| s)
             .collect();
-        let mut browsers: Vec<(ViewSpec, Browser)> = specs
-            .into_iter()
-            .map(|spec| {
-                let id = sim.views.subscribe(1, spec.clone(), sim.t());
-                let window = Window::default();
-                (spec, Browser { id, window })
-            })
-            .collect();
+        let mut browsers = sim.browsers(specs);
         let selections = browsers
             .iter()
             .filter(|(_, b)| sim.views.subs[&b.id].sel.is_some())
@@ -43,22 +36,7 @@ fn selections_follow_every_change_as_a_full_resort_would() {
         for step in 0..300 {
             sim.step();
             sim.views.advance(&sim.state, sim.now);
-            sim.views.mark_dirty(sim.t());
-            let frames = sim.views.due_frames(&sim.state, sim.t());
-            for (id, f) in frames {
-                let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
-                b.window.apply(f).unwrap();
-                sim.views.ack(id, b.window.seq);
-            }
-            for (spec, b) in &browsers {
-                let (total, offset, names) = sim.brute(spec);
-                let at = format!("seed {seed}, step {step}, {spec:?}");
-                assert_eq!(b.window.order(), names.as_slice(), "{at}: order");
-                assert_eq!((b.window.total, b.window.offset), (total, offset), "{at}");
-                for row in b.window.rows() {
-                    assert_eq!(Some(&row.entry), sim.state.get(&row.entry.name), "{at}: row");
-                }
-            }
+            sim.deliver_and_check(&mut browsers, &format!("seed {seed}, step {step}"));
         }
         for spec in Sim::specs() {
             if let Some(w) = sim.views.window_names(&spec) {

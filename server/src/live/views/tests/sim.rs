@@ -257,4 +257,42 @@ impl Sim {
             services,
         }
     }
+
+    /// A browser subscribed to each of `specs`, with an empty window.
+    pub(super) fn browsers(&mut self, specs: impl IntoIterator<Item = ViewSpec>) -> Vec<(ViewSpec, Browser)> {
+        specs
+            .into_iter()
+            .map(|spec| {
+                let id = self.views.subscribe(1, spec.clone(), self.t());
+                (
+                    spec,
+                    Browser {
+                        id,
+                        window: Window::default(),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Sends `browsers` the frames due, each applied and acknowledged, then
+    /// checks every window holds what a full re-sort gives: order, total,
+    /// offset and the rows' contents (`at` names the case in failures).
+    pub(super) fn deliver_and_check(&mut self, browsers: &mut [(ViewSpec, Browser)], at: &str) {
+        self.views.mark_dirty(self.t());
+        for (id, f) in self.views.due_frames(&self.state, self.t()) {
+            let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
+            b.window.apply(f).unwrap();
+            self.views.ack(id, b.window.seq);
+        }
+        for (spec, b) in browsers.iter() {
+            let (total, offset, names) = self.brute(spec);
+            let at = format!("{at}, {spec:?}");
+            assert_eq!(b.window.order(), names.as_slice(), "{at}: order");
+            assert_eq!((b.window.total, b.window.offset), (total, offset), "{at}");
+            for row in b.window.rows() {
+                assert_eq!(Some(&row.entry), self.state.get(&row.entry.name), "{at}: row");
+            }
+        }
+    }
 }

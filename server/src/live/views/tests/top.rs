@@ -23,16 +23,8 @@ fn tops_follow_every_change_as_a_full_resort_would() {
         for _ in 0..100 {
             sim.step();
         }
-        let mut browsers: Vec<(ViewSpec, Browser)> = Sim::specs()
-            .into_iter()
-            .enumerate()
-            .filter(|(i, _)| *i as u64 % 2 == seed % 2)
-            .map(|(_, spec)| {
-                let id = sim.views.subscribe(1, spec.clone(), sim.t());
-                let window = Window::default();
-                (spec, Browser { id, window })
-            })
-            .collect();
+        let specs = Sim::specs().into_iter().enumerate();
+        let mut browsers = sim.browsers(specs.filter(|(i, _)| *i as u64 % 2 == seed % 2).map(|(_, s)| s));
         let tops = browsers
             .iter()
             .filter(|(_, b)| sim.views.subs[&b.id].top.is_some())
@@ -46,22 +38,7 @@ fn tops_follow_every_change_as_a_full_resort_would() {
             sim.step();
             sim.views.advance(&sim.state, sim.now);
             refills += sim.views.tops.values().filter(|t| t.stale).count();
-            sim.views.mark_dirty(sim.t());
-            let frames = sim.views.due_frames(&sim.state, sim.t());
-            for (id, f) in frames {
-                let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
-                b.window.apply(f).unwrap();
-                sim.views.ack(id, b.window.seq);
-            }
-            for (spec, b) in &browsers {
-                let (total, offset, names) = sim.brute(spec);
-                let at = format!("seed {seed}, step {step}, {spec:?}");
-                assert_eq!(b.window.order(), names.as_slice(), "{at}: order");
-                assert_eq!((b.window.total, b.window.offset), (total, offset), "{at}");
-                for row in b.window.rows() {
-                    assert_eq!(Some(&row.entry), sim.state.get(&row.entry.name), "{at}: row");
-                }
-            }
+            sim.deliver_and_check(&mut browsers, &format!("seed {seed}, step {step}"));
             for top in sim.views.tops.values() {
                 assert!(
                     top.len() <= 2 * top.want(),
