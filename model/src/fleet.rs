@@ -102,45 +102,6 @@ impl std::borrow::Borrow<str> for ByName {
     }
 }
 
-/// A snapshot's locks are moved into its table at least this many at a time
-/// (or a sixteenth of the snapshot, if more): see [`table_of`].
-const TABLE_CHUNK: usize = if cfg!(test) { 3 } else { 1 << 16 };
-
-/// The table of a snapshot's locks, the last of two entries of one name kept
-/// (as inserting them one by one would).
-///
-/// Built in one go, so its B-tree nodes are full: inserted one by one in name
-/// order, as snapshots come, each node would keep 6 of its 11 slots, ~170
-/// bytes per lock of slack. But a tree is built in one go only from a whole
-/// sorted sequence, which lives beside the tree until it is done (+200 bytes
-/// per lock at the start's peak). So the snapshot is taken from its end in
-/// chunks, each freed as its own tree is made, and merged into the tree of the
-/// later ones (`append`, a merge that frees the old nodes as it goes):
-/// the peak is the table and one chunk, for ~8 moves of each lock.
-fn table_of(mut locks: Vec<ByName>) -> BTreeSet<ByName> {
-    let chunk = TABLE_CHUNK.max(locks.len() / 16);
-    let mut table = BTreeSet::new();
-    while !locks.is_empty() {
-        let mut part = locks.split_off(locks.len().saturating_sub(chunk));
-        locks.shrink_to_fit();
-        // `ByName`'s equality is the whole entry's, so the set's own dedup
-        // (by equality) would keep both: dedup by name, keeping the later.
-        part.sort_by(|a, b| a.0.name.cmp(&b.0.name));
-        part.dedup_by(|later, kept| {
-            let same = later.0.name == kept.0.name;
-            if same {
-                std::mem::swap(later, kept);
-            }
-            same
-        });
-        let mut earlier: BTreeSet<ByName> = part.into_iter().collect();
-        // On a name in both, a set's `append` keeps the receiver's element:
-        // the later entry.
-        table.append(&mut earlier);
-    }
-    table
-}
-
 /// The lock table of one fleet.
 #[derive(Clone, Debug, Default)]
 pub struct FleetState {
@@ -269,8 +230,11 @@ impl FleetState {
         // A store that starts or stops keeping sessions changes every lock's
         // holder state: each lock is reported, once.
         let all = self.sessions.tracked != sessions.is_some();
-        // The map reuses `locks`' buffer.
-        let fresh: Vec<ByName> = locks
+        // The new table is built in one go (sorted, the last of two entries of
+        // one name kept, as one by one): its nodes are then full. Inserted one by
+        // one in name order, as snapshots come, each node would keep 6 of its 11
+        // slots, ~170 bytes per lock of slack. The map reuses `locks`' buffer.
+        let mut fresh: Vec<ByName> = locks
             .into_iter()
             .map(|mut e| {
                 if all || self.locks.get(e.name.as_str()).map(|old| &old.0) != Some(&e) {
@@ -280,7 +244,17 @@ impl FleetState {
                 ByName(e)
             })
             .collect();
-        let fresh = table_of(fresh);
+        // (`ByName`'s equality is the whole entry's, so the set's own dedup, by
+        // equality, would keep both: dedup by name here, keeping the later.)
+        fresh.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        fresh.dedup_by(|later, kept| {
+            let same = later.0.name == kept.0.name;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        let fresh: BTreeSet<ByName> = fresh.into_iter().collect();
         // Absent from the whole truth: removed, whatever the store's revision
         // scheme (a SQL row's own counter can run ahead of the reset's).
         changes.extend(
