@@ -122,6 +122,17 @@ impl Server {
         format!("Bearer {}", self.tokens[who])
     }
 
+    /// A signed-in browser's form `POST` to `path`: its `cookies`, this server
+    /// as the origin.
+    pub(crate) async fn post_form(&self, path: &str, cookies: &str, form: &str) -> Reply {
+        let headers = [
+            ("cookie", cookies),
+            ("origin", self.base.as_str()),
+            ("content-type", "application/x-www-form-urlencoded"),
+        ];
+        self.send("POST", path, &headers, form).await
+    }
+
     /// Signs a browser in as `who`: its cookies (session and CSRF) and the
     /// session's CSRF token.
     pub(crate) async fn browser(&self, who: &str) -> (String, String) {

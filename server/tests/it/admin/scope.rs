@@ -103,18 +103,7 @@ async fn scope_bad_input_and_read_only_fleets_are_refused() {
         "fleet=sql&name=team-a%2F1&confirm=team-a%2F1&fence={}&reason=old+page&csrf={csrf}&back=%2F",
         f.fence_a
     );
-    let r = s
-        .send(
-            "POST",
-            "/actions/release",
-            &[
-                ("cookie", &cookies),
-                ("origin", &s.base),
-                ("content-type", "application/x-www-form-urlencoded"),
-            ],
-            &form,
-        )
-        .await;
+    let r = s.post_form("/actions/release", &cookies, &form).await;
     assert_eq!(r.status, 400, "{}", r.body);
     assert!(r.body.contains("names no owner"), "{}", r.body);
     unchanged(&s, &f, "a form without owner").await;

@@ -179,18 +179,7 @@ async fn a_form_whose_audit_entry_is_queued_says_so() {
     let form = format!(
         "fleet=sql&name=busy%2Fform&confirm=busy%2Fform&fence={fence}&owner=&reason=INC-24&csrf={csrf}&back=%2F"
     );
-    let r = s
-        .send(
-            "POST",
-            "/actions/release",
-            &[
-                ("cookie", &cookies),
-                ("origin", &s.base),
-                ("content-type", "application/x-www-form-urlencoded"),
-            ],
-            &form,
-        )
-        .await;
+    let r = s.post_form("/actions/release", &cookies, &form).await;
     // docs/operations.md: "the answer says so" — the page as well as the API.
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("Done, its audit entry queued"), "{}", r.body);
