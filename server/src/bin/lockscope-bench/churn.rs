@@ -22,7 +22,7 @@ use lockscope_store::now_ms;
 use lockscope_store::protocol::{Attempt, LockStore};
 
 use crate::record;
-use crate::store::{Load, Target};
+use crate::store::{pace, Load, Target};
 
 /// Churned locks held at a time (about).
 pub const POOL: usize = 25;
@@ -60,11 +60,7 @@ impl Target {
         let mut live = 0usize;
         let (mut taken, mut released) = (0u64, 0u64);
         for n in 0..total {
-            let due = started + interval * n as u32;
-            if tokio::time::Instant::now() > due + Duration::from_millis(5) {
-                late += 1;
-            }
-            tokio::time::sleep_until(due).await;
+            late += u64::from(pace(started + interval * n as u32).await);
             while let Some(Some(done)) = futures::FutureExt::now_or_never(inflight.next()) {
                 if let Done::Took(h) = finished(done)? {
                     held.push(h);

@@ -188,11 +188,7 @@ impl Target {
         let mut busy = HashSet::new();
         let hot = plan.hot.min(plan.locks.div_ceil(plan.services));
         for n in 0..total {
-            let due = started + interval * n as u32;
-            if tokio::time::Instant::now() > due + Duration::from_millis(5) {
-                late += 1;
-            }
-            tokio::time::sleep_until(due).await;
+            late += u64::from(pace(started + interval * n as u32).await);
             while let Some(Some(done)) = futures::FutureExt::now_or_never(inflight.next()) {
                 busy.remove(&finished(done)?);
             }
@@ -340,4 +336,12 @@ pub struct Load {
     pub seconds: u64,
     pub hot_share: f64,
     pub hot: usize,
+}
+
+/// Waits for a write's turn, `due`; true if that turn had already passed by
+/// more than 5 ms (the load's "sent late" count).
+pub async fn pace(due: tokio::time::Instant) -> bool {
+    let late = tokio::time::Instant::now() > due + Duration::from_millis(5);
+    tokio::time::sleep_until(due).await;
+    late
 }
