@@ -13,8 +13,13 @@ const root = resolve(__dirname, '..', '..');
 const bin = process.env.LOCKSCOPE_BIN ?? join(root, 'target', 'debug', 'lockscope');
 const benchBin = process.env.LOCKSCOPE_BENCH_BIN ?? join(root, 'target', 'debug', 'lockscope-bench');
 export const PREFIX = '/lockscope-e2e/';
-/** The lock a hung demo worker takes (`--keys 1`: the demo's first lock name). */
-export const HUNG_LOCK = 'demo/payments/settlement-eu';
+/**
+ * The lock a hung demo worker takes (`--keys 1`: the demo's first lock name),
+ * under a prefix of its own: the server's built-in demo fleet never takes it (a
+ * built-in worker that died holding `demo/payments/settlement-eu` once kept the
+ * hung worker from it past `hungLock`'s wait).
+ */
+export const HUNG_LOCK = 'hung/payments/settlement-eu';
 /** The hung worker's expected runtime, which tells its acquisition from the embedded demo's (3 s). */
 export const HUNG_RUNTIME_MS = 1000;
 
@@ -160,7 +165,7 @@ export class Stack {
    */
   spawnHungWorker(autoUnlockMs: number): void {
     this.spawnDemo([
-      '--workers', '1', '--keys', '1', '--hot-keys', '1',
+      '--name-prefix', 'hung/', '--workers', '1', '--keys', '1', '--hot-keys', '1',
       '--hang-rate', '1', '--die-rate', '0', '--stall-rate', '0', '--hang-secs', '600',
       '--expected-runtime-ms', String(HUNG_RUNTIME_MS), '--auto-unlock-ms', String(autoUnlockMs),
     ]);

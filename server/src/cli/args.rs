@@ -278,7 +278,11 @@ pub struct DemoArgs {
     /// Simulated workers, each with its own session.
     #[arg(long, env = "LOCKSCOPE_DEMO_WORKERS", default_value_t = 12, value_parser = clap::value_parser!(u32).range(1..))]
     pub workers: u32,
-    /// Distinct lock names: a few readable ones, then `demo/jobs/<n>`.
+    /// What every lock name starts with: a second demo with its own prefix never
+    /// contends with the first.
+    #[arg(long, env = "LOCKSCOPE_DEMO_NAME_PREFIX", default_value = "demo/")]
+    pub name_prefix: String,
+    /// Distinct lock names: a few readable ones, then `<prefix>jobs/<n>`.
     #[arg(long, env = "LOCKSCOPE_DEMO_KEYS", default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..))]
     pub keys: u32,
     /// How many of the locks are hot (the first ones; at most `--keys`).
@@ -326,6 +330,7 @@ impl DemoArgs {
     pub fn demo_config(&self) -> DemoConfig {
         let mut cfg = DemoConfig {
             workers: self.workers as usize,
+            name_prefix: self.name_prefix.clone(),
             keys: self.keys as usize,
             hot_keys: self.hot_keys as usize,
             hot_share: self.hot_share,

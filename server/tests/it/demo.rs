@@ -65,7 +65,7 @@ async fn demo_fleet_contends_dies_and_cleans_up_after_its_live_workers() {
         assert_eq!(*record.session, *a.session);
     }
     // And nothing else: live workers released (or swept) theirs.
-    let keyspace = Keyspace::new(cfg.keys, cfg.hot_keys);
+    let keyspace = Keyspace::new(&cfg.name_prefix, cfg.keys, cfg.hot_keys);
     let mut held = 0;
     for key in &keyspace.keys {
         if let Some(entry) = store.get(&key.name).await.unwrap() {
@@ -132,7 +132,9 @@ impl SqliteDemo {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}?mode=rwc", dir.path().join("demo.db").display());
         let store = SqlLocks::connect(&url).await.unwrap();
-        let name = Keyspace::new(cfg.keys, cfg.hot_keys).keys[0].name.clone();
+        let name = Keyspace::new(&cfg.name_prefix, cfg.keys, cfg.hot_keys).keys[0]
+            .name
+            .clone();
         let (stop, stopped) = oneshot::channel::<()>();
         let demo = tokio::spawn(demo::run(store.clone(), cfg.clone(), async {
             let _ = stopped.await;

@@ -110,6 +110,8 @@ fn demo_flags_are_parsed_and_checked() {
         "4",
         "--auto-unlock-ms",
         "7000",
+        "--name-prefix",
+        "hung/",
     ])
     .unwrap();
     let Some(Command::Demo(args)) = cli.command else {
@@ -121,6 +123,7 @@ fn demo_flags_are_parsed_and_checked() {
     assert_eq!(cfg.hang_rate, 0.25);
     assert_eq!(cfg.hang, Duration::from_secs(4)..=Duration::from_secs(4));
     assert_eq!(cfg.auto_unlock_after, Duration::from_secs(7));
+    assert_eq!(cfg.name_prefix, "hung/");
     for bad in [
         ["--die-rate", "1.5"],
         ["--hot-share", "-0.1"],

@@ -61,6 +61,9 @@ pub const SERVICES: [&str; 4] = ["billing", "search-indexer", "payments", "repor
 pub struct DemoConfig {
     /// Simulated workers, each with its own session.
     pub workers: usize,
+    /// What every lock name starts with (`demo/`): a second fleet with its own
+    /// prefix never contends with the first.
+    pub name_prefix: String,
     /// Distinct lock names (at least 1).
     pub keys: usize,
     /// How many of the keys are hot (at most `keys`).
@@ -101,6 +104,7 @@ impl Default for DemoConfig {
     fn default() -> Self {
         DemoConfig {
             workers: 12,
+            name_prefix: "demo/".to_string(),
             keys: 40,
             hot_keys: 3,
             hot_share: 0.5,
@@ -185,7 +189,7 @@ pub async fn run<S: LockStore>(
     cfg: DemoConfig,
     stop: impl Future<Output = ()>,
 ) -> Result<DemoStats, StoreError> {
-    let keyspace = Keyspace::new(cfg.keys, cfg.hot_keys);
+    let keyspace = Keyspace::new(&cfg.name_prefix, cfg.keys, cfg.hot_keys);
     info!(
         workers = cfg.workers,
         keys = keyspace.keys.len(),

@@ -9,14 +9,15 @@ use lockscope_store::client::SessionConfig;
 
 use super::DemoConfig;
 
-/// Readable lock names (with what taking them is for), used first; the hot locks
-/// are the first `hot_keys` of the keyspace, so they are these.
+/// Readable lock names after the keyspace's prefix (with what taking them is
+/// for), used first; the hot locks are the first `hot_keys` of the keyspace, so
+/// they are these.
 const NAMED_LOCKS: [(&str, &str); 5] = [
-    ("demo/payments/settlement-eu", "settle EU card payments"),
-    ("demo/search/reindex-catalog", "rebuild the product catalog index"),
-    ("demo/billing/invoice-run", "monthly invoice run"),
-    ("demo/reports/nightly-export", "nightly warehouse export"),
-    ("demo/billing/dunning", "send payment reminders for overdue invoices"),
+    ("payments/settlement-eu", "settle EU card payments"),
+    ("search/reindex-catalog", "rebuild the product catalog index"),
+    ("billing/invoice-run", "monthly invoice run"),
+    ("reports/nightly-export", "nightly warehouse export"),
+    ("billing/dunning", "send payment reminders for overdue invoices"),
 ];
 
 /// Normal holds are cut at this fraction of the expected runtime: only stalling
@@ -38,8 +39,8 @@ pub struct Key {
     pub job: usize,
 }
 
-/// The lock names the fleet uses: a few readable ones, then `demo/jobs/<n>`. The
-/// first `hot` of them are hot.
+/// The lock names the fleet uses, each after one prefix (`demo/` by default): a
+/// few readable ones, then `<prefix>jobs/<n>`. The first `hot` of them are hot.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Keyspace {
     pub keys: Vec<Key>,
@@ -47,16 +48,17 @@ pub struct Keyspace {
 }
 
 impl Keyspace {
-    /// `keys` names (at least 1), the first `hot` (at most `keys`) hot.
-    pub fn new(keys: usize, hot: usize) -> Keyspace {
+    /// `keys` names (at least 1) starting with `prefix`, the first `hot` (at
+    /// most `keys`) hot.
+    pub fn new(prefix: &str, keys: usize, hot: usize) -> Keyspace {
         let keys = keys.max(1);
         let named = NAMED_LOCKS.iter().take(keys).map(|(name, purpose)| Key {
-            name: (*name).to_string(),
+            name: format!("{prefix}{name}"),
             purpose: Some((*purpose).to_string()),
             job: 0,
         });
         let jobs = (1..=keys.saturating_sub(NAMED_LOCKS.len())).map(|n| Key {
-            name: format!("demo/jobs/{n}"),
+            name: format!("{prefix}jobs/{n}"),
             purpose: None,
             job: n,
         });
@@ -206,7 +208,7 @@ mod tests {
 
     #[test]
     fn keyspace_names_readable_locks_first_then_jobs() {
-        let ks = Keyspace::new(8, 2);
+        let ks = Keyspace::new("demo/", 8, 2);
         let names: Vec<&str> = ks.keys.iter().map(|k| k.name.as_str()).collect();
         assert_eq!(names.len(), 8);
         assert_eq!(names[0], "demo/payments/settlement-eu");
@@ -215,14 +217,19 @@ mod tests {
         let unique: HashSet<&str> = names.iter().copied().collect();
         assert_eq!(unique.len(), 8);
         // Small and degenerate sizes.
-        assert_eq!(Keyspace::new(2, 5).keys.len(), 2);
-        assert_eq!(Keyspace::new(2, 5).hot, 2);
-        assert_eq!(Keyspace::new(0, 0).keys.len(), 1);
+        assert_eq!(Keyspace::new("demo/", 2, 5).keys.len(), 2);
+        assert_eq!(Keyspace::new("demo/", 2, 5).hot, 2);
+        assert_eq!(Keyspace::new("demo/", 0, 0).keys.len(), 1);
+        // Another prefix shares no name with the default keyspace.
+        let other = Keyspace::new("hung/", 8, 1);
+        assert_eq!(other.keys[0].name, "hung/payments/settlement-eu");
+        assert_eq!(other.keys[7].name, "hung/jobs/3");
+        assert!(other.keys.iter().all(|k| !unique.contains(k.name.as_str())));
     }
 
     #[test]
     fn pick_sends_the_hot_share_to_the_hot_keys() {
-        let ks = Keyspace::new(40, 3);
+        let ks = Keyspace::new("demo/", 40, 3);
         let mut rng = Rng::with_seed(7);
         let n = 20_000;
         let mut counts = vec![0usize; 40];
@@ -240,9 +247,9 @@ mod tests {
     #[test]
     fn pick_edge_cases() {
         let mut rng = Rng::with_seed(1);
-        let none_hot = Keyspace::new(5, 0);
-        let all_hot = Keyspace::new(5, 5);
-        let one_hot = Keyspace::new(6, 1);
+        let none_hot = Keyspace::new("demo/", 5, 0);
+        let all_hot = Keyspace::new("demo/", 5, 5);
+        let one_hot = Keyspace::new("demo/", 6, 1);
         for _ in 0..1000 {
             assert!(none_hot.pick(&mut rng, 1.0) < 5);
             assert!(all_hot.pick(&mut rng, 0.0) < 5);
@@ -370,7 +377,7 @@ mod tests {
     #[test]
     fn a_seed_reproduces_the_decisions() {
         let cfg = DemoConfig::default();
-        let ks = Keyspace::new(cfg.keys, cfg.hot_keys);
+        let ks = Keyspace::new(&cfg.name_prefix, cfg.keys, cfg.hot_keys);
         let run = |seed| {
             let mut rng = Rng::with_seed(seed);
             (0..50)
@@ -387,7 +394,7 @@ mod tests {
     #[test]
     fn purposes_read_like_work() {
         let mut rng = Rng::with_seed(9);
-        let ks = Keyspace::new(10, 0);
+        let ks = Keyspace::new("demo/", 10, 0);
         assert_eq!(purpose(&mut rng, "billing", &ks.keys[0]), "settle EU card payments");
         let job = &ks.keys[6];
         assert_eq!(job.name, "demo/jobs/2");
