@@ -7,7 +7,9 @@ import { Stack } from './stack';
 // and the release is in the audit log as the unlocker's.
 test.describe.configure({ mode: 'serial' });
 
-const LOCK = 'demo/payments/settlement-eu';
+// Under a prefix of its own, so the server's built-in demo fleet never contends
+// for it (nor leaves a dead holder of its own on it).
+const LOCK = 'dying/payments/settlement-eu';
 const GRACE_SECS = 2;
 /** The dying worker's expected runtime, which tells its acquisitions from the embedded demo's. */
 const DYING_RUNTIME_MS = 1000;
@@ -17,7 +19,7 @@ test.beforeAll(async () => {
   stack = await Stack.startEmbedded(['--unlocker-grace-secs', String(GRACE_SECS)]);
   // A demo worker that dies holding every lock it takes.
   stack.spawnDemo([
-    '--workers', '1', '--keys', '1', '--hot-keys', '1', '--die-rate', '1', '--stall-rate', '0', '--hang-rate', '0',
+    '--name-prefix', 'dying/', '--workers', '1', '--keys', '1', '--hot-keys', '1', '--die-rate', '1', '--stall-rate', '0', '--hang-rate', '0',
     '--expected-runtime-ms', String(DYING_RUNTIME_MS), '--auto-unlock-ms', '6000',
   ]);
 });
