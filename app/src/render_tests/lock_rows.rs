@@ -86,3 +86,67 @@ fn a_rows_cells_render_as_before_their_grouping() {
 
 const A2: &str = r#"<tr data-testid="lock-row" data-lock="a/2" data-state="overdue" class="overdue"><td data-testid="state" title="past alert_at: held longer than its holder expected" class="st"><span aria-hidden="true" class="icon">⚠</span>overdue</td><td title="a/2" class="name"><a href="/lock?fleet=f&amp;name=a/2" data-testid="lock-link">a/2</a><span title="on a wait-for cycle" class="deadlock-flag"> ⟲</span></td><td title="service billing, host h1, pid 42, session 0123456789abcdef" class="holder"><span class="where">billing@h1:42</span> <span class="session">01234567…</span></td><td title="nightly &lt;b&gt;&amp;" class="purpose">nightly &lt;b&gt;&amp;</td><td data-testid="held-for" title="acquired at 00:00:00 UTC (holder's clock); last heartbeat 00:00:00 UTC" class="age">1m 30s</td><td data-testid="expires-in" title="overdue from 00:01:00 UTC; may be released from 00:02:00 UTC (holder's clock)" class="expires">30s</td><td data-testid="waiters" title="waiting: s1, s2" class="waiters">2</td><td data-testid="fence" class="fence">4</td></tr>"#;
 const A3: &str = r#"<tr data-testid="lock-row" data-lock="a/3" data-state="malformed" class="malformed"><td data-testid="state" title="the stored value is not a lock record this build can read" class="st"><span aria-hidden="true" class="icon">✖</span>malformed</td><td title="a/3" class="name"><a href="/lock?fleet=f&amp;name=a/3" data-testid="lock-link">a/3</a><!></td><td title="the record cannot be read, so its holder is unknown" class="holder"><span class="where">unknown</span> <span class="session"> </span></td><td title="malformed record: not a lock record: not a JSON object — garbage" class="purpose malformed">malformed record: not a lock record: not a JSON object — garbage</td><td data-testid="held-for" title="" class="age"> </td><td data-testid="expires-in" title="" class="expires"> </td><td data-testid="waiters" title="nobody waits" class="waiters"> </td><td data-testid="fence" class="fence">5</td></tr>"#;
+
+/// The column classes of one `<tr>`'s cells, in order.
+fn cell_classes(tr: &str) -> Vec<String> {
+    tr.split("<t")
+        .skip(1)
+        .filter(|c| c.starts_with('d') || c.starts_with('h'))
+        .filter_map(|c| {
+            let tag = &c[..c.find('>')?];
+            let at = tag.find(r#"class=""#)? + 7;
+            Some(tag[at..at + tag[at..].find('"')?].split(' ').next()?.to_string())
+        })
+        .collect()
+}
+
+/// style/main.css: the lock table's rows are "laid out as blocks, each row a
+/// flex line of cells whose widths never depend on the rows' text, not by the
+/// table algorithm". So every cell, header and row alike, names its column in
+/// its first class, in the header's order, and each column has a width of its
+/// own in the stylesheet (the purpose takes what is left); a cell without one
+/// would size to its text and push its row's other cells out of line.
+#[test]
+fn every_cell_names_its_column_and_every_column_has_a_fixed_width() {
+    let html = table_html(vec![
+        held("a/1", 3, vec![], false),
+        held("a/2", 4, vec!["s1".into()], true),
+        WindowRow {
+            entry: LockEntry::from_stored("a/3".into(), 5, 5, b"garbage"),
+            holder: Default::default(),
+            deadlock: false,
+            waiters: vec![],
+        },
+    ]);
+    let rows: Vec<&str> = html
+        .split("<tr")
+        .skip(1)
+        .filter(|r| !r.contains(r#"class="spacer""#))
+        .collect();
+    let header = cell_classes(rows[0]);
+    assert_eq!(
+        header,
+        ["st", "name", "holder", "purpose", "age", "expires", "waiters", "fence"],
+        "{html}"
+    );
+    assert_eq!(rows.len(), 4, "a header and three rows:\n{html}");
+    for row in &rows[1..] {
+        assert_eq!(
+            cell_classes(row),
+            header,
+            "a row's cells in the header's columns:\n{row}"
+        );
+    }
+    let css = include_str!("../../../style/main.css");
+    for column in &header {
+        let rule = match column.as_str() {
+            "st" => "th.st, td.st { width: ".to_string(),
+            "purpose" => "table.locks .purpose { flex: 1 1 0; min-width: 0; }".to_string(),
+            c => format!("table.locks .{c} {{ width: "),
+        };
+        assert!(
+            css.contains(&rule),
+            "style/main.css gives column {column} its own width ({rule})"
+        );
+    }
+}
