@@ -21,7 +21,8 @@
 //! parts of at most [`PART_BYTES`], so taking one holds a part, not the fleet.
 //!
 //! Layout: here, [`History`] (open, query, time travel); `retention`; `writer`
-//! (the queue, batches, when to checkpoint); `checkpoint` (writing and reading
+//! (the queue, batches, when to checkpoint); `write` (the writer's
+//! connection: a batch's transaction, SQLite's cache for it); `checkpoint` (writing and reading
 //! them, in parts); `resync` (a first snapshot's ends, a
 //! restart's gap); `cursor` (how far each fleet's history goes); `sql`
 //! (tables, statements, rows);
@@ -38,6 +39,7 @@ pub mod health;
 mod resync;
 mod retention;
 mod sql;
+mod write;
 mod writer;
 
 pub use crate::settings::ExportLimits;
@@ -47,6 +49,7 @@ pub use cursor::{Cursor, Unseen};
 pub use export::{event_bytes, stream_export, Format, EXPORT_PAGE_BYTES, EXPORT_PAGE_ROWS};
 pub use health::HistoryStats;
 pub use retention::Retention;
+pub use write::WRITER_CACHE_BYTES;
 pub use writer::{Recorder, BACKLOG_AHEAD};
 
 use std::sync::atomic::Ordering;
@@ -196,14 +199,14 @@ impl History {
             .parse()
             .map_err(|source| db_error(&db, "reading its URL", source))?;
         let connect = sqlx::ConnectOptions::disable_statement_logging(connect);
-        let open = |max: u32| {
-            pool_options(target.dialect, max)
+        let open = |options: AnyPoolOptions| {
+            options
                 .connect_with(connect.clone())
                 .map_err(|source| db_error(&db, "opening the database", source))
         };
-        let pool = open(READ_CONNECTIONS).await?;
-        let write = open(1).await?;
-        let export = open(limits.connections.max(1)).await?;
+        let pool = open(pool_options(target.dialect, READ_CONNECTIONS)).await?;
+        let write = open(write::options(target.dialect)).await?;
+        let export = open(pool_options(target.dialect, limits.connections.max(1))).await?;
         sql::migrator(target.dialect)
             .run(&pool)
             .await
@@ -325,66 +328,6 @@ impl History {
                 }
             }
         })
-    }
-
-    /// Fault tests: caps a SQLite history's file at `pages` pages (SQLite's
-    /// `max_page_count` on the writer's connection, never below the file's
-    /// size now), as a full disk would; `None` lifts the cap. PostgreSQL: no effect.
-    pub fn cap_pages(&self, pages: Option<u32>) {
-        // SQLite's largest page count, its default.
-        let pages = pages.unwrap_or(4_294_967_294).max(1);
-        self.inner.cap.store(pages, Ordering::Relaxed);
-    }
-
-    /// Appends `events` (one transaction, with their fleets' [`Cursor`]s;
-    /// events already there are skipped).
-    pub async fn write(&self, events: Vec<HistoryEvent>) -> Result<u64, HistoryError> {
-        self.write_all(&events).await
-    }
-
-    /// [`History::write`], the events copied to be bound an INSERT's rows
-    /// ([`sql::INSERT_ROWS`]) at a time: the writer keeps its batch for a
-    /// retry without a copy of all of it (5,000 events, ~1 KB each).
-    pub(super) async fn write_all(&self, events: &[HistoryEvent]) -> Result<u64, HistoryError> {
-        let what = "writing events";
-        let mut conn = self.inner.write.acquire().await.map_err(|e| self.error(what, e))?;
-        let cap = self.inner.cap.load(Ordering::Relaxed);
-        if cap > 0 && self.inner.dialect == Dialect::Sqlite {
-            sqlx::query(&format!("PRAGMA max_page_count = {cap}"))
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| self.error(what, e))?;
-        }
-        let written = async {
-            let mut tx = sqlx::Connection::begin(&mut *conn)
-                .await
-                .map_err(|e| self.error(what, e))?;
-            let far = History::reach(events);
-            let mut added = 0;
-            for chunk in events.chunks(sql::INSERT_ROWS) {
-                let text = sql::insert(self.inner.dialect, chunk.len());
-                let binds = chunk.iter().cloned().flat_map(sql::values).collect();
-                added += sql::bind(sqlx::query(&text), binds)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| self.error(what, e))?
-                    .rows_affected();
-            }
-            self.advance_cursors(&mut tx, far).await?;
-            tx.commit().await.map_err(|e| self.error(what, e))?;
-            Ok(added)
-        }
-        .await;
-        if written.is_err() {
-            // Not used again: after a failed statement or commit SQLite may
-            // have rolled the whole transaction back itself (SQLITE_FULL
-            // does), and sqlx, not knowing, then answers the next batch's
-            // begin and commit with a savepoint and its release inside a
-            // transaction that never commits: batches "written" that no
-            // other connection sees, until a restart drops them all.
-            conn.close_on_drop();
-        }
-        written
     }
 
     /// The lock table of `fleet` as it stood at `at`: the checkpoint before it,

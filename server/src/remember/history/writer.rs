@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::resync::{resync, unwatched, Unwatched};
+use super::write::CacheRelease;
 use super::{Cursor, History, HistoryStats, Unseen, CHECKPOINT_EVERY};
 
 /// Batches (one per hub turn) the queue holds before events are dropped.
@@ -31,7 +32,7 @@ const WRITE_RETRIES: u64 = 3;
 const GAP_RETRY_EVERY: Duration = Duration::from_secs(2);
 
 /// Events written per transaction at most.
-const MAX_WRITE: usize = 5_000;
+pub(super) const MAX_WRITE: usize = 5_000;
 
 /// Events queued and not yet written past which a first snapshot's backlog
 /// (the acquisitions the hub records from its live table a chunk at a time,
@@ -284,6 +285,7 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
     // Events since each fleet's last checkpoint, and that checkpoint's size.
     let mut since: HashMap<String, (u64, u64)> = HashMap::new();
     let mut checkpointing: Option<tokio::task::JoinHandle<Option<(String, u64)>>> = None;
+    let mut release = CacheRelease::default();
     let mut next = next_item(&history, &mut rx).await;
     while let Some(first) = next.take() {
         let mut batch = match first {
@@ -330,6 +332,9 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
         stats
             .queued
             .fetch_sub(n.min(stats.queued.load(Ordering::Relaxed)), Ordering::Relaxed);
+        if release.wrote(n as usize, tokio::time::Instant::now()) {
+            history.release_cache().await;
+        }
         // One checkpoint at a time, beside the writing: a large fleet's table
         // takes a while to rebuild, and the queue must keep moving meanwhile.
         if checkpointing.as_ref().is_some_and(|c| c.is_finished()) {
@@ -356,9 +361,25 @@ pub(super) async fn run(history: History, mut rx: mpsc::Receiver<Item>) {
             }
         }
         if next.is_none() {
-            next = next_item(&history, &mut rx).await;
+            next = next_or_release(&history, &mut rx, &mut release).await;
         }
     }
+}
+
+/// [`next_item`]; if the page cache is due to be given back before anything
+/// comes, it is then.
+async fn next_or_release(history: &History, rx: &mut mpsc::Receiver<Item>, release: &mut CacheRelease) -> Option<Item> {
+    if let Some(due) = release.due {
+        // (`next_item` is `recv` alone unless writing fails, then not cut short.)
+        if !history.inner.stats.health.failing() {
+            if let Ok(item) = tokio::time::timeout_at(due, rx.recv()).await {
+                return item;
+            }
+        }
+        release.due = None;
+        history.release_cache().await;
+    }
+    next_item(history, rx).await
 }
 
 /// Writes `batch`, each event counted once: written, already there, or lost.
