@@ -13,6 +13,9 @@ use crate::links::{encode, href, lock_href, locks_href};
 use crate::live::{Connection, LiveView};
 use crate::rows::{row_text, state_icon};
 
+#[cfg(any(feature = "hydrate", test))]
+mod steps;
+
 /// Changes the view on screen (the socket sends it; the URL follows).
 pub(crate) fn set_view(live: LiveView, change: impl FnOnce(&mut ViewSpec)) {
     let mut v = live.view.get_untracked();
@@ -260,11 +263,48 @@ pub struct Frozen {
     pub lock_href_prefix: String,
 }
 
+/// The keyed list's own copy of the window order: in the browser it follows
+/// `live.order` in [`steps::steps`], so that rows kept are never moved.
+fn shown_order(live: LiveView) -> RwSignal<Vec<String>> {
+    let shown = RwSignal::new(live.order.get_untracked());
+    #[cfg(feature = "hydrate")]
+    {
+        let latest = StoredValue::new(0u64);
+        Effect::new(move |_| {
+            let to = live.order.get();
+            let steps = shown.with_untracked(|from| steps::steps(from, &to, MAX_STEPS));
+            let Some(this) = latest.try_update_value(|n| {
+                *n += 1;
+                *n
+            }) else {
+                return;
+            };
+            leptos::task::spawn_local(async move {
+                for step in steps {
+                    // A newer order supersedes this one from where it got to.
+                    if latest.try_get_value() != Some(this) || shown.try_set(step).is_some() {
+                        return;
+                    }
+                    // The keyed list, woken by the step, applies it before this goes on.
+                    leptos::task::tick().await;
+                }
+            });
+        });
+    }
+    shown
+}
+
+/// Rows added one step each at most (then the rest at once): a step costs the
+/// keyed list a pass over the window's names, far less than a row moved.
+#[cfg(feature = "hydrate")]
+const MAX_STEPS: usize = 100;
+
 #[component]
 pub fn LockTable() -> impl IntoView {
     let live = expect_context::<LiveView>();
     let frozen = use_context::<Frozen>().is_some();
     let scroller = NodeRef::<leptos::html::Div>::new();
+    let shown = shown_order(live);
     let is_static = move || live.connection.with(|c| *c == Connection::Static);
     let top = move || {
         if is_static() {
@@ -388,7 +428,7 @@ pub fn LockTable() -> impl IntoView {
                 </thead>
                 <tbody>
                     <tr class="spacer" aria-hidden="true"><td colspan="8" style:height=top></td></tr>
-                    <For each=move || live.order.get() key=|name| name.clone() let:name>
+                    <For each=move || shown.get() key=|name| name.clone() let:name>
                         <LockRow name/>
                     </For>
                     <tr class="spacer" aria-hidden="true"><td colspan="8" style:height=bottom></td></tr>
@@ -411,80 +451,54 @@ pub fn LockTable() -> impl IntoView {
 /// One lock. Re-renders only when its own row signal changes; its state and
 /// countdown cells also follow the clock (once a second).
 ///
-/// A row is built whenever a lock enters the window, so it is kept cheap: each
-/// group of neighbouring cells that one memo decides is one reactive closure
-/// (eight per row, not one per attribute and text), and when it runs again the
-/// cells are updated in place, their nodes kept.
+/// A row is built whenever a lock enters the window, so it is kept cheap: the
+/// whole row is one reactive closure (no memos, no closure per cell or
+/// attribute), and when it runs again (the row changed, or the clock ticked) the
+/// row is updated in place: its nodes are kept and only the attributes and texts
+/// that differ are set. Its link is fixed when it is built (the page's fleet
+/// does not change under it).
 #[component]
 fn LockRow(name: String) -> impl IntoView {
     let live = expect_context::<LiveView>();
     let Some(row) = live.row(&name) else {
         return view! { <tr></tr> }.into_any();
     };
-    // An arena handle owned by this row's view: dropped when the row unmounts.
-    let row = RwSignal::from(row);
-    // Memos: each is computed once per change of the row (or tick of the clock)
-    // however many cells read it, and the cells re-render only if it differs.
-    let text = Memo::new(move |_| row.with(row_text));
-    let state = Memo::new(move |_| row.with(|r| r.state(live.now.get())));
-    let timed = Memo::new(move |_| row.with(|r| crate::rows::countdowns(r, live.now.get())));
-    let frozen = use_context::<Frozen>();
-    let name_link = name.clone();
-    let link = move || match &frozen {
-        Some(f) => format!("{}{}", f.lock_href_prefix, encode(&name_link)),
-        None => lock_href(&live.fleet.get(), &name_link),
+    let link = match use_context::<Frozen>() {
+        Some(f) => format!("{}{}", f.lock_href_prefix, encode(&name)),
+        None => lock_href(&live.fleet.get_untracked(), &name),
     };
-    let state_cell = move || {
-        let s = state.get();
-        view! {
-            <td class="st" data-testid="state" title=s.reason()>
-                <span class="icon" aria-hidden="true">{state_icon(s)}</span>
-                {s.as_str()}
-            </td>
-        }
-    };
-    let holder_and_purpose = move || {
-        // A malformed record's purpose text says so, so `text` changes with it.
-        let malformed = row.with_untracked(|r| matches!(r.entry.body, LockBody::Malformed { .. }));
-        text.with(|t| {
+    (move || {
+        let now = live.now.get();
+        row.with(|r| {
+            let s = r.state(now);
+            let t = row_text(r);
+            let c = crate::rows::countdowns(r, now);
+            // A malformed record's purpose text says so.
+            let malformed = matches!(r.entry.body, LockBody::Malformed { .. });
+            let purpose_title = t.purpose.clone();
             view! {
-                <td class="holder" title=t.holder_title.clone()>
-                    <span class="where">{t.holder.clone()}</span>
-                    " "
-                    <span class="session">{t.session.clone()}</span>
-                </td>
-                <td class="purpose" class:malformed=malformed title=t.purpose.clone()>{t.purpose.clone()}</td>
+                <tr data-testid="lock-row" data-lock=name.clone() class=s.as_str() data-state=s.as_str()>
+                    <td class="st" data-testid="state" title=s.reason()>
+                        <span class="icon" aria-hidden="true">{state_icon(s)}</span>
+                        {s.as_str()}
+                    </td>
+                    <td class="name" title=name.clone()>
+                        <a href=link.clone() data-testid="lock-link">{name.clone()}</a>
+                        {r.deadlock.then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle">" ⟲"</span> })}
+                    </td>
+                    <td class="holder" title=t.holder_title>
+                        <span class="where">{t.holder}</span>
+                        " "
+                        <span class="session">{t.session}</span>
+                    </td>
+                    <td class="purpose" class:malformed=malformed title=purpose_title>{t.purpose}</td>
+                    <td class="age" data-testid="held-for" title=c.held_title>{c.held_for}</td>
+                    <td class="expires" data-testid="expires-in" title=c.expires_title>{c.expires_in}</td>
+                    <td class="waiters" data-testid="waiters" title=t.waiters_title>{t.waiters}</td>
+                    <td class="fence" data-testid="fence">{r.entry.fence}</td>
+                </tr>
             }
         })
-    };
-    let countdowns = move || {
-        timed.with(|t| {
-            view! {
-                <td class="age" data-testid="held-for" title=t.held_title.clone()>{t.held_for.clone()}</td>
-                <td class="expires" data-testid="expires-in" title=t.expires_title.clone()>{t.expires_in.clone()}</td>
-            }
-        })
-    };
-    let waiters_and_fence = move || {
-        let fence = row.with(|r| r.entry.fence);
-        text.with(|t| {
-            view! {
-                <td class="waiters" data-testid="waiters" title=t.waiters_title.clone()>{t.waiters.clone()}</td>
-                <td class="fence" data-testid="fence">{fence}</td>
-            }
-        })
-    };
-    view! {
-        <tr data-testid="lock-row" data-lock=name.clone() class=move || state.get().as_str() data-state=move || state.get().as_str()>
-            {state_cell}
-            <td class="name" title=name.clone()>
-                <a href=link data-testid="lock-link">{name.clone()}</a>
-                {move || row.with(|r| r.deadlock).then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle">" ⟲"</span> })}
-            </td>
-            {holder_and_purpose}
-            {countdowns}
-            {waiters_and_fence}
-        </tr>
-    }
+    })
     .into_any()
 }

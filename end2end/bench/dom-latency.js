@@ -17,13 +17,18 @@
 // thread busy while the load runs, Chromium's TaskDuration (CDP Performance
 // metrics) per wall-clock second, from live until the load's last write (and
 // its script, style and layout shares, and `cpu_pct`, the thread's CPU time,
-// which on a loaded machine is less than its tasks' wall time). With
+// which on a loaded machine is less than its tasks' wall time), and per
+// second: `table_updates_per_s` (MutationObserver callbacks on the table),
+// `rows_built_per_s` (row elements new to the table) and `rows_moved_per_s`
+// (rows the table kept but re-inserted: the browser styles and lays them out
+// again like new ones). With
 // a churn log (`load --churn`: lines `name t n` take a lock, `name t n
 // release` release it) also `churn`: locks
 // still held but not in the window at the end (`held_not_shown`), released
 // but still there (`released_not_left`), and release -> row gone (`left`).
 // CPU_PROFILE=FILE writes the page's CPU profile over the same seconds there
-// (a .cpuprofile: Chromium's DevTools opens it).
+// (a .cpuprofile: Chromium's DevTools opens it). TRACE=FILE writes Chromium's
+// trace of those seconds there (DevTools' Performance panel opens it).
 const { chromium } = require('playwright-core');
 const { readFileSync, writeFileSync } = require('node:fs');
 
@@ -47,6 +52,15 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   await page.evaluate(() => {
     window.__seen = new Map();
     window.__left = new Map();
+    window.__updates = 0;
+    // Row elements inserted: new ones, and ones already in the table moved (the
+    // keyed list re-inserting a row it keeps).
+    window.__rows = { built: 0, moved: 0 };
+    const known = new WeakSet(document.querySelectorAll('tr[data-testid=lock-row]'));
+    const inserted = (row) => {
+      if (known.has(row)) window.__rows.moved++;
+      else { known.add(row); window.__rows.built++; }
+    };
     const record = (row) => {
       const m = /bench t=(\d+) n=(\d+)/.exec(row.querySelector('td.purpose')?.textContent || '');
       if (m && !window.__seen.has(m[2])) window.__seen.set(m[2], Date.now() - Number(m[1]));
@@ -54,9 +68,10 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
     const rowsIn = (node) =>
       node.nodeType !== 1 ? [] : node.matches('tr[data-testid=lock-row]') ? [node] : [...node.querySelectorAll('tr[data-testid=lock-row]')];
     new MutationObserver((muts) => {
+      window.__updates++;
       for (const mu of muts) {
         // A row entering the window: whole rows added to the table body.
-        for (const node of mu.addedNodes) rowsIn(node).forEach(record);
+        for (const node of mu.addedNodes) rowsIn(node).forEach((r) => { inserted(r); record(r); });
         // A row leaving it (or moving: the last removal counts, and a row still
         // in the document at the end has not left).
         for (const node of mu.removedNodes) rowsIn(node).forEach((r) => window.__left.set(r.dataset.lock, Date.now()));
@@ -67,7 +82,14 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
       }
     }).observe(document.querySelector('[data-testid=lock-table]'), { subtree: true, childList: true, characterData: true });
   });
-  const [busy0, wall0] = [await threadSeconds(), Date.now()];
+  const updates = () => page.evaluate(() => ({ n: window.__updates, ...window.__rows }));
+  const [busy0, wall0, updates0] = [await threadSeconds(), Date.now(), await updates()];
+  if (process.env.TRACE) {
+    await browser.startTracing(page, {
+      path: process.env.TRACE,
+      categories: ['devtools.timeline', 'disabled-by-default-devtools.timeline', 'blink', 'cc', 'gpu', 'v8', 'toplevel'],
+    });
+  }
   if (process.env.CPU_PROFILE) {
     await cdp.send('Profiler.enable');
     await cdp.send('Profiler.setSamplingInterval', { interval: 200 });
@@ -77,6 +99,7 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   await page.waitForTimeout(Math.max(0, loadEnds - Date.now()));
   const busyFor = (Date.now() - wall0) / 1000;
   const busy1 = await threadSeconds();
+  const updates1 = await updates();
   // Shares of the thread: all its tasks, and of them script, style and layout.
   const share = (m) => (busyFor >= 1 ? Math.round((100 * (busy1[m] - busy0[m])) / busyFor) : null);
   const busy = share('TaskDuration');
@@ -84,7 +107,11 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   const busySplit = {
     script_pct: share('ScriptDuration'), style_pct: share('RecalcStyleDuration'), layout_pct: share('LayoutDuration'),
     cpu_pct: share('ThreadTime'),
+    table_updates_per_s: busyFor >= 1 ? Math.round((updates1.n - updates0.n) / busyFor) : null,
+    rows_built_per_s: busyFor >= 1 ? Math.round((updates1.built - updates0.built) / busyFor) : null,
+    rows_moved_per_s: busyFor >= 1 ? Math.round((updates1.moved - updates0.moved) / busyFor) : null,
   };
+  if (process.env.TRACE) await browser.stopTracing();
   if (process.env.CPU_PROFILE) writeFileSync(process.env.CPU_PROFILE, JSON.stringify((await cdp.send('Profiler.stop')).profile));
   await page.waitForTimeout(Math.max(0, liveAt + Number(seconds) * 1000 + 1500 - Date.now()));
   const seen = new Map(await page.evaluate(() => [...window.__seen.entries()]));
