@@ -434,6 +434,26 @@ impl FleetState {
             .take_while(move |e| e.name.starts_with(prefix))
     }
 
+    /// [`FleetState::locks_under`] in reverse name order (a range, not a scan).
+    pub fn locks_under_rev<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
+        use std::ops::Bound;
+        // The first name past every name starting with `prefix`: the prefix with
+        // its last character that has a successor moved up to it (none: no end).
+        let mut past = prefix.to_string();
+        let end = loop {
+            let Some(c) = past.pop() else { break None };
+            if let Some(next) = (c as u32 + 1..=char::MAX as u32).find_map(char::from_u32) {
+                past.push(next);
+                break Some(past);
+            }
+        };
+        let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+        self.locks
+            .range::<str, _>((Bound::Included(prefix), end))
+            .rev()
+            .map(|e| &e.0)
+    }
+
     /// Sessions waiting for `lock`, in order.
     pub fn waiters_of<'a>(&'a self, lock: &'a str) -> impl Iterator<Item = &'a str> + 'a {
         let from = Waiter {

@@ -374,6 +374,13 @@ fn locks_under_a_prefix_are_a_range_in_name_order() {
     assert_eq!(under("a"), ["a", "ab", "ab/c", "ab\u{10FFFF}", "ac"]);
     assert_eq!(under(""), ["a", "ab", "ab/c", "ab\u{10FFFF}", "ac", "b", "é"]);
     assert!(under("z").is_empty());
+    // The same ranges read from their ends.
+    let rev = |p: &str| s.locks_under_rev(p).map(|e| e.name.clone()).collect::<Vec<_>>();
+    for p in ["ab", "a", "", "z", "ab\u{10FFFF}", "\u{10FFFF}"] {
+        let mut forward = under(p);
+        forward.reverse();
+        assert_eq!(rev(p), forward, "{p:?}");
+    }
 }
 
 #[test]

@@ -105,6 +105,10 @@ impl Hub {
             // One index's keys are collected per turn (see `start_build`).
             return Instant::now();
         }
+        if self.views.pass_owed() {
+            // New tops wait for their pass (see `turn`).
+            return Instant::now();
+        }
         if let Some(at) = self.views.next_send() {
             wake = wake.min(self.started + Duration::from_millis(at.max(0) as u64));
         }
@@ -131,9 +135,16 @@ impl Hub {
             h.pump(&self.state);
         }
         self.views.advance(&self.state, now.wall);
-        self.views.mark_dirty(now);
-        for (id, frame) in self.views.due_frames(&self.state, now) {
-            self.deliver(id, &ServerMsg::Window(frame));
+        // The frames of views an existing order serves go out first; the tops
+        // that need a pass over the fleet get it once those frames are out, in
+        // the next turn at the latest (and the views new by then share it).
+        let owed = self.views.pass_owed();
+        self.views.mark_dirty_before_pass(&self.state, now);
+        self.send_due(now);
+        if owed {
+            let now = self.now();
+            self.views.mark_dirty(&self.state, now);
+            self.send_due(now);
         }
         self.watchers.flush(&self.state, &self.views);
         self.feed.turn(&self.state, &self.views);
@@ -145,6 +156,12 @@ impl Hub {
             s.status = status;
             changed
         });
+    }
+
+    fn send_due(&mut self, now: Now) {
+        for (id, frame) in self.views.due_frames(&self.state, now) {
+            self.deliver(id, &ServerMsg::Window(frame));
+        }
     }
 
     fn on_events(&mut self, first: ObserverEvent, events: &mut mpsc::Receiver<ObserverEvent>) {

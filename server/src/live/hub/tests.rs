@@ -171,3 +171,34 @@ async fn a_watched_lock_follows_its_waiters_and_says_how_long_each_waited() {
     .unwrap();
     assert_eq!(d.waiters.len(), 2, "still waiting for the now free lock");
 }
+
+/// A top that needs a pass over the fleet waits one turn for it, not a sleep:
+/// the hub wakes at once for the pass it owes (tokio's clock is paused, so a
+/// hub asleep until its longest sleep would show as a second gone by).
+#[tokio::test(start_paused = true)]
+async fn a_view_waiting_for_the_pass_is_answered_in_the_next_turn() {
+    let (tx, rx) = mpsc::channel(16);
+    let hub = HubHandle::start("f", "test", rx, Views::with_top_from(0), None, None);
+    let many: Vec<FleetEvent> = (0..100).map(|i| up(&format!("l{i:03}"), i + 1)).collect();
+    tx.send(ObserverEvent::Events(many)).await.unwrap();
+    let mut summary = hub.summary.clone();
+    summary.wait_for(|s| s.counts.held == 100).await.unwrap();
+    let by_fence = ViewSpec {
+        sort: lockscope_model::view::Sort {
+            key: lockscope_model::view::SortKey::Fence,
+            reverse: false,
+        },
+        limit: 10,
+        offset: 0,
+        ..ViewSpec::default()
+    };
+    let asked = tokio::time::Instant::now();
+    let mut sub = hub.subscribe(1, by_fence).await.unwrap();
+    let f = next_window(&mut sub).await;
+    assert_eq!(
+        (f.total, f.order.unwrap()[0].as_str()),
+        (100, "l099"),
+        "highest fence first"
+    );
+    assert!(asked.elapsed() < MAX_SLEEP / 2, "answered after {:?}", asked.elapsed());
+}

@@ -160,10 +160,27 @@ impl Views {
 
     /// Notes, for every subscriber whose window or aggregates may have changed,
     /// since when it has had something unsent. Call after a batch of changes.
-    pub fn mark_dirty(&mut self, now: Now) {
+    pub fn mark_dirty(&mut self, state: &FleetState, now: Now) {
+        self.mark(state, now, true);
+    }
+
+    /// [`Views::mark_dirty`], except that new, deeper or depleted tops that no
+    /// existing order serves are left for the pass over the fleet of a later
+    /// [`Views::mark_dirty`] ([`Views::pass_owed`]): the frames of the views
+    /// that need no pass go out first, not after it.
+    pub fn mark_dirty_before_pass(&mut self, state: &FleetState, now: Now) {
+        self.mark(state, now, false);
+    }
+
+    /// Whether tops wait for the pass of [`Views::mark_dirty`].
+    pub fn pass_owed(&self) -> bool {
+        self.pass_owed
+    }
+
+    fn mark(&mut self, state: &FleetState, now: Now, pass: bool) {
         self.refresh_aggregates();
-        // New, deeper or depleted tops, in one pass for all.
-        self.fill_tops();
+        // New, deeper or depleted tops: walked, or in one pass for all.
+        self.pass_owed = self.fill_tops(state, pass);
         for sub in self.subs.values_mut() {
             let count = |f| self.filters.get(f).map_or(0, |c| c.count);
             let rows_changed = match &sub.sel {
@@ -335,7 +352,7 @@ impl Views {
         let sub = self.subs.get_mut(&id).expect("just made");
         sub.one_off = true;
         // A new top is filled now: a page render need not wait a turn.
-        self.fill_tops();
+        self.pass_owed = self.fill_tops(state, true);
         match self.is_ready(id) {
             true => Ok(self.render_sub(state, id, now)),
             false => Err(id),

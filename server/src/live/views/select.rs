@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use lockscope_model::view::{Filter, SortKey, ViewSpec};
+use lockscope_model::FleetState;
 
 use super::index::{Index, IndexSpec, Key, WindowNow, OFF_TASK_BUILD_FROM};
 use super::{Meta, SubId, Views};
@@ -185,9 +186,52 @@ impl Views {
         }
     }
 
+    /// `filter`'s count if it is known without a pass over the locks: kept
+    /// (counted), read off the aggregates (no filter, one state, one service),
+    /// or, with the table, the locks under a name prefix alone (a range of it).
+    pub(super) fn known_count(&self, state: Option<&FleetState>, filter: &Filter) -> Option<u64> {
+        if let Some(c) = self.filters.get(filter).filter(|c| c.counted) {
+            return Some(c.count);
+        }
+        match filter {
+            Filter {
+                state: None,
+                service: None,
+                host: None,
+                prefix: None,
+                contains: None,
+            } => Some(self.meta.len() as u64),
+            Filter {
+                state: Some(s),
+                service: None,
+                host: None,
+                prefix: None,
+                contains: None,
+            } => Some(self.by_state[*s as usize]),
+            Filter {
+                state: None,
+                service: Some(s),
+                host: None,
+                prefix: None,
+                contains: None,
+            } => Some(self.services.get(s.as_str()).copied().unwrap_or(0)),
+            Filter {
+                state: None,
+                service: None,
+                host: None,
+                prefix: Some(p),
+                contains: None,
+            } => state.map(|t| t.locks_under(p).count() as u64),
+            _ => None,
+        }
+    }
+
     /// One more user of `filter`'s count (counted now if new); the count.
     pub(super) fn count_filter(&mut self, filter: &Filter) -> u64 {
-        let count = |views: &Views| views.meta.iter().filter(|(n, m)| m.takes(n, filter)).count() as u64;
+        let count = |views: &Views| {
+            let pass = || views.meta.iter().filter(|(n, m)| m.takes(n, filter)).count() as u64;
+            views.known_count(None, filter).unwrap_or_else(pass)
+        };
         if let Some(c) = self.filters.get(filter).filter(|c| !c.counted) {
             let (users, count) = (c.users, count(self));
             let counted = FilterCount {

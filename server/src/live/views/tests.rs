@@ -276,7 +276,7 @@ fn row_changes_are_not_held_back_by_the_aggregates_rate_limit() {
     // aggregates are owed, but their rate limit holds them back.
     sim.now += 30;
     sim.apply(FleetEvent::Upsert(entry("b", 2, &rec)));
-    sim.views.mark_dirty(sim.t());
+    sim.views.mark_dirty(&sim.state, sim.t());
     assert_eq!(
         sim.views.due_frames(&sim.state, sim.t()),
         vec![],
@@ -288,7 +288,7 @@ fn row_changes_are_not_held_back_by_the_aggregates_rate_limit() {
     let mut changed = rec.clone();
     changed.purpose = "rewritten".into();
     sim.apply(FleetEvent::Upsert(entry("a", 3, &changed)));
-    sim.views.mark_dirty(sim.t());
+    sim.views.mark_dirty(&sim.state, sim.t());
     assert_eq!(
         sim.views.next_send(),
         Some(sim.now - 10),
@@ -306,14 +306,14 @@ fn row_changes_are_not_held_back_by_the_aggregates_rate_limit() {
     // A rewrite changes no count: once the limit allows, the aggregates owed for
     // "b" go out, and a further rewrite owes none.
     sim.now += 300;
-    sim.views.mark_dirty(sim.t());
+    sim.views.mark_dirty(&sim.state, sim.t());
     let frames = sim.views.due_frames(&sim.state, sim.t());
     assert!(matches!(frames.as_slice(), [(_, f)] if f.aggregates.as_ref().is_some_and(|a| a.counts.held == 2)));
     sim.views.ack(id, frames[0].1.seq);
     sim.now += 300;
     changed.purpose = "again".into();
     sim.apply(FleetEvent::Upsert(entry("a", 4, &changed)));
-    sim.views.mark_dirty(sim.t());
+    sim.views.mark_dirty(&sim.state, sim.t());
     let frames = sim.views.due_frames(&sim.state, sim.t());
     assert!(matches!(frames.as_slice(), [(_, f)] if f.aggregates.is_none() && f.rows.len() == 1));
 }

@@ -6,6 +6,10 @@
 //! made or refilled in the same turn, so a new view's first frame never waits
 //! for a sort of the fleet, and a top holds a few hundred keys, not a million.
 //!
+//! A top whose order already exists in the hub (by name, severity, age,
+//! waiters) is instead filled by walking that order ([`walk`]), before and
+//! without the pass: its first frame waits for no pass at all.
+//!
 //! Then a top follows the locks as they change: a lock its filter takes that
 //! lands before the last row held is inserted (the last one falls off past the
 //! slack), one that leaves is removed, and only when fewer rows than its viewers
@@ -17,9 +21,14 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use lockscope_model::view::{Filter, Sort, SortKey, ViewSpec};
+use lockscope_model::FleetState;
 
 use super::index::{Key, WindowNow};
 use super::{Meta, Views};
+
+mod walk;
+
+pub use walk::WALK_LIMIT;
 
 /// The deepest window (offset + limit, in rows) a top serves. A person pages
 /// a live table a few screens down at most; deeper windows are rare, and are
@@ -59,6 +68,8 @@ pub(super) struct Top {
     /// Bumped whenever a held key comes, goes, or changes.
     pub(super) generation: u64,
     users: usize,
+    /// Its last walk was abandoned ([`walk`]): the pass fills it.
+    walk_failed: bool,
 }
 
 /// `a` against `b` in a view's order.
@@ -140,10 +151,29 @@ struct Fill {
     heap: BinaryHeap<Ranked>,
 }
 
-/// Reads every lock once for `groups` (a filter, its tops' heaps, and how many
-/// locks it takes, counted here): each heap keeps its top's first keys.
-fn fill_pass(meta: &HashMap<Arc<str>, Meta>, groups: &mut [(&Filter, Vec<Fill>, usize)]) {
-    for (name, meta) in meta {
+impl Fill {
+    /// Keeps `(a, b, name)` if it is among the first `cap` keys offered.
+    fn offer(&mut self, a: i64, b: i64, name: &Arc<str>) {
+        let reverse = self.sort.reverse;
+        if self.heap.len() < self.cap {
+            self.heap.push(Ranked((a, b, name.clone()), reverse));
+            return;
+        }
+        let mut last = self.heap.peek_mut().expect("cap is at least 1");
+        if view_cmp((a, b, name), &last.0, reverse).is_lt() {
+            // Replaces the last kept; sifted down as `last` drops.
+            *last = Ranked((a, b, name.clone()), reverse);
+        }
+    }
+}
+
+/// A filter, its stale tops' heaps, and how many locks it takes (counted by
+/// the pass).
+type Group<'f> = (&'f Filter, Vec<Fill>, usize);
+
+/// Reads `locks` once for `groups`: each heap keeps its top's first keys.
+fn fill_pass<'m>(locks: impl Iterator<Item = (&'m Arc<str>, &'m Meta)>, groups: &mut [Group<'_>]) {
+    for (name, meta) in locks {
         // Each position computed once per lock, whatever the tops reading it.
         let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
         for (filter, fills, matched) in groups.iter_mut() {
@@ -153,16 +183,7 @@ fn fill_pass(meta: &HashMap<Arc<str>, Meta>, groups: &mut [(&Filter, Vec<Fill>, 
             *matched += 1;
             for fill in fills.iter_mut() {
                 let (a, b) = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
-                let reverse = fill.sort.reverse;
-                if fill.heap.len() < fill.cap {
-                    fill.heap.push(Ranked((a, b, name.clone()), reverse));
-                    continue;
-                }
-                let mut last = fill.heap.peek_mut().expect("cap is at least 1");
-                if view_cmp((a, b, name), &last.0, reverse).is_lt() {
-                    // Replaces the last kept; sifted down as `last` drops.
-                    *last = Ranked((a, b, name.clone()), reverse);
-                }
+                fill.offer(a, b, name);
             }
         }
     }
@@ -210,6 +231,7 @@ impl Views {
             stale: true,
             generation: 1,
             users: 0,
+            walk_failed: false,
         });
         top.users += 1;
         if need > top.want {
@@ -237,53 +259,69 @@ impl Views {
         }
     }
 
-    /// Fills every stale top in one pass over the locks: each keeps its first
-    /// keys in a heap bounded by its size, so the pass is O(n log k) and sorts
-    /// nothing of the fleet.
-    pub(super) fn fill_tops(&mut self) {
+    /// Fills every stale top: those an existing order serves by walking it
+    /// ([`walk`]), then, with `pass`, the others in one pass over the locks
+    /// (each half of them on its own thread): each keeps its first keys in a
+    /// heap bounded by its size, so the pass is O(n log k) and sorts nothing. Whether tops are left stale
+    /// for a pass (never with `pass`).
+    pub(super) fn fill_tops(&mut self, state: &FleetState, pass: bool) -> bool {
+        self.walk_tops(state);
         let stale: Vec<TopSpec> = self
             .tops
             .iter()
             .filter(|(_, t)| t.stale)
             .map(|(k, _)| k.clone())
             .collect();
-        if stale.is_empty() {
-            return;
-        }
-        // Grouped by filter, so each lock is matched once per distinct filter.
-        let mut by_filter: HashMap<&Filter, Vec<Fill>> = HashMap::new();
-        for (i, spec) in stale.iter().enumerate() {
-            let fill = Fill {
-                at: i,
-                sort: spec.sort,
-                cap: self.tops[spec].cap(),
-                heap: BinaryHeap::new(),
-            };
-            by_filter.entry(&spec.filter).or_default().push(fill);
+        if stale.is_empty() || !pass {
+            return !stale.is_empty();
         }
         self.top_passes += 1;
-        // Two halves of the tops, one on another thread: the pass is what a
-        // burst of new views waits for, and each half reads every lock.
-        let mut groups: Vec<(&Filter, Vec<Fill>, usize)> = by_filter.into_iter().map(|(f, t)| (f, t, 0)).collect();
-        groups.sort_by_key(|g| std::cmp::Reverse(g.1.len()));
-        let (mut left, mut right, mut sizes) = (Vec::new(), Vec::new(), [0, 0]);
-        for g in groups {
-            let half = usize::from(sizes[1] < sizes[0]);
-            sizes[half] += g.1.len();
-            [&mut left, &mut right][half].push(g);
-        }
+        let caps: Vec<usize> = stale.iter().map(|spec| self.tops[spec].cap()).collect();
+        // Grouped by filter (in the order of `stale`, the same for both halves),
+        // so each lock is matched once per distinct filter.
+        let groups = || {
+            let mut groups: Vec<Group> = Vec::new();
+            let mut at: HashMap<&Filter, usize> = HashMap::new();
+            for (i, spec) in stale.iter().enumerate() {
+                let fill = Fill {
+                    at: i,
+                    sort: spec.sort,
+                    cap: caps[i],
+                    heap: BinaryHeap::new(),
+                };
+                let g = *at.entry(&spec.filter).or_insert_with(|| {
+                    groups.push((&spec.filter, Vec::new(), 0));
+                    groups.len() - 1
+                });
+                groups[g].1.push(fill);
+            }
+            groups
+        };
+        // The locks in two halves, one read on another thread (the pass is what
+        // a burst of new views waits for); each half's heaps are merged after.
         let meta = &self.meta;
-        if right.is_empty() {
-            fill_pass(meta, &mut left);
-        } else {
-            std::thread::scope(|scope| {
-                scope.spawn(|| fill_pass(meta, &mut right));
-                fill_pass(meta, &mut left);
+        let half = meta.len() / 2;
+        let (mut left, right) = std::thread::scope(|scope| {
+            let right = scope.spawn(|| {
+                let mut right = groups();
+                fill_pass(meta.iter().skip(half), &mut right);
+                right
             });
+            let mut left = groups();
+            fill_pass(meta.iter().take(half), &mut left);
+            (left, right.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+        });
+        for (l, r) in left.iter_mut().zip(right) {
+            l.2 += r.2;
+            for (into, from) in l.1.iter_mut().zip(r.1) {
+                for Ranked((a, b, name), _) in from.heap.into_vec() {
+                    into.offer(a, b, &name);
+                }
+            }
         }
         let mut heaps: Vec<Option<BinaryHeap<Ranked>>> = stale.iter().map(|_| None).collect();
         let mut matched = vec![0usize; stale.len()];
-        for (_, fills, n) in left.into_iter().chain(right) {
+        for (_, fills, n) in left {
             for fill in fills {
                 matched[fill.at] = n;
                 heaps[fill.at] = Some(fill.heap);
@@ -298,8 +336,10 @@ impl Views {
             top.keys = heap.into_sorted_vec().into_iter().map(|r| r.0).collect();
             top.complete = matched <= top.cap();
             top.stale = false;
+            top.walk_failed = false;
             top.generation += 1;
         }
+        false
     }
 
     /// Whether `spec`'s top is filled (`None`: nobody looks at it).

@@ -24,7 +24,7 @@ fn coalescing_never_loses_the_final_state_of_a_row() {
         };
         for _ in 0..600 {
             sim.step();
-            sim.views.mark_dirty(sim.t());
+            sim.views.mark_dirty(&sim.state, sim.t());
             // Time passes at random; the browser reads and acknowledges at random.
             sim.now += sim.rng.i64(0..30);
             sim.views.advance(&sim.state, sim.now);
@@ -35,7 +35,7 @@ fn coalescing_never_loses_the_final_state_of_a_row() {
         for _ in 0..10 {
             sim.now += 300;
             sim.views.advance(&sim.state, sim.now);
-            sim.views.mark_dirty(sim.t());
+            sim.views.mark_dirty(&sim.state, sim.t());
             b.take(&mut sim, true);
         }
         let (total, offset, names) = sim.brute(&spec);
@@ -70,7 +70,7 @@ fn a_subscriber_that_stops_acknowledging_gets_nothing_more_then_only_the_present
     let mut sent = 0;
     for _ in 0..2_000 {
         sim.step();
-        sim.views.mark_dirty(sim.t());
+        sim.views.mark_dirty(&sim.state, sim.t());
         sim.now += 5;
         sent += b.take(&mut sim, false);
     }
@@ -106,7 +106,7 @@ fn frames_are_paced_only_while_one_is_unacknowledged_and_quiet_fleets_send_nothi
         while sim.views.window_names(&ViewSpec::default()) == before {
             sim.step();
         }
-        sim.views.mark_dirty(sim.t());
+        sim.views.mark_dirty(&sim.state, sim.t());
     };
     change(&mut sim);
     let at = sim.views.next_send().expect("a change is due");
@@ -181,7 +181,7 @@ fn short_holds_at_the_bottom_do_not_move_the_top_of_the_default_view() {
                 revision: sim.rev,
             });
         }
-        sim.views.mark_dirty(sim.t());
+        sim.views.mark_dirty(&sim.state, sim.t());
         b.take(&mut sim, true);
         assert_eq!(b.window.order(), before.as_slice(), "the stuck locks stay put");
     }

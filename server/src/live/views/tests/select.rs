@@ -124,7 +124,7 @@ fn a_selection_whose_scan_overflows_gets_its_own_index() {
     for _ in 0..100 {
         sim.step();
         sim.views.advance(&sim.state, sim.now);
-        sim.views.mark_dirty(sim.t());
+        sim.views.mark_dirty(&sim.state, sim.t());
         b.take(&mut sim, true);
     }
     assert!(sim.views.subs[&id].sel.is_none(), "demoted");

@@ -224,6 +224,10 @@ impl Sim {
                 contains: Some("shard".into()),
                 ..Filter::default()
             },
+            Filter {
+                prefix: Some("search/".into()),
+                ..Filter::default()
+            },
         ];
         for filter in filters {
             for key in SortKey::ALL {
@@ -279,7 +283,7 @@ impl Sim {
     /// checks every window holds what a full re-sort gives: order, total,
     /// offset and the rows' contents (`at` names the case in failures).
     pub(super) fn deliver_and_check(&mut self, browsers: &mut [(ViewSpec, Browser)], at: &str) {
-        self.views.mark_dirty(self.t());
+        self.views.mark_dirty(&self.state, self.t());
         for (id, f) in self.views.due_frames(&self.state, self.t()) {
             let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
             b.window.apply(f).unwrap();

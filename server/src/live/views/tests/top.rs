@@ -105,7 +105,7 @@ fn a_new_view_near_the_top_is_answered_without_an_index_build() {
             )
         })
         .collect();
-    sim.views.mark_dirty(sim.t());
+    sim.views.mark_dirty(&sim.state, sim.t());
     let frames = sim.views.due_frames(&sim.state, sim.t());
     assert_eq!(frames.len(), 2, "both first frames in the same turn");
     assert_eq!(sim.views.top_passes, 1, "both tops filled by one pass over the fleet");
@@ -139,4 +139,116 @@ fn a_new_view_near_the_top_is_answered_without_an_index_build() {
     let last = sim.views.subscribe(1, at(TOP_ROWS - 5), sim.t());
     let past = sim.views.subscribe(1, at(TOP_ROWS - 4), sim.t());
     assert!(sim.views.subs[&last].top.is_some() && sim.views.subs[&past].top.is_none());
+}
+
+/// Specs of `Sim::specs` served by a top whose order an existing order gives
+/// and whose filter is counted without a pass.
+fn walkable(spec: &ViewSpec) -> bool {
+    let f = &spec.filter;
+    let one = [f.state.is_some(), f.service.is_some(), f.prefix.is_some()];
+    let counted = f.host.is_none() && f.contains.is_none() && one.iter().filter(|x| **x).count() <= 1;
+    let walked = [SortKey::Name, SortKey::Severity, SortKey::Age, SortKey::Waiters];
+    counted
+        && walked.contains(&spec.sort.key)
+        && spec.offset + spec.limit as u64 <= TOP_ROWS
+        && IndexSpec::of(spec) != IndexSpec::default_view()
+}
+
+/// docs/architecture.md: "A top whose order already exists is walked instead,
+/// with no pass: by name the table itself, by severity the default view's
+/// index, by age that index's run per state merged, by waiters the locks
+/// waited for then the others by name". Such tops, new or run short, are
+/// filled without a single pass over the fleet, and hold what a full re-sort
+/// gives after every change.
+#[test]
+fn tops_an_existing_order_serves_are_walked_without_a_pass() {
+    for seed in 0..10u64 {
+        let mut sim = Sim::new(seed);
+        sim.views = Views::with_top_from(0);
+        for _ in 0..150 {
+            sim.step();
+        }
+        let specs: Vec<ViewSpec> = Sim::specs().into_iter().filter(walkable).collect();
+        let mut browsers = sim.browsers(specs);
+        assert!(browsers.iter().all(|(_, b)| sim.views.subs[&b.id].top.is_some()));
+        for step in 0..200 {
+            sim.step();
+            sim.views.advance(&sim.state, sim.now);
+            sim.deliver_and_check(&mut browsers, &format!("seed {seed}, step {step}"));
+        }
+        assert_eq!(sim.views.top_passes, 0, "seed {seed}: no pass over the fleet");
+    }
+}
+
+/// docs/architecture.md: "the walk reads the order from its end until the top
+/// is full, and is abandoned for the pass past 20,000 locks read". With a
+/// limit of 2 locks read, every walk is abandoned: the tops are filled by one
+/// pass for all, and still hold what a full re-sort gives.
+#[test]
+fn a_walk_past_its_limit_leaves_the_top_to_the_pass() {
+    assert_eq!(WALK_LIMIT, 20_000, "the figure the docs quote");
+    let mut sim = Sim::new(5);
+    sim.views = Views {
+        walk_limit: 2,
+        ..Views::with_top_from(0)
+    };
+    for _ in 0..150 {
+        sim.step();
+    }
+    let specs: Vec<ViewSpec> = Sim::specs().into_iter().filter(walkable).collect();
+    let mut browsers = sim.browsers(specs);
+    sim.deliver_and_check(&mut browsers, "first frames");
+    assert_eq!(sim.views.top_passes, 1, "one pass for every abandoned walk");
+    assert!(sim.views.tops.values().all(|t| !t.stale));
+}
+
+/// docs/architecture.md: "Those tops' first frames go out in the turn they
+/// were made; the pass for the others comes in the next turn, after those
+/// frames." A view by name and one by fence made in the same turn: the first
+/// is answered before any pass, the second by the pass of the next turn.
+#[test]
+fn walked_tops_are_answered_before_the_pass_the_others_wait_for() {
+    let mut sim = Sim::new(3);
+    sim.views = Views::with_top_from(0);
+    for _ in 0..150 {
+        sim.step();
+    }
+    let by = |key| ViewSpec {
+        sort: Sort { key, reverse: true },
+        offset: 1,
+        limit: 4,
+        ..ViewSpec::default()
+    };
+    let mut browsers = sim.browsers([by(SortKey::Name), by(SortKey::Fence)]);
+    let turn = |sim: &mut Sim, browsers: &mut [(ViewSpec, Browser)]| {
+        let frames = sim.views.due_frames(&sim.state, sim.t());
+        let mut keys = Vec::new();
+        for (id, f) in frames {
+            let (spec, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
+            b.window.apply(f).unwrap();
+            let (total, offset, names) = sim.brute(spec);
+            assert_eq!(
+                (b.window.order(), b.window.total, b.window.offset),
+                (names.as_slice(), total, offset)
+            );
+            keys.push(spec.sort.key);
+        }
+        keys
+    };
+    sim.views.mark_dirty_before_pass(&sim.state, sim.t());
+    assert_eq!(
+        turn(&mut sim, &mut browsers),
+        [SortKey::Name],
+        "the walked view, at once"
+    );
+    assert!(
+        sim.views.pass_owed() && sim.views.top_passes == 0,
+        "the pass is owed, not made"
+    );
+    // The next turn: its own walks and frames first, then the pass.
+    sim.views.mark_dirty_before_pass(&sim.state, sim.t());
+    assert_eq!(turn(&mut sim, &mut browsers), Vec::new(), "the fence view still waits");
+    sim.views.mark_dirty(&sim.state, sim.t());
+    assert_eq!(turn(&mut sim, &mut browsers), [SortKey::Fence]);
+    assert!(!sim.views.pass_owed() && sim.views.top_passes == 1);
 }
