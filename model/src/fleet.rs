@@ -427,18 +427,11 @@ impl FleetState {
     }
 
     /// Locks whose name starts with `prefix`, in name order (a range, not a scan).
-    pub fn locks_under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
-        self.locks
-            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
-            .map(|e| &e.0)
-            .take_while(move |e| e.name.starts_with(prefix))
-    }
-
-    /// [`FleetState::locks_under`] in reverse name order (a range, not a scan).
-    pub fn locks_under_rev<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
+    pub fn locks_under<'a>(&'a self, prefix: &'a str) -> impl DoubleEndedIterator<Item = &'a LockEntry> + 'a {
         use std::ops::Bound;
         // The first name past every name starting with `prefix`: the prefix with
         // its last character that has a successor moved up to it (none: no end).
+        // Bounded so, the range reads no name (counting it touches no string).
         let mut past = prefix.to_string();
         let end = loop {
             let Some(c) = past.pop() else { break None };
@@ -448,10 +441,12 @@ impl FleetState {
             }
         };
         let end = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
-        self.locks
-            .range::<str, _>((Bound::Included(prefix), end))
-            .rev()
-            .map(|e| &e.0)
+        self.locks.range::<str, _>((Bound::Included(prefix), end)).map(|e| &e.0)
+    }
+
+    /// [`FleetState::locks_under`] in reverse name order (a range, not a scan).
+    pub fn locks_under_rev<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
+        self.locks_under(prefix).rev()
     }
 
     /// Sessions waiting for `lock`, in order.

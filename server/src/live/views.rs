@@ -47,7 +47,7 @@ use frames::Sub;
 use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
 pub use select::{SCAN_BUDGET, SCAN_LIMIT, SELECT_FROM};
-pub use top::{TOP_ROWS, WALK_LIMIT};
+pub use top::{PASS_QUIET_MS, PASS_WAIT_MS, TOP_ROWS, WALK_LIMIT};
 
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.
@@ -141,8 +141,11 @@ pub struct Views {
     top_from: usize,
     /// Passes over the fleet made to fill tops.
     top_passes: u64,
-    /// Stale tops wait for a pass ([`Views::mark_dirty_before_pass`]).
-    pass_owed: bool,
+    /// Stale tops wait for a pass ([`Views::mark_dirty_before_pass`]), since
+    /// then (monotonic).
+    pass_owed: Option<Millis>,
+    /// When (monotonic) a subscriber last took a top ([`PASS_QUIET_MS`]).
+    top_taken_at: Millis,
     /// The most locks a top's walk reads ([`WALK_LIMIT`]; tests use less).
     walk_limit: usize,
 }
@@ -178,7 +181,8 @@ impl Views {
             tops: HashMap::new(),
             top_from: SELECT_FROM,
             top_passes: 0,
-            pass_owed: false,
+            pass_owed: None,
+            top_taken_at: 0,
             walk_limit: WALK_LIMIT,
         };
         // The default view (the bare page) is always ready.

@@ -105,9 +105,9 @@ impl Hub {
             // One index's keys are collected per turn (see `start_build`).
             return Instant::now();
         }
-        if self.views.pass_owed() {
+        if let Some(at) = self.views.pass_due_at() {
             // New tops wait for their pass (see `turn`).
-            return Instant::now();
+            wake = wake.min(self.started + Duration::from_millis(at.max(0) as u64));
         }
         if let Some(at) = self.views.next_send() {
             wake = wake.min(self.started + Duration::from_millis(at.max(0) as u64));
@@ -136,12 +136,12 @@ impl Hub {
         }
         self.views.advance(&self.state, now.wall);
         // The frames of views an existing order serves go out first; the tops
-        // that need a pass over the fleet get it once those frames are out, in
-        // the next turn at the latest (and the views new by then share it).
-        let owed = self.views.pass_owed();
+        // that need a pass over the fleet get it once those frames are out and
+        // the burst of new views is over (`Views::pass_due_at`): one pass for all.
+        let due = self.views.pass_due_at().is_some_and(|at| at <= now.mono);
         self.views.mark_dirty_before_pass(&self.state, now);
         self.send_due(now);
-        if owed {
+        if due {
             let now = self.now();
             self.views.mark_dirty(&self.state, now);
             self.send_due(now);

@@ -58,6 +58,9 @@ impl Views {
             None => self.attach_any(&spec),
             Some(_) => (self.attach(&spec), None, None),
         };
+        if top.is_some() {
+            self.top_taken_at = now.mono;
+        }
         self.subs.insert(
             id,
             Sub {
@@ -93,6 +96,9 @@ impl Views {
             return;
         };
         let (index, sel, top) = self.attach_any(&spec);
+        if top.is_some() {
+            self.top_taken_at = now.mono;
+        }
         self.detach(&old);
         let sub = self.subs.get_mut(&id).expect("checked above");
         let old_filter = std::mem::replace(&mut sub.spec, spec).filter;
@@ -166,21 +172,25 @@ impl Views {
 
     /// [`Views::mark_dirty`], except that new, deeper or depleted tops that no
     /// existing order serves are left for the pass over the fleet of a later
-    /// [`Views::mark_dirty`] ([`Views::pass_owed`]): the frames of the views
+    /// [`Views::mark_dirty`] ([`Views::pass_due_at`]): the frames of the views
     /// that need no pass go out first, not after it.
     pub fn mark_dirty_before_pass(&mut self, state: &FleetState, now: Now) {
         self.mark(state, now, false);
     }
 
-    /// Whether tops wait for the pass of [`Views::mark_dirty`].
-    pub fn pass_owed(&self) -> bool {
-        self.pass_owed
+    /// When (monotonic) the pass that tops wait for is due: once no subscriber
+    /// took a top for [`PASS_QUIET_MS`], at most [`PASS_WAIT_MS`] after it was
+    /// first owed; `None`: no top waits.
+    pub fn pass_due_at(&self) -> Option<Millis> {
+        let since = self.pass_owed?;
+        Some((self.top_taken_at + PASS_QUIET_MS).min(since + PASS_WAIT_MS))
     }
 
     fn mark(&mut self, state: &FleetState, now: Now, pass: bool) {
         self.refresh_aggregates();
         // New, deeper or depleted tops: walked, or in one pass for all.
-        self.pass_owed = self.fill_tops(state, pass);
+        let owed = self.fill_tops(state, pass);
+        self.pass_owed = owed.then(|| self.pass_owed.unwrap_or(now.mono));
         for sub in self.subs.values_mut() {
             let count = |f| self.filters.get(f).map_or(0, |c| c.count);
             let rows_changed = match &sub.sel {
@@ -352,7 +362,8 @@ impl Views {
         let sub = self.subs.get_mut(&id).expect("just made");
         sub.one_off = true;
         // A new top is filled now: a page render need not wait a turn.
-        self.pass_owed = self.fill_tops(state, true);
+        self.fill_tops(state, true);
+        self.pass_owed = None;
         match self.is_ready(id) {
             true => Ok(self.render_sub(state, id, now)),
             false => Err(id),

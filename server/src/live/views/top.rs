@@ -20,6 +20,7 @@ use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
+use lockscope_model::time::Millis;
 use lockscope_model::view::{Filter, Sort, SortKey, ViewSpec};
 use lockscope_model::FleetState;
 
@@ -35,6 +36,16 @@ pub use walk::WALK_LIMIT;
 /// served by a selection or an index of their own as before. Each top keeps
 /// twice its viewers' depth, so this also bounds a top's size (2,000 keys).
 pub const TOP_ROWS: u64 = 1_000;
+
+/// A pass owed is made once no subscriber took a top for this long: the
+/// subscribes of a burst of new views arrive a few milliseconds apart (one per
+/// connection), so the views an existing order serves are all answered before
+/// the pass, and the others share one pass.
+pub const PASS_QUIET_MS: Millis = 25;
+
+/// ...and at the latest this long after it was first owed, so that a steady
+/// trickle of new views never holds it back.
+pub const PASS_WAIT_MS: Millis = 200;
 
 /// What a top orders: the locks a filter takes, by a sort key, in one direction.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
