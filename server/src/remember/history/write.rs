@@ -152,6 +152,9 @@ mod tests {
 
     #[test]
     fn the_page_cache_is_given_back_a_second_after_the_last_large_batch() {
+        // docs/operations.md: "given back a second after its last batch of
+        // 5,000 events or more"
+        assert_eq!((RELEASE_CACHE_AFTER, MAX_WRITE), (Duration::from_secs(1), 5_000));
         let t = tokio::time::Instant::now();
         let mut r = CacheRelease::default();
         assert!(!r.wrote(10, t), "small batches alone never filled it");

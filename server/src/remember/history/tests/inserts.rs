@@ -68,6 +68,12 @@ async fn the_writers_sqlite_connection_has_its_cache_and_temporary_files_in_memo
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite:{}", dir.path().join("history.db").display());
     let h = History::open(&url, None).await.unwrap();
+    // docs/operations.md: "On SQLite the writer's connection has a page cache
+    // of 32 MiB (`WRITER_CACHE_BYTES`; SQLite's default, which the readers
+    // keep, is 2 MiB), given back a second after its last batch of 5,000
+    // events or more, and keeps its temporary files (each INSERT's statement
+    // journal) in memory." (The giving back: `write::tests`.)
+    assert_eq!(WRITER_CACHE_BYTES, 32 << 20, "the size the docs state");
     let mut writer = h.inner.write.acquire().await.unwrap();
     // 2: MEMORY (a multi-row INSERT's statement journal was a file in the
     // system's temporary directory, a tenth of the writer's time: issue 26).
