@@ -126,8 +126,8 @@ impl History {
 /// INSERT keeps a statement journal (so that it alone can be rolled back),
 /// which SQLite writes to a temporary file in the system's temporary
 /// directory by default, whatever disk the history is on: in memory, a
-/// statement's few pages cost no system calls (issue 26: a tenth of the
-/// writer's time was that file's writes).
+/// statement's few pages cost no system calls (issue 26: that file's writes
+/// were a tenth of the server's CPU while a first snapshot was written).
 pub(super) fn options(dialect: Dialect) -> AnyPoolOptions {
     let opts = super::pool_options(dialect, 1);
     match dialect {
