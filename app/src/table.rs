@@ -13,7 +13,6 @@ use crate::links::{encode, href, lock_href, locks_href};
 use crate::live::{Connection, LiveView};
 use crate::rows::{row_text, state_icon};
 
-#[cfg(any(feature = "hydrate", test))]
 mod steps;
 
 /// Changes the view on screen (the socket sends it; the URL follows).
@@ -263,48 +262,12 @@ pub struct Frozen {
     pub lock_href_prefix: String,
 }
 
-/// The keyed list's own copy of the window order: in the browser it follows
-/// `live.order` in [`steps::steps`], so that rows kept are never moved.
-fn shown_order(live: LiveView) -> RwSignal<Vec<String>> {
-    let shown = RwSignal::new(live.order.get_untracked());
-    #[cfg(feature = "hydrate")]
-    {
-        let latest = StoredValue::new(0u64);
-        Effect::new(move |_| {
-            let to = live.order.get();
-            let steps = shown.with_untracked(|from| steps::steps(from, &to, MAX_STEPS));
-            let Some(this) = latest.try_update_value(|n| {
-                *n += 1;
-                *n
-            }) else {
-                return;
-            };
-            leptos::task::spawn_local(async move {
-                for step in steps {
-                    // A newer order supersedes this one from where it got to.
-                    if latest.try_get_value() != Some(this) || shown.try_set(step).is_some() {
-                        return;
-                    }
-                    // The keyed list, woken by the step, applies it before this goes on.
-                    leptos::task::tick().await;
-                }
-            });
-        });
-    }
-    shown
-}
-
-/// Rows added one step each at most (then the rest at once): a step costs the
-/// keyed list a pass over the window's names, far less than a row moved.
-#[cfg(feature = "hydrate")]
-const MAX_STEPS: usize = 100;
-
 #[component]
 pub fn LockTable() -> impl IntoView {
     let live = expect_context::<LiveView>();
     let frozen = use_context::<Frozen>().is_some();
     let scroller = NodeRef::<leptos::html::Div>::new();
-    let shown = shown_order(live);
+    let shown = steps::shown_order(live);
     let is_static = move || live.connection.with(|c| *c == Connection::Static);
     let top = move || {
         if is_static() {
@@ -448,8 +411,9 @@ pub fn LockTable() -> impl IntoView {
     }
 }
 
-/// One lock. Re-renders only when its own row signal changes; its state and
-/// countdown cells also follow the clock (once a second).
+/// One lock. Re-renders when its own row signal changes, and once a second with
+/// the clock (its state and countdowns read it; the whole row's closure runs,
+/// setting only what differs).
 ///
 /// A row is built whenever a lock enters the window, so it is kept cheap: the
 /// whole row is one reactive closure (no memos, no closure per cell or

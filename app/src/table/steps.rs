@@ -6,25 +6,76 @@
 //! the rows added and removed *so far*; with several rows added in one change,
 //! the row just after each later insertion is judged moved and re-inserted,
 //! which makes the browser style, lay out and paint it again like a new row
-//! (at 1,000 rows entering and leaving a second, about 130 such moves a second
-//! beside 200 rows built). Its rule is exact for a change that only removes rows,
+//! (at 1,000 rows entering and leaving a second, 216–381 such moves a second
+//! beside 211–400 rows built; docs/performance.md). Its rule is exact for a change that only removes rows,
 //! or only adds one. So the table shows a new order as a few such steps, each
 //! applied by the keyed list before the next ([`steps`]); all of them run in
 //! the same task, before the browser renders, so only the last is ever painted.
 
 use std::collections::HashSet;
 
+use leptos::prelude::*;
+
+use crate::live::LiveView;
+
+/// The keyed list's own copy of the window order: in the browser it follows
+/// `live.order` in [`steps`], so that rows kept are never moved.
+pub(super) fn shown_order(live: LiveView) -> RwSignal<Vec<String>> {
+    let shown = RwSignal::new(live.order.get_untracked());
+    #[cfg(feature = "hydrate")]
+    {
+        let latest = StoredValue::new(0u64);
+        Effect::new(move |_| {
+            let to = live.order.get();
+            let steps = shown.with_untracked(|from| steps(from, &to, MAX_STEPS));
+            let Some(this) = latest.try_update_value(|n| {
+                *n += 1;
+                *n
+            }) else {
+                return;
+            };
+            leptos::task::spawn_local(async move {
+                for step in steps {
+                    // A newer order supersedes this one from where it got to.
+                    if latest.try_get_value() != Some(this) || shown.try_set(step).is_some() {
+                        return;
+                    }
+                    // The keyed list, woken by the step, applies it before this goes on.
+                    leptos::task::tick().await;
+                }
+            });
+        });
+    }
+    shown
+}
+
+/// Rows added one step each at most (then the rest at once): a step costs the
+/// keyed list a pass over the window's names, far less than a row moved.
+#[cfg(feature = "hydrate")]
+const MAX_STEPS: usize = 100;
+
 /// Orders that take the keyed list from `from` to `to`, each one either only
 /// removing rows from the one before it, or reordering kept rows (only when the
-/// new order moves them relative to each other), or adding one row; the last is
-/// `to`. Past `max_added` rows added, or when no row is kept, the rest is one
-/// step (a wholly new window moves nothing anyway).
+/// new order moves them relative to each other), or adding rows that shift no
+/// kept row (one placed among the kept rows, or all those after the last kept
+/// one); the last is `to`. Past `max_added` rows added among the kept ones,
+/// the rest come in one step, whose moves are then the keyed list's own; a
+/// wholly new window is one step (it keeps nothing to move). Names are unique
+/// in a window, as the server's orders are.
+#[cfg_attr(not(any(feature = "hydrate", test)), allow(dead_code))] // the server renders one order
 pub fn steps(from: &[String], to: &[String], max_added: usize) -> Vec<Vec<String>> {
+    if from == to {
+        return Vec::new();
+    }
     let to_names: HashSet<&str> = to.iter().map(String::as_str).collect();
     let from_names: HashSet<&str> = from.iter().map(String::as_str).collect();
+    debug_assert!(
+        to_names.len() == to.len() && from_names.len() == from.len(),
+        "a window names each lock once"
+    );
     let kept: Vec<String> = from.iter().filter(|n| to_names.contains(n.as_str())).cloned().collect();
-    if kept.is_empty() || from == to {
-        return if from == to { vec![] } else { vec![to.to_vec()] };
+    if kept.is_empty() {
+        return vec![to.to_vec()];
     }
     let mut out = Vec::new();
     if kept.len() != from.len() {
@@ -35,15 +86,14 @@ pub fn steps(from: &[String], to: &[String], max_added: usize) -> Vec<Vec<String
     if reordered != kept {
         out.push(reordered);
     }
-    let added: Vec<&str> = to
+    // Rows after the last kept one shift no kept row: they come with the last step.
+    let last_kept = to.iter().rposition(|n| shown.contains(n.as_str())).unwrap_or(0);
+    let among: Vec<&str> = to[..last_kept]
         .iter()
         .map(String::as_str)
         .filter(|n| !from_names.contains(n))
         .collect();
-    for (i, name) in added.iter().enumerate() {
-        if i + 1 >= max_added {
-            break;
-        }
+    for name in among.into_iter().take(max_added) {
         shown.insert(name);
         out.push(to.iter().filter(|n| shown.contains(n.as_str())).cloned().collect());
     }
@@ -121,8 +171,53 @@ mod tests {
         );
         assert_eq!(steps(&from, &names("x y"), 100), vec![names("x y")]);
         assert!(steps(&from, &from, 100).is_empty());
-        // Past max_added rows added, the rest is one step.
-        let s = steps(&names("a"), &names("a b c d e"), 3);
-        assert_eq!(s, vec![names("a b"), names("a b c"), names("a b c d e")]);
+        // Rows after the last kept one come together: they shift no kept row.
+        assert_eq!(steps(&names("a"), &names("a b c d e"), 100), vec![names("a b c d e")]);
+        // Past max_added rows added among the kept ones, the rest is one step.
+        let s = steps(&names("e"), &names("a b c d e"), 3);
+        assert_eq!(
+            s,
+            vec![names("a e"), names("a b e"), names("a b c e"), names("a b c d e")]
+        );
+    }
+
+    /// Every pair of windows of up to four of five names: the steps end at the
+    /// new window, and none but a reorder of the kept rows moves a row.
+    #[test]
+    fn every_small_change_moves_only_what_it_reorders() {
+        let all = ["a", "b", "c", "d", "e"];
+        let mut windows: Vec<Vec<String>> = vec![vec![]];
+        for _ in 0..4 {
+            let longer: Vec<Vec<String>> = windows
+                .iter()
+                .flat_map(|w| {
+                    all.iter()
+                        .filter(|n| !w.iter().any(|x| x == *n))
+                        .map(|n| {
+                            let mut w = w.clone();
+                            w.push(n.to_string());
+                            w
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            windows.extend(longer.into_iter().filter(|w| !windows.contains(w)).collect::<Vec<_>>());
+        }
+        assert_eq!(windows.len(), 1 + 5 + 20 + 60 + 120);
+        for from in &windows {
+            for to in &windows {
+                let s = steps(from, to, 100);
+                assert_eq!(s.is_empty(), from == to, "{from:?} -> {to:?}");
+                let mut prev = from.clone();
+                for step in &s {
+                    let same_rows = step.len() == prev.len() && step.iter().all(|n| prev.contains(n));
+                    if !same_rows {
+                        assert_eq!(moved_in_dom(&prev, step), 0, "{from:?} -> {to:?}: {prev:?} -> {step:?}");
+                    }
+                    prev = step.clone();
+                }
+                assert_eq!(&prev, to, "{from:?} -> {to:?} ends at the new window");
+            }
+        }
     }
 }
