@@ -280,7 +280,7 @@ pub struct DemoArgs {
     pub workers: u32,
     /// What every lock name starts with: a second demo with its own prefix never
     /// contends with the first.
-    #[arg(long, env = "LOCKSCOPE_DEMO_NAME_PREFIX", default_value = "demo/")]
+    #[arg(long, env = "LOCKSCOPE_DEMO_NAME_PREFIX", default_value = "demo/", value_parser = name_prefix)]
     pub name_prefix: String,
     /// Distinct lock names: a few readable ones, then `<prefix>jobs/<n>`.
     #[arg(long, env = "LOCKSCOPE_DEMO_KEYS", default_value_t = 40, value_parser = clap::value_parser!(u32).range(1..))]
@@ -352,6 +352,14 @@ impl DemoArgs {
 }
 
 /// A probability: a number from 0 to 1.
+/// `--name-prefix`: refused unless every name the demo makes from it is a valid
+/// lock name (else every acquisition would fail, forever).
+fn name_prefix(s: &str) -> Result<String, String> {
+    crate::cli::demo::check_prefix(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
 fn fraction(s: &str) -> Result<f64, String> {
     let f: f64 = s.trim().parse().map_err(|e| format!("{e}"))?;
     if (0.0..=1.0).contains(&f) {

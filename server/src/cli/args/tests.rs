@@ -132,6 +132,8 @@ fn demo_flags_are_parsed_and_checked() {
         ["--hang-rate", "2"],
         ["--hang-secs", "0"],
         ["--auto-unlock-ms", "0"],
+        ["--name-prefix", "bell\u{7}/"],
+        ["--name-prefix", &"x".repeat(500)],
     ] {
         let argv = ["lockscope", "demo", "--etcd", "http://a:1", bad[0], bad[1]];
         assert!(Cli::try_parse_from(argv).is_err(), "{bad:?} accepted");

@@ -31,8 +31,8 @@ mod plan;
 mod worker;
 
 pub use plan::{
-    choose_fate, plan, purpose, sample_between, sample_exponential, sample_idle, worker_process, Fate, Key, Keyspace,
-    Plan,
+    check_prefix, choose_fate, plan, purpose, sample_between, sample_exponential, sample_idle, worker_process, Fate,
+    Key, Keyspace, Plan,
 };
 
 use std::collections::HashSet;

@@ -47,6 +47,17 @@ pub struct Keyspace {
     pub hot: usize,
 }
 
+/// Whether every name a keyspace under `prefix` can have (the readable ones,
+/// and `<prefix>jobs/<n>` for any `n` the CLI takes) is a valid lock name.
+pub fn check_prefix(prefix: &str) -> Result<(), lockscope_store::StoreError> {
+    let longest_job = format!("{prefix}jobs/{}", u32::MAX);
+    NAMED_LOCKS
+        .iter()
+        .map(|(name, _)| format!("{prefix}{name}"))
+        .chain([longest_job])
+        .try_for_each(|name| lockscope_store::validate_name(&name))
+}
+
 impl Keyspace {
     /// `keys` names (at least 1) starting with `prefix`, the first `hot` (at
     /// most `keys`) hot.
