@@ -20,8 +20,8 @@ export const PREFIX = '/lockscope-e2e/';
  * hung worker from it past `hungLock`'s wait).
  */
 export const HUNG_LOCK = 'hung/payments/settlement-eu';
-/** The hung worker's expected runtime, which tells its acquisition from the embedded demo's (3 s). */
-export const HUNG_RUNTIME_MS = 1000;
+/** The hung worker's expected runtime: its lock turns overdue a second after it is taken. */
+const HUNG_RUNTIME_MS = 1000;
 
 /** Signs `who` (a token name) in through the page's form, starting at `path`. */
 export async function signIn(page: Page, stack: Stack, who: string, path: string): Promise<void> {
@@ -171,18 +171,24 @@ export class Stack {
     ]);
   }
 
-  /** The hung worker's acquisition of {@link HUNG_LOCK}, read through the API as `who`. */
-  async hungLock(who: string): Promise<{ fence: number; session: string }> {
+  /**
+   * The entry of `name` (on the embedded fleet) once it is held, read through
+   * the API as `who`: a demo worker of its own prefix took it.
+   */
+  async heldLock(name: string, who?: string): Promise<any> {
     const deadline = Date.now() + 60_000;
     while (Date.now() < deadline) {
-      const r = await this.api('GET', `/api/v1/fleets/embedded/locks/${encodeURIComponent(HUNG_LOCK)}`, who);
-      const body = r.json?.entry?.body;
-      if (r.status === 200 && body?.expected_runtime_ms === HUNG_RUNTIME_MS) {
-        return { fence: r.json.entry.fence, session: body.session };
-      }
-      await new Promise((ok) => setTimeout(ok, 200));
+      const r = await this.api('GET', `/api/v1/fleets/embedded/locks/${encodeURIComponent(name)}`, who);
+      if (r.status === 200 && r.json?.entry?.body?.session) return r.json.entry;
+      await new Promise((ok) => setTimeout(ok, 100));
     }
-    throw new Error(`the hung demo worker never took ${HUNG_LOCK}:\n${this.log()}`);
+    throw new Error(`no demo worker took ${name}:\n${this.log()}`);
+  }
+
+  /** The hung worker's acquisition of {@link HUNG_LOCK}, read through the API as `who`. */
+  async hungLock(who: string): Promise<{ fence: number; session: string }> {
+    const entry = await this.heldLock(HUNG_LOCK, who);
+    return { fence: entry.fence, session: entry.body.session };
   }
 
   /** A call to the JSON API as `who` (a token name), or without credentials. */

@@ -11,8 +11,6 @@ test.describe.configure({ mode: 'serial' });
 // for it (nor leaves a dead holder of its own on it).
 const LOCK = 'dying/payments/settlement-eu';
 const GRACE_SECS = 2;
-/** The dying worker's expected runtime, which tells its acquisitions from the embedded demo's. */
-const DYING_RUNTIME_MS = 1000;
 
 let stack: Stack;
 test.beforeAll(async () => {
@@ -20,7 +18,7 @@ test.beforeAll(async () => {
   // A demo worker that dies holding every lock it takes.
   stack.spawnDemo([
     '--name-prefix', 'dying/', '--workers', '1', '--keys', '1', '--hot-keys', '1', '--die-rate', '1', '--stall-rate', '0', '--hang-rate', '0',
-    '--expected-runtime-ms', String(DYING_RUNTIME_MS), '--auto-unlock-ms', '6000',
+    '--expected-runtime-ms', '1000', '--auto-unlock-ms', '6000',
   ]);
 });
 test.afterAll(async () => {
@@ -38,44 +36,35 @@ test("a dead demo worker's lock is released after its auto-unlock time plus grac
   await expect(cell).toContainText('active here');
 
   // The dying worker's acquisition, read through the API.
-  let held: { fence: number; autoUnlockAt: number } | undefined;
+  const taken = await stack.heldLock(LOCK);
+  const held = { fence: taken.fence as number, autoUnlockAt: taken.body.auto_unlock_at as number };
   const deadline = Date.now() + 60_000;
-  while (!held && Date.now() < deadline) {
-    const r = await stack.api('GET', `/api/v1/fleets/embedded/locks/${encodeURIComponent(LOCK)}`);
-    const body = r.json?.entry?.body;
-    if (r.status === 200 && body?.expected_runtime_ms === DYING_RUNTIME_MS) {
-      held = { fence: r.json.entry.fence, autoUnlockAt: body.auto_unlock_at };
-    } else {
-      await page.waitForTimeout(100);
-    }
-  }
-  expect(held, `the dying worker took ${LOCK}`).toBeDefined();
   await page.goto(`${stack.url}/lock?fleet=embedded&name=${encodeURIComponent(LOCK)}`);
-  await expect(page.getByTestId('detail-fence')).toHaveText(String(held!.fence));
+  await expect(page.getByTestId('detail-fence')).toHaveText(String(held.fence));
 
   // Follow it until it is gone: its auto_unlock_at moves while the worker
   // heartbeats, and stays once it died; the last value seen is the one due.
   let goneAt = 0;
   while (!goneAt && Date.now() < deadline + 30_000) {
     const r = await stack.api('GET', `/api/v1/fleets/embedded/locks/${encodeURIComponent(LOCK)}`);
-    if (r.status === 200 && r.json.entry.fence === held!.fence) {
-      held!.autoUnlockAt = r.json.entry.body.auto_unlock_at;
+    if (r.status === 200 && r.json.entry.fence === held.fence) {
+      held.autoUnlockAt = r.json.entry.body.auto_unlock_at;
       await page.waitForTimeout(50);
     } else {
       goneAt = Date.now();
     }
   }
-  const due = held!.autoUnlockAt + GRACE_SECS * 1000;
+  const due = held.autoUnlockAt + GRACE_SECS * 1000;
   expect(goneAt, 'released').toBeGreaterThan(0);
   expect(goneAt, 'never released before auto_unlock_at + grace').toBeGreaterThanOrEqual(due);
   // The page followed: that acquisition is gone from it.
   await expect(page.getByTestId('detail-fence').or(page.getByTestId('detail-free'))).not.toHaveText(
-    String(held!.fence),
+    String(held.fence),
   );
 
   // On record, as the unlocker's, with that fence.
   const audit = await stack.api('GET', '/api/v1/audit?action=release');
-  const entry = audit.json.find((e: { fence: number; target: string }) => e.fence === held!.fence && e.target === LOCK);
+  const entry = audit.json.find((e: { fence: number; target: string }) => e.fence === held.fence && e.target === LOCK);
   expect(entry, JSON.stringify(audit.json)).toBeDefined();
   expect(entry.actor).toMatch(/^unlocker@/);
   expect(entry.outcome).toBe('done');
