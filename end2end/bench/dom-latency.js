@@ -29,6 +29,7 @@
 // CPU_PROFILE=FILE writes the page's CPU profile over the same seconds there
 // (a .cpuprofile: Chromium's DevTools opens it). TRACE=FILE writes Chromium's
 // trace of those seconds there (DevTools' Performance panel opens it).
+// Also `navigation_to_live_ms`: navigation start -> the page's live indicator.
 const { chromium } = require('playwright-core');
 const { readFileSync, writeFileSync } = require('node:fs');
 
@@ -41,9 +42,20 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
     args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
   });
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  // Navigation -> live: when the page's live indicator first shows, on the
+  // page's own clock (performance.now(): ms since the navigation started).
+  await page.addInitScript(() => {
+    const seen = new MutationObserver(() => {
+      if (!document.querySelector('[data-testid=connection][data-state=live]')) return;
+      window.__liveAfter = performance.now();
+      seen.disconnect();
+    });
+    seen.observe(document, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-state'] });
+  });
   await page.goto(url);
   await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: 30_000 });
   const liveAt = Date.now();
+  const navigationToLive = await page.evaluate(() => window.__liveAfter);
   // The page's main thread: Chromium's TaskDuration (seconds of tasks run) over the run.
   const cdp = await page.context().newCDPSession(page);
   await cdp.send('Performance.enable');
@@ -147,6 +159,7 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
     writes_to_shown_rows: shownWrites, never_shown: lost, ...figures([...seen.values()]),
     steady: figures(steady),
     main_thread_busy_pct: busy, main_thread: busySplit,
+    navigation_to_live_ms: navigationToLive === undefined ? null : Math.round(navigationToLive),
   };
   if (churn) {
     // Nothing lost: every churned lock still held is in the window at the end
