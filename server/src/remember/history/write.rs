@@ -23,7 +23,7 @@ pub const WRITER_CACHE_BYTES: i64 = 32 << 20;
 
 /// How long after its last batch of [`MAX_WRITE`] events or more (a first
 /// snapshot's backlog, a replay) the writer gives its SQLite page cache back
-/// ([`WRITER_CACHE_BYTES`], `PRAGMA shrink_memory`): the cache speeds
+/// ([`WRITER_CACHE_BYTES`]; [`History::release_cache`]): the cache speeds
 /// up a catch-up, and at rest it would be that much RSS for nothing.
 const RELEASE_CACHE_AFTER: Duration = Duration::from_secs(1);
 
@@ -108,15 +108,16 @@ impl History {
     }
 
     /// Gives back the writer's SQLite page cache ([`WRITER_CACHE_BYTES`]):
-    /// after a catch-up, so that it costs no RSS at rest.
+    /// after a catch-up, so that it costs no RSS at rest. The connection is
+    /// closed (the next batch opens another): `PRAGMA shrink_memory` freed
+    /// the pages to malloc, which kept most of them (100,000 locks, debug:
+    /// at rest 156 MiB, closed 146 MiB, 130 MiB without the cache).
     pub(super) async fn release_cache(&self) {
         if self.inner.dialect != Dialect::Sqlite {
             return;
         }
         if let Ok(mut conn) = self.inner.write.acquire().await {
-            if let Err(e) = sqlx::query("PRAGMA shrink_memory").execute(&mut *conn).await {
-                tracing::debug!(error = %e, "history: the writer's page cache was not given back");
-            }
+            conn.close_on_drop();
         }
     }
 }
@@ -149,6 +150,30 @@ pub(super) fn options(dialect: Dialect) -> AnyPoolOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn giving_the_cache_back_closes_the_writers_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite:{}", dir.path().join("history.db").display());
+        let h = History::open(&url, None).await.unwrap();
+        let mut conn = h.inner.write.acquire().await.unwrap();
+        // A setting of this connection's own: gone once it is closed.
+        sqlx::query("PRAGMA cache_size = -1234")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        drop(conn);
+        h.release_cache().await;
+        let mut conn = h.inner.write.acquire().await.unwrap();
+        let row = sqlx::query("PRAGMA cache_size").fetch_one(&mut *conn).await.unwrap();
+        assert_eq!(
+            sqlx::Row::try_get::<i64, _>(&row, 0).unwrap(),
+            -(WRITER_CACHE_BYTES >> 10),
+            "a new connection (`PRAGMA shrink_memory` freed the pages to malloc, which kept them)"
+        );
+        drop(conn);
+        assert_eq!(h.write(vec![]).await.unwrap(), 0, "and the writer writes on it");
+    }
 
     #[test]
     fn the_page_cache_is_given_back_a_second_after_the_last_large_batch() {
