@@ -139,7 +139,8 @@ mod tests {
     }
 
     /// docs/performance.md: "The table now reaches each new order in steps its diff
-    /// applies exactly (the removals, then one row added at a time ...): 0 moves."
+    /// applies exactly (the removals, then one row added at a time among the kept
+    /// rows, ...): 0 moves."
     #[test]
     fn rows_entering_and_leaving_move_no_kept_row() {
         // Sorted by name: rows taken and released all over the window at once.
