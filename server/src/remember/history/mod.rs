@@ -70,6 +70,10 @@ pub const REPLAY_OVERLAP_MS: Millis = 60_000;
 /// Events between two checkpoints of a fleet (at least).
 pub const CHECKPOINT_EVERY: u64 = 10_000;
 
+/// Events written per transaction at most (the writer's batches, and what
+/// counts as a catch-up for the writer's page cache).
+const MAX_WRITE: usize = 5_000;
+
 /// The most a query's events ([`History::query`]: the JSON answer, the
 /// review page's list and timeline) may take, counted as
 /// [`export::event_bytes`]; past it the query fails with

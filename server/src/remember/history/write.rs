@@ -10,8 +10,7 @@ use lockscope_model::history::HistoryEvent;
 use lockscope_store::sql::Dialect;
 use sqlx::any::AnyPoolOptions;
 
-use super::writer::MAX_WRITE;
-use super::{sql, History, HistoryError};
+use super::{sql, History, HistoryError, MAX_WRITE};
 
 /// SQLite's page cache on the writer's connection (SQLite's default: 2 MiB).
 /// Each event goes into the `id` index at a random place (ids are hashes): a

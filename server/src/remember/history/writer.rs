@@ -20,7 +20,7 @@ use tracing::warn;
 
 use super::resync::{resync, unwatched, Unwatched};
 use super::write::CacheRelease;
-use super::{Cursor, History, HistoryStats, Unseen, CHECKPOINT_EVERY};
+use super::{Cursor, History, HistoryStats, Unseen, CHECKPOINT_EVERY, MAX_WRITE};
 
 /// Batches (one per hub turn) the queue holds before events are dropped.
 pub(super) const QUEUE_BATCHES: usize = 4096;
@@ -30,9 +30,6 @@ const WRITE_RETRIES: u64 = 3;
 
 /// How often, while writing fails and nothing is queued, the gaps are tried.
 const GAP_RETRY_EVERY: Duration = Duration::from_secs(2);
-
-/// Events written per transaction at most.
-pub(super) const MAX_WRITE: usize = 5_000;
 
 /// Events queued and not yet written past which a first snapshot's backlog
 /// (the acquisitions the hub records from its live table a chunk at a time,
