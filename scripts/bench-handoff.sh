@@ -12,15 +12,17 @@
 # Method and results: docs/performance.md, "Lock hand-off".
 #
 #   PROFILE=debug   use the debug build instead of the release build
+#   NO_BUILD=1      use the lockscope-bench already in target/PROFILE (as scripts/bench.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WAITERS=${1:-10}
 ROUNDS=${2:-200}
 HOLD=${3:-5}
 PROFILE=${PROFILE:-release}
+build=cargo; [ "${NO_BUILD:-0}" = 0 ] || build=true
 case $PROFILE in
-  release) cargo build --release -p lockscope --bin lockscope-bench; bin=target/release ;;
-  debug) cargo build -p lockscope --bin lockscope-bench; bin=target/debug ;;
+  release) $build build --release -p lockscope --bin lockscope-bench; bin=target/release ;;
+  debug) $build build -p lockscope --bin lockscope-bench; bin=target/debug ;;
   *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
 esac
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
