@@ -73,6 +73,17 @@ pub async fn exclusive_acquire_and_fenced_release<S: LockStore>(store: S) {
     ));
 }
 
+/// The increments each of `mutual_exclusion`'s 16 sessions makes: 200 (3,200
+/// hand-offs of one lock) unless `LOCKSCOPE_MUTEX_INCREMENTS` says otherwise. The
+/// longer race (500: 8,000 hand-offs, about a minute on PostgreSQL) runs on
+/// demand, as docs/protocol.md's conformance section says; CI runs the short one
+/// against every store to keep a fresh machine's test command under its budget.
+pub fn mutual_exclusion_increments() -> usize {
+    std::env::var("LOCKSCOPE_MUTEX_INCREMENTS")
+        .map(|v| v.parse().expect("LOCKSCOPE_MUTEX_INCREMENTS: a number of increments"))
+        .unwrap_or(200)
+}
+
 /// `workers` sessions each increment a shared counter `increments` times under
 /// one lock, with a pause between read and write. The counter is a fenced
 /// resource: it rejects a token not above every token it has seen.

@@ -26,9 +26,10 @@ async fn exclusive_acquire_and_fenced_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutual_exclusion_16_workers_500_increments() {
+async fn mutual_exclusion_16_workers() {
     let etcd = EtcdServer::start().await;
-    contract::mutual_exclusion(async || connect(etcd.endpoint()).await, 16, 500).await;
+    let increments = contract::mutual_exclusion_increments();
+    contract::mutual_exclusion(async || connect(etcd.endpoint()).await, 16, increments).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

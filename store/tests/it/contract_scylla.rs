@@ -36,9 +36,10 @@ async fn exclusive_acquire_and_fenced_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mutual_exclusion_16_workers_200_increments() {
+async fn mutual_exclusion_16_workers() {
     let ks = TestKeyspace::new("mutex").await;
-    contract::mutual_exclusion(async || ks.connect().await, 16, 200).await;
+    let increments = contract::mutual_exclusion_increments();
+    contract::mutual_exclusion(async || ks.connect().await, 16, increments).await;
 }
 
 #[tokio::test]

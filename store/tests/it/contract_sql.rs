@@ -46,9 +46,10 @@ macro_rules! contract_tests {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mutual_exclusion_16_workers_500_increments() {
+            async fn mutual_exclusion_16_workers() {
                 let db = $server;
-                contract::mutual_exclusion(async || connect(&db.url()).await, 16, 500).await;
+                let increments = contract::mutual_exclusion_increments();
+                contract::mutual_exclusion(async || connect(&db.url()).await, 16, increments).await;
             }
 
             #[tokio::test]
