@@ -154,37 +154,41 @@ impl Top {
 }
 
 /// One stale top's heap during a pass ([`Views::fill_tops`]).
-struct Fill {
+struct Fill<'m> {
     /// Its place in the list of stale tops.
     at: usize,
     sort: Sort,
     cap: usize,
-    heap: BinaryHeap<Ranked>,
+    heap: BinaryHeap<Ranked<'m>>,
 }
 
-impl Fill {
-    /// Keeps `(a, b, name)` if it is among the first `cap` keys offered.
-    fn offer(&mut self, a: i64, b: i64, name: &Arc<str>) {
-        let reverse = self.sort.reverse;
+impl<'m> Fill<'m> {
+    /// Keeps `(a, b, rank)` if it is among the first `cap` keys offered. The
+    /// rank (the lock's place in name order) stands for its name, so keys that
+    /// tie on their position (a fence or expiry most locks share) are told
+    /// apart by one integer comparison, never by comparing names.
+    fn offer(&mut self, a: i64, b: i64, rank: u64, name: &'m Arc<str>) {
+        let key = Ranked(a, b, rank, name, self.sort.reverse);
         if self.heap.len() < self.cap {
-            self.heap.push(Ranked((a, b, name.clone()), reverse));
+            self.heap.push(key);
             return;
         }
         let mut last = self.heap.peek_mut().expect("cap is at least 1");
-        if view_cmp((a, b, name), &last.0, reverse).is_lt() {
+        if key < *last {
             // Replaces the last kept; sifted down as `last` drops.
-            *last = Ranked((a, b, name.clone()), reverse);
+            *last = key;
         }
     }
 }
 
 /// A filter, its stale tops' heaps, and how many locks it takes (counted by
 /// the pass).
-type Group<'f> = (&'f Filter, Vec<Fill>, usize);
+type Group<'f, 'm> = (&'f Filter, Vec<Fill<'m>>, usize);
 
-/// Reads `locks` once for `groups`: each heap keeps its top's first keys.
-fn fill_pass<'m>(locks: impl Iterator<Item = (&'m Arc<str>, &'m Meta)>, groups: &mut [Group<'_>]) {
-    for (name, meta) in locks {
+/// Reads `locks` (each with its rank in name order) once for `groups`: each
+/// heap keeps its top's first keys.
+fn fill_pass<'m>(locks: impl Iterator<Item = (u64, &'m Arc<str>, &'m Meta)>, groups: &mut [Group<'_, 'm>]) {
+    for (rank, name, meta) in locks {
         // Each position computed once per lock, whatever the tops reading it.
         let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
         for (filter, fills, matched) in groups.iter_mut() {
@@ -194,29 +198,36 @@ fn fill_pass<'m>(locks: impl Iterator<Item = (&'m Arc<str>, &'m Meta)>, groups: 
             *matched += 1;
             for fill in fills.iter_mut() {
                 let (a, b) = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
-                fill.offer(a, b, name);
+                fill.offer(a, b, rank, name);
             }
         }
     }
 }
 
-/// A key in a bounded heap whose top is the last in view order.
-struct Ranked(Key, bool);
+/// A key in a bounded heap whose top is the last in view order: its position,
+/// its lock's rank in name order (which orders as the name does), the name,
+/// and whether the view is reversed.
+struct Ranked<'m>(i64, i64, u64, &'m Arc<str>, bool);
 
-impl PartialEq for Ranked {
+impl PartialEq for Ranked<'_> {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other).is_eq()
     }
 }
-impl Eq for Ranked {}
-impl PartialOrd for Ranked {
+impl Eq for Ranked<'_> {}
+impl PartialOrd for Ranked<'_> {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
     }
 }
-impl Ord for Ranked {
+impl Ord for Ranked<'_> {
     fn cmp(&self, other: &Self) -> Ordering {
-        view_cmp((self.0 .0, self.0 .1, &self.0 .2), &other.0, self.1)
+        let o = (self.0, self.1, self.2).cmp(&(other.0, other.1, other.2));
+        if self.4 {
+            o.reverse()
+        } else {
+            o
+        }
     }
 }
 
@@ -308,25 +319,38 @@ impl Views {
             }
             groups
         };
-        // The locks in two halves, one read on another thread (the pass is what
-        // a burst of new views waits for); each half's heaps are merged after.
+        // The locks in name order (their rank there stands for their name in
+        // the heaps), in two halves, the second read from the end on another
+        // thread (the pass is what a burst of new views waits for); each
+        // half's heaps are merged after.
         let meta = &self.meta;
-        let half = meta.len() / 2;
+        let (n, half) = (state.len(), state.len() / 2);
+        let ranked = |(rank, e): (usize, &lockscope_model::LockEntry)| {
+            let (name, m) = meta.get_key_value(e.name.as_str())?;
+            Some((rank as u64, name, m))
+        };
         let (mut left, right) = std::thread::scope(|scope| {
             let right = scope.spawn(|| {
                 let mut right = groups();
-                fill_pass(meta.iter().skip(half), &mut right);
+                let from_end = state.locks_under("").rev().take(n - half);
+                fill_pass(
+                    from_end.enumerate().map(|(i, e)| (n - 1 - i, e)).filter_map(ranked),
+                    &mut right,
+                );
                 right
             });
             let mut left = groups();
-            fill_pass(meta.iter().take(half), &mut left);
+            fill_pass(
+                state.locks_under("").take(half).enumerate().filter_map(ranked),
+                &mut left,
+            );
             (left, right.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
         });
         for (l, r) in left.iter_mut().zip(right) {
             l.2 += r.2;
             for (into, from) in l.1.iter_mut().zip(r.1) {
-                for Ranked((a, b, name), _) in from.heap.into_vec() {
-                    into.offer(a, b, &name);
+                for Ranked(a, b, rank, name, _) in from.heap.into_vec() {
+                    into.offer(a, b, rank, name);
                 }
             }
         }
@@ -344,7 +368,9 @@ impl Views {
                 (c.count, c.counted) = (matched as u64, true);
             }
             let top = self.tops.get_mut(spec).expect("listed above");
-            top.keys = heap.into_sorted_vec().into_iter().map(|r| r.0).collect();
+            top.keys = (heap.into_sorted_vec().into_iter())
+                .map(|Ranked(a, b, _, name, _)| (a, b, name.clone()))
+                .collect();
             top.complete = matched <= top.cap();
             top.stale = false;
             top.walk_failed = false;
