@@ -333,6 +333,14 @@ impl FleetState {
             .map(|e| &e.0)
     }
 
+    /// Locks named before `name` (not it), in reverse name order (a range, not a scan).
+    pub fn locks_before_rev<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a LockEntry> + 'a {
+        self.locks
+            .range::<str, _>((std::ops::Bound::Unbounded, std::ops::Bound::Excluded(name)))
+            .rev()
+            .map(|e| &e.0)
+    }
+
     /// Locks whose name starts with `prefix`, in name order (a range, not a scan).
     pub fn locks_under<'a>(&'a self, prefix: &'a str) -> impl DoubleEndedIterator<Item = &'a LockEntry> + 'a {
         use std::ops::Bound;

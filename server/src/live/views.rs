@@ -17,6 +17,9 @@
 //! - Over a large fleet a filtered view is, when its scan stays short, a
 //!   **selection** over its sort key's shared (unfiltered) order instead of an
 //!   index of its own ([`select`]).
+//! - Over a large fleet an unfiltered view by name, at any offset, reads its
+//!   window from the table itself (the name order), from a cursor kept as locks
+//!   come and go: no index of its own ([`names`]).
 //! - Per subscriber a record of what it holds (names in order, row versions); a
 //!   frame is the difference between that record and its window now.
 //! - Aggregates (per state, per service) are counted as locks change, never by
@@ -40,12 +43,14 @@ use lockscope_model::{Changed, Counts, FleetState};
 
 mod frames;
 mod index;
+mod names;
 mod select;
 mod top;
 
 use frames::Sub;
 use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
+pub use names::NAME_WINDOWS_FROM;
 pub use select::{SCAN_BUDGET, SCAN_LIMIT, SELECT_FROM};
 pub use top::{PASS_QUIET_MS, PASS_WAIT_MS, TOP_ROWS, WALK_LIMIT};
 
@@ -141,6 +146,8 @@ pub struct Views {
     top_from: usize,
     /// Passes over the fleet made to fill tops.
     top_passes: u64,
+    /// The tops' pass under way, made a slice a turn ([`top::PASS_SLICE`]).
+    pass: top::Pass,
     /// Stale tops wait for a pass ([`Views::mark_dirty_before_pass`]), since
     /// then (monotonic).
     pass_owed: Option<Millis>,
@@ -148,6 +155,12 @@ pub struct Views {
     top_taken_at: Millis,
     /// The most locks a top's walk reads ([`WALK_LIMIT`]; tests use less).
     walk_limit: usize,
+    /// Windows by name read from the table ([`names`]), per subscriber.
+    names: HashMap<SubId, names::NameWindow>,
+    /// The cursor of the last such window dropped, followed for the next one.
+    name_spare: Option<names::Cursor>,
+    /// Fleets of this many locks or more serve them ([`NAME_WINDOWS_FROM`]).
+    names_from: usize,
 }
 
 impl Default for Views {
@@ -181,9 +194,13 @@ impl Views {
             tops: HashMap::new(),
             top_from: SELECT_FROM,
             top_passes: 0,
+            pass: Default::default(),
             pass_owed: None,
             top_taken_at: 0,
             walk_limit: WALK_LIMIT,
+            names: HashMap::new(),
+            name_spare: None,
+            names_from: NAME_WINDOWS_FROM,
         };
         // The default view (the bare page) is always ready.
         v.indexes
@@ -220,6 +237,17 @@ impl Views {
         Views {
             select_from: from,
             top_from: from,
+            ..Views::new()
+        }
+    }
+
+    /// Reads unfiltered by-name windows from the table from `from` locks on
+    /// (tests use 0), never by a top.
+    #[cfg(test)]
+    pub(crate) fn with_names_from(from: usize) -> Views {
+        Views {
+            names_from: from,
+            top_from: usize::MAX,
             ..Views::new()
         }
     }
@@ -305,6 +333,7 @@ impl Views {
         }
         self.reselect(&name, old.as_ref(), Some(&meta));
         self.follow_tops(&name, old.as_ref(), Some(&meta));
+        self.follow_names(&name, old.is_none().then_some(true));
         // A snapshot places every lock of the table in one turn: a full map grows
         // to the table's size at once instead of doubling on the way, since each
         // doubling holds the old slots beside the new (at 1,000,000 locks the last
@@ -323,6 +352,7 @@ impl Views {
         }
         self.reselect(&name, Some(&old), None);
         self.follow_tops(&name, Some(&old), None);
+        self.follow_names(&name, Some(false));
     }
 
     /// Removes `name`'s meta, its deadline and its share of the aggregates.

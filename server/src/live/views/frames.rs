@@ -43,6 +43,15 @@ pub(super) struct Sub {
     pub(super) top: Option<top::TopSpec>,
 }
 
+/// What serves a subscriber: the index it holds, and its selection, top or
+/// window by name if it has one ([`Views::attach_any`]).
+type Serving = (
+    IndexSpec,
+    Option<select::Selection>,
+    Option<top::TopSpec>,
+    Option<names::NameWindow>,
+);
+
 impl Views {
     /// Adds a subscriber looking at `spec`; its first frame is due at once.
     pub fn subscribe(&mut self, view_id: u32, spec: ViewSpec, now: Now) -> SubId {
@@ -54,12 +63,15 @@ impl Views {
         let id = self.next_sub;
         self.next_sub += 1;
         // A cursor seeks a key in the view's own index.
-        let (index, sel, top) = match after {
+        let (index, sel, top, names) = match after {
             None => self.attach_any(&spec),
-            Some(_) => (self.attach(&spec), None, None),
+            Some(_) => (self.attach(&spec), None, None, None),
         };
         if top.is_some() {
             self.top_taken_at = now.mono;
+        }
+        if let Some(w) = names {
+            self.names.insert(id, w);
         }
         self.subs.insert(
             id,
@@ -95,9 +107,15 @@ impl Views {
         let Some((old, old_sel)) = self.subs.get(&id).map(|s| (s.index.clone(), s.sel.is_some())) else {
             return;
         };
-        let (index, sel, top) = self.attach_any(&spec);
+        let (index, sel, top, names) = self.attach_any(&spec);
         if top.is_some() {
             self.top_taken_at = now.mono;
+        }
+        // Paging a window by name steps its cursor a page, not from an end.
+        match (names, self.names.get_mut(&id)) {
+            (Some(_), Some(w)) => w.touched = true,
+            (Some(w), None) => drop(self.names.insert(id, w)),
+            (None, _) => self.drop_name_window(id),
         }
         self.detach(&old);
         let sub = self.subs.get_mut(&id).expect("checked above");
@@ -119,6 +137,7 @@ impl Views {
 
     pub fn unsubscribe(&mut self, id: SubId) {
         if let Some(sub) = self.subs.remove(&id) {
+            self.drop_name_window(id);
             self.detach(&sub.index);
             if sub.sel.is_some() {
                 self.uncount_filter(&sub.spec.filter);
@@ -130,16 +149,22 @@ impl Views {
     }
 
     /// What serves `spec` (no cursor), one more user of it: a top near the top
-    /// of a large fleet's order, else a selection over its key's shared order,
-    /// else an index of its own; the index the subscriber holds.
-    fn attach_any(&mut self, spec: &ViewSpec) -> (IndexSpec, Option<select::Selection>, Option<top::TopSpec>) {
+    /// of a large fleet's order, else the table for an unfiltered view by name,
+    /// else a selection over its key's shared order, else an index of its own;
+    /// the index the subscriber holds.
+    fn attach_any(&mut self, spec: &ViewSpec) -> Serving {
         if self.tops_serve(spec) {
             let top = self.attach_top(spec);
-            return (self.attach(&ViewSpec::default()), None, Some(top));
+            return (self.attach(&ViewSpec::default()), None, Some(top), None);
+        }
+        if self.names_serve(spec) {
+            // Its index is the default view's (always there), and not read.
+            let window = self.name_window(spec);
+            return (self.attach(&ViewSpec::default()), None, None, Some(window));
         }
         match self.select(spec) {
-            Some(sel) => (self.attach(&Views::shared(spec)), Some(sel), None),
-            None => (self.attach(spec), None, None),
+            Some(sel) => (self.attach(&Views::shared(spec)), Some(sel), None, None),
+            None => (self.attach(spec), None, None, None),
         }
     }
 
@@ -180,8 +205,12 @@ impl Views {
 
     /// When (monotonic) the pass that tops wait for is due: once no subscriber
     /// took a top for [`PASS_QUIET_MS`], at most [`PASS_WAIT_MS`] after it was
-    /// first owed; `None`: no top waits.
+    /// first owed; a pass under way goes on at once (`Some(0)`: a slice a
+    /// turn); `None`: no top waits.
     pub fn pass_due_at(&self) -> Option<Millis> {
+        if self.pass.run.is_some() {
+            return Some(0);
+        }
         let since = self.pass_owed?;
         Some((self.top_taken_at + PASS_QUIET_MS).min(since + PASS_WAIT_MS))
     }
@@ -191,9 +220,10 @@ impl Views {
         // New, deeper or depleted tops: walked, or in one pass for all.
         let owed = self.fill_tops(state, pass);
         self.pass_owed = owed.then(|| self.pass_owed.unwrap_or(now.mono));
-        for sub in self.subs.values_mut() {
+        for (id, sub) in self.subs.iter_mut() {
             let count = |f| self.filters.get(f).map_or(0, |c| c.count);
             let rows_changed = match &sub.sel {
+                None if self.names.contains_key(id) => self.names[id].touched,
                 None if sub.top.is_some() => {
                     let top = sub.top.as_ref().and_then(|t| self.tops.get(t));
                     top.map_or(0, |t| t.generation) != sub.index_gen || count(&sub.spec.filter) != sub.total
@@ -268,6 +298,10 @@ impl Views {
         let index = self.indexes.get(&sub.index).filter(|i| i.unbuilt.is_none())?;
         let total = self.filters.get(&sub.spec.filter).map_or(0, |c| c.count);
         let (window, generation) = match (&sub.top, sub.sel.as_mut()) {
+            _ if self.names.contains_key(&id) => {
+                let w = self.names.get_mut(&id).expect("checked");
+                (w.window(state, &sub.spec, &self.meta), index.generation)
+            }
             (Some(top), _) => {
                 let top = self.tops.get(top).filter(|t| !t.stale)?;
                 (top.window(&sub.spec, total), top.generation)

@@ -5,6 +5,7 @@ use lockscope_model::{BlacklistEntry, FleetEvent, LockBody, LockEntry, LockRecor
 use super::*;
 
 mod frames;
+mod names;
 mod select;
 mod sim;
 mod top;
