@@ -52,7 +52,7 @@ use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
 pub use names::NAME_WINDOWS_FROM;
 pub use select::{SCAN_BUDGET, SCAN_LIMIT, SELECT_FROM};
-pub use top::{PASS_QUIET_MS, PASS_WAIT_MS, TOP_ROWS, WALK_LIMIT};
+pub use top::{PASS_QUIET_MS, PASS_SLICE, PASS_WAIT_MS, TOP_ROWS, WALK_LIMIT};
 
 /// Shortest time between two aggregate updates to one subscriber: counts of a
 /// busy fleet change with every event, and a person reads them at most this often.

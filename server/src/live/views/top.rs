@@ -17,18 +17,20 @@
 //! selections ([`super::select`]).
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use lockscope_model::time::Millis;
-use lockscope_model::view::{Filter, Sort, SortKey, ViewSpec};
+use lockscope_model::view::{Filter, Sort, ViewSpec};
 use lockscope_model::FleetState;
 
 use super::index::{Key, WindowNow};
 use super::{Meta, Views};
 
+mod pass;
 mod walk;
 
+pub(super) use pass::Pass;
+pub use pass::PASS_SLICE;
 pub use walk::WALK_LIMIT;
 
 /// The deepest window (offset + limit, in rows) a top serves. A person pages
@@ -153,84 +155,6 @@ impl Top {
     }
 }
 
-/// One stale top's heap during a pass ([`Views::fill_tops`]).
-struct Fill<'m> {
-    /// Its place in the list of stale tops.
-    at: usize,
-    sort: Sort,
-    cap: usize,
-    heap: BinaryHeap<Ranked<'m>>,
-}
-
-impl<'m> Fill<'m> {
-    /// Keeps `(a, b, rank)` if it is among the first `cap` keys offered. The
-    /// rank (the lock's place in name order) stands for its name, so keys that
-    /// tie on their position (a fence or expiry most locks share) are told
-    /// apart by one integer comparison, never by comparing names.
-    fn offer(&mut self, a: i64, b: i64, rank: u64, name: &'m Arc<str>) {
-        let key = Ranked(a, b, rank, name, self.sort.reverse);
-        if self.heap.len() < self.cap {
-            self.heap.push(key);
-            return;
-        }
-        let mut last = self.heap.peek_mut().expect("cap is at least 1");
-        if key < *last {
-            // Replaces the last kept; sifted down as `last` drops.
-            *last = key;
-        }
-    }
-}
-
-/// A filter, its stale tops' heaps, and how many locks it takes (counted by
-/// the pass).
-type Group<'f, 'm> = (&'f Filter, Vec<Fill<'m>>, usize);
-
-/// Reads `locks` (each with its rank in name order) once for `groups`: each
-/// heap keeps its top's first keys.
-fn fill_pass<'m>(locks: impl Iterator<Item = (u64, &'m Arc<str>, &'m Meta)>, groups: &mut [Group<'_, 'm>]) {
-    for (rank, name, meta) in locks {
-        // Each position computed once per lock, whatever the tops reading it.
-        let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
-        for (filter, fills, matched) in groups.iter_mut() {
-            if !meta.takes(name, filter) {
-                continue;
-            }
-            *matched += 1;
-            for fill in fills.iter_mut() {
-                let (a, b) = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
-                fill.offer(a, b, rank, name);
-            }
-        }
-    }
-}
-
-/// A key in a bounded heap whose top is the last in view order: its position,
-/// its lock's rank in name order (which orders as the name does), the name,
-/// and whether the view is reversed.
-struct Ranked<'m>(i64, i64, u64, &'m Arc<str>, bool);
-
-impl PartialEq for Ranked<'_> {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-impl Eq for Ranked<'_> {}
-impl PartialOrd for Ranked<'_> {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ranked<'_> {
-    fn cmp(&self, other: &Self) -> Ordering {
-        let o = (self.0, self.1, self.2).cmp(&(other.0, other.1, other.2));
-        if self.4 {
-            o.reverse()
-        } else {
-            o
-        }
-    }
-}
-
 impl Views {
     /// Whether `spec` is served by a top: a window near the top of its order
     /// over a large fleet (not the default view, whose full index always exists).
@@ -279,104 +203,21 @@ impl Views {
             let at = |m: &Meta| m.takes(name, &spec.filter).then(|| m.position(spec.sort.key));
             top.follow(spec.sort.reverse, name, old.and_then(at), new.and_then(at));
         }
+        if let Some(run) = &mut self.pass.run {
+            run.follow(name, old, new);
+        }
     }
 
     /// Fills every stale top: those an existing order serves by walking it
-    /// ([`walk`]), then, with `pass`, the others in one pass over the locks
-    /// (each half of them on its own thread): each keeps its first keys in a
-    /// heap bounded by its size, so the pass is O(n log k) and sorts nothing. Whether tops are left stale
-    /// for a pass (never with `pass`).
+    /// ([`walk`]), then, with `pass`, the others by a slice of the pass over
+    /// the locks ([`pass`]), which a later call goes on with. Whether tops are
+    /// left stale, or a pass is under way.
     pub(super) fn fill_tops(&mut self, state: &FleetState, pass: bool) -> bool {
         self.walk_tops(state);
-        let stale: Vec<TopSpec> = self
-            .tops
-            .iter()
-            .filter(|(_, t)| t.stale)
-            .map(|(k, _)| k.clone())
-            .collect();
-        if stale.is_empty() || !pass {
-            return !stale.is_empty();
+        if pass && self.pass_slice(state) {
+            return true;
         }
-        self.top_passes += 1;
-        let caps: Vec<usize> = stale.iter().map(|spec| self.tops[spec].cap()).collect();
-        // Grouped by filter (in the order of `stale`, the same for both halves),
-        // so each lock is matched once per distinct filter.
-        let groups = || {
-            let mut groups: Vec<Group> = Vec::new();
-            let mut at: HashMap<&Filter, usize> = HashMap::new();
-            for (i, spec) in stale.iter().enumerate() {
-                let fill = Fill {
-                    at: i,
-                    sort: spec.sort,
-                    cap: caps[i],
-                    heap: BinaryHeap::new(),
-                };
-                let g = *at.entry(&spec.filter).or_insert_with(|| {
-                    groups.push((&spec.filter, Vec::new(), 0));
-                    groups.len() - 1
-                });
-                groups[g].1.push(fill);
-            }
-            groups
-        };
-        // The locks in name order (their rank there stands for their name in
-        // the heaps), in two halves, the second read from the end on another
-        // thread (the pass is what a burst of new views waits for); each
-        // half's heaps are merged after.
-        let meta = &self.meta;
-        let (n, half) = (state.len(), state.len() / 2);
-        let ranked = |(rank, e): (usize, &lockscope_model::LockEntry)| {
-            let (name, m) = meta.get_key_value(e.name.as_str())?;
-            Some((rank as u64, name, m))
-        };
-        let (mut left, right) = std::thread::scope(|scope| {
-            let right = scope.spawn(|| {
-                let mut right = groups();
-                let from_end = state.locks_under("").rev().take(n - half);
-                fill_pass(
-                    from_end.enumerate().map(|(i, e)| (n - 1 - i, e)).filter_map(ranked),
-                    &mut right,
-                );
-                right
-            });
-            let mut left = groups();
-            fill_pass(
-                state.locks_under("").take(half).enumerate().filter_map(ranked),
-                &mut left,
-            );
-            (left, right.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-        });
-        for (l, r) in left.iter_mut().zip(right) {
-            l.2 += r.2;
-            for (into, from) in l.1.iter_mut().zip(r.1) {
-                for Ranked(a, b, rank, name, _) in from.heap.into_vec() {
-                    into.offer(a, b, rank, name);
-                }
-            }
-        }
-        let mut heaps: Vec<Option<BinaryHeap<Ranked>>> = stale.iter().map(|_| None).collect();
-        let mut matched = vec![0usize; stale.len()];
-        for (_, fills, n) in left {
-            for fill in fills {
-                matched[fill.at] = n;
-                heaps[fill.at] = Some(fill.heap);
-            }
-        }
-        let heaps = heaps.into_iter().map(|h| h.expect("every stale top is in a group"));
-        for ((spec, heap), matched) in stale.iter().zip(heaps).zip(matched) {
-            if let Some(c) = self.filters.get_mut(&spec.filter).filter(|c| !c.counted) {
-                (c.count, c.counted) = (matched as u64, true);
-            }
-            let top = self.tops.get_mut(spec).expect("listed above");
-            top.keys = (heap.into_sorted_vec().into_iter())
-                .map(|Ranked(a, b, _, name, _)| (a, b, name.clone()))
-                .collect();
-            top.complete = matched <= top.cap();
-            top.stale = false;
-            top.walk_failed = false;
-            top.generation += 1;
-        }
-        false
+        self.pass.run.is_some() || self.tops.values().any(|t| t.stale)
     }
 
     /// Whether `spec`'s top is filled (`None`: nobody looks at it).

@@ -260,3 +260,76 @@ fn walked_tops_are_answered_before_the_pass_the_others_wait_for() {
     assert_eq!(keys, [SortKey::Name, SortKey::Fence, SortKey::Fence]);
     assert_eq!((sim.views.pass_due_at(), sim.views.top_passes), (None, 1));
 }
+
+/// docs/architecture.md: "The pass is made in slices of 32,768 locks per
+/// thread, one a turn, so it never holds the hub for more than a slice: between
+/// slices the hub applies the store's events and sends frames. A lock already
+/// read that changes meanwhile is counted again at once, and taken as it is
+/// then when the pass ends."
+/// With slices of 2 locks a thread (and no walks: every top is passed), a
+/// pass takes several turns; locks change between slices; views whose top is
+/// filled get their frames while a pass is under way; and every view whose top
+/// is filled holds what a full re-sort gives, at every turn.
+#[test]
+fn the_pass_is_made_a_slice_a_turn_and_follows_the_changes_between_slices() {
+    assert_eq!(PASS_SLICE, 32_768, "the figure the docs quote");
+    let (mut changed_between_slices, mut framed_during_a_pass) = (0, 0);
+    for seed in 0..12u64 {
+        let mut sim = Sim::new(seed);
+        sim.views = Views {
+            pass: crate::live::views::top::Pass { run: None, slice: 2 },
+            walk_limit: 0,
+            ..Views::with_top_from(0)
+        };
+        for _ in 0..150 {
+            sim.step();
+        }
+        // More locks than a slice reads.
+        while sim.state.len() < 10 {
+            sim.step();
+        }
+        let locks = sim.state.len();
+        let tops = Sim::specs()
+            .into_iter()
+            .filter(|s| s.offset + s.limit as u64 <= TOP_ROWS);
+        let mut browsers = sim.browsers(tops);
+        let mut first_pass_turns = 0;
+        let mut first_pass = true;
+        for turn in 0..40 {
+            let at = format!("seed {seed}, turn {turn}");
+            sim.views.mark_dirty(&sim.state, sim.t());
+            let under_way = sim.views.pass.run.is_some();
+            if first_pass {
+                first_pass_turns += 1;
+                first_pass = under_way;
+                if under_way {
+                    assert_eq!(sim.views.pass_due_at(), Some(0), "{at}: the pass goes on at once");
+                }
+            }
+            for (id, f) in sim.views.due_frames(&sim.state, sim.t()) {
+                let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
+                b.window.apply(f).unwrap();
+                sim.views.ack(id, b.window.seq);
+                framed_during_a_pass += usize::from(under_way);
+            }
+            for (spec, b) in browsers.iter().filter(|(_, b)| sim.views.is_ready(b.id)) {
+                let (total, offset, names) = sim.brute(spec);
+                assert_eq!(b.window.order(), names.as_slice(), "{at}, {spec:?}: order");
+                assert_eq!((b.window.total, b.window.offset), (total, offset), "{at}, {spec:?}");
+            }
+            sim.step();
+            sim.views.advance(&sim.state, sim.now);
+            if let Some(run) = &sim.views.pass.run {
+                changed_between_slices += run.changed_len();
+            }
+        }
+        // 10 locks or more, 2 + 2 read a turn (the sim's events may take
+        // several locks at once meanwhile).
+        assert!(
+            first_pass_turns > 1,
+            "seed {seed}: {locks} locks read 2 + 2 a turn took {first_pass_turns} turn"
+        );
+    }
+    assert!(changed_between_slices > 0, "locks read changed before the pass ended");
+    assert!(framed_during_a_pass > 0, "frames went out while a pass was under way");
+}
