@@ -45,14 +45,16 @@ fi
 # No `--cfg erase_components` (cargo-leptos's debug default): it changes the
 # rendered markup, so server and wasm would need it alike, and the server is the
 # one the tests already built without it.
-cargo build --locked -p lockscope-app --lib --no-default-features --features hydrate \
+# The wasm is lockscope-front (a cdylib around lockscope-app, which stays an rlib so
+# that the server's build pipelines behind it: front/Cargo.toml says why).
+cargo build --locked -p lockscope-front --lib --features hydrate \
   --target wasm32-unknown-unknown --target-dir target/front --profile "$wasm_profile"
 if [ "$server" = 1 ]; then wait "$server_build"; fi
 
 mkdir -p "$pkg"
 rm -f "$pkg/lockscope.wasm" "$pkg/lockscope_bg.wasm"
 wasm-bindgen --target web --no-typescript --out-name lockscope --out-dir "$pkg" \
-  "target/front/wasm32-unknown-unknown/$wasm_dir/lockscope_app.wasm"
+  "target/front/wasm32-unknown-unknown/$wasm_dir/lockscope_front.wasm"
 # Leptos's page asks for lockscope.wasm when leptos was compiled with
 # LEPTOS_OUTPUT_NAME set (as .cargo/config.toml does, and cargo-leptos renames the
 # file to match), lockscope_bg.wasm otherwise; cargo does not rebuild a registry

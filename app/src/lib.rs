@@ -59,10 +59,3 @@ pub mod unlocker;
 pub mod viewer;
 
 pub use page::{shell, App};
-
-#[cfg(feature = "hydrate")]
-#[wasm_bindgen::prelude::wasm_bindgen]
-pub fn hydrate() {
-    console_error_panic_hook::set_once();
-    leptos::mount::hydrate_body(App);
-}
