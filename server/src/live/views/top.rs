@@ -136,6 +136,15 @@ impl Top {
     }
 
     fn position(&self, a: i64, b: i64, name: &str, reverse: bool) -> Result<usize, usize> {
+        // A top holds a few thousand of a fleet's locks, so most locks that
+        // change are past its last key: one comparison tells, not a search
+        // (whose comparisons of tied keys compare names).
+        match self.keys.last().map(|k| view_cmp((a, b, name), k, reverse)) {
+            None => return Err(0),
+            Some(Ordering::Greater) => return Err(self.keys.len()),
+            Some(Ordering::Equal) => return Ok(self.keys.len() - 1),
+            Some(Ordering::Less) => {}
+        }
         // `k` against the key sought: the reverse of the key against `k`.
         self.keys
             .binary_search_by(|k| view_cmp((a, b, name), k, reverse).reverse())
