@@ -33,6 +33,16 @@ else
   server_profile=dev wasm_profile=dev wasm_dir=debug
 fi
 
+# wasm-bindgen-cli (scripts/install-wasm-bindgen.sh: once per machine, ~3 minutes of both
+# cores) is installed beside the builds below, not before them: their serial stretches (a
+# crate's type checking, the links, the wasm's single-threaded LTO) leave a core idle.
+wbg_install= wbg_log=
+if ! scripts/install-wasm-bindgen.sh --check; then
+  wbg_log=$(mktemp)
+  scripts/install-wasm-bindgen.sh >"$wbg_log" 2>&1 &
+  wbg_install=$!
+fi
+
 # The server and the wasm build at the same time, in target dirs of their own (the
 # wasm in target/front, as cargo-leptos does), so neither waits for the other's
 # lock and the release wasm's long single-threaded LTO step overlaps the server.
@@ -50,6 +60,10 @@ fi
 cargo build --locked -p lockscope-front --lib --features hydrate \
   --target wasm32-unknown-unknown --target-dir target/front --profile "$wasm_profile"
 if [ "$server" = 1 ]; then wait "$server_build"; fi
+if [ -n "$wbg_install" ]; then
+  wait "$wbg_install" || { cat "$wbg_log" >&2; echo "installing wasm-bindgen-cli failed" >&2; exit 1; }
+  cat "$wbg_log"; rm -f "$wbg_log"
+fi
 
 mkdir -p "$pkg"
 rm -f "$pkg/lockscope.wasm" "$pkg/lockscope_bg.wasm"

@@ -3,11 +3,19 @@
 # skips whatever is already there (safe to run any number of times).
 #   scripts/install.sh          everything, browser tests included
 #   scripts/install.sh --run    only what running the dashboard needs
+#   --no-wasm-bindgen           leave wasm-bindgen-cli to the caller, which installs it beside
+#                               its builds (scripts/run.sh and scripts/test.sh do)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-want_tests=1
-[ "${1:-}" = "--run" ] && want_tests=0
+want_tests=1 want_wasm_bindgen=1
+for arg in "$@"; do
+  case $arg in
+    --run) want_tests=0 ;;
+    --no-wasm-bindgen) want_wasm_bindgen=0 ;;
+    *) echo "usage: $0 [--run] [--no-wasm-bindgen]" >&2; exit 2 ;;
+  esac
+done
 
 say() { printf '\033[1m[install]\033[0m %s\n' "$*"; }
 sudo_if_needed() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -98,12 +106,7 @@ if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   say "rustup target add wasm32-unknown-unknown"
   rustup target add wasm32-unknown-unknown
 fi
-wbg=$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' Cargo.lock)
-if [ "$(wasm-bindgen --version 2>/dev/null | awk '{print $2}')" != "$wbg" ]; then
-  say "cargo install wasm-bindgen-cli $wbg (about 3 minutes, once)"
-  # Not --locked: its lockfile names a webpki-roots version the registry lacks.
-  cargo install wasm-bindgen-cli --version "$wbg" --force
-fi
+[ "$want_wasm_bindgen" = 0 ] || scripts/install-wasm-bindgen.sh
 
 # wasm-opt for the release site: binaryen from npm (Debian's binaryen is too old
 # for current Rust wasm).

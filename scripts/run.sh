@@ -8,7 +8,8 @@
 # (`;`-separated NAME=STORE, see `target/release/lockscope --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh --run
+# wasm-bindgen-cli is installed by build-site.sh, beside its builds.
+scripts/install.sh --run --no-wasm-bindgen
 # Release server and size-optimised wasm (wasm-opt from npm's binaryen).
 scripts/build-site.sh --release
 listen=${LOCKSCOPE_LISTEN:-127.0.0.1:3000}

@@ -4,7 +4,13 @@
 # Chromium against the real server. Installs what is missing first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh
+scripts/install.sh --no-wasm-bindgen
+# wasm-bindgen-cli (~3 minutes of both cores on a fresh machine, for the site below) builds
+# beside the tests' build, whose serial stretches (type checking the server, linking the test
+# binaries) leave a core idle; it is waited for before the site is built.
+wbg_log=$(mktemp)
+scripts/install-wasm-bindgen.sh >"$wbg_log" 2>&1 &
+wbg_install=$!
 
 export RUST_BACKTRACE=1
 # A fresh clone (CI) gains nothing from incremental caches: they would only add
@@ -27,6 +33,8 @@ echo "== build the site (hydrating wasm; the server is the one cargo test built)
 # store's test-util) that change every crate above them, about 8 minutes of one
 # core on a fresh machine. The binary the tests built is the same code; those
 # features only add test helpers it never calls.
+wait "$wbg_install" || { cat "$wbg_log" >&2; echo "installing wasm-bindgen-cli failed" >&2; exit 1; }
+cat "$wbg_log"; rm -f "$wbg_log"
 scripts/build-site.sh --no-server
 echo "== end-to-end (Chromium, real server, real etcd)"
 (cd end2end && npx playwright test)
