@@ -7,13 +7,15 @@
 
 use leptos::prelude::*;
 use lockscope_model::view::{RowState, SortKey, ViewSpec};
-use lockscope_model::LockBody;
 
-use crate::links::{encode, href, lock_href, locks_href};
+use crate::links::{href, locks_href};
 use crate::live::{Connection, LiveView};
-use crate::rows::{row_text, state_icon};
+use crate::rows::state_icon;
 
+mod row;
 mod steps;
+
+use row::LockRow;
 
 /// Changes the view on screen (the socket sends it; the URL follows).
 pub(crate) fn set_view(live: LiveView, change: impl FnOnce(&mut ViewSpec)) {
@@ -409,60 +411,4 @@ pub fn LockTable() -> impl IntoView {
         </Show>
         <nav class="pager" data-testid="pager">{pager}</nav>
     }
-}
-
-/// One lock. Re-renders when its own row signal changes, and once a second with
-/// the clock (its state and countdowns read it; the whole row's closure runs,
-/// setting only what differs).
-///
-/// A row is built whenever a lock enters the window, so it is kept cheap: the
-/// whole row is one reactive closure (no memos, no closure per cell or
-/// attribute), and when it runs again (the row changed, or the clock ticked) the
-/// row is updated in place: its nodes are kept and only the attributes and texts
-/// that differ are set. Its link is fixed when it is built (the page's fleet
-/// does not change under it).
-#[component]
-fn LockRow(name: String) -> impl IntoView {
-    let live = expect_context::<LiveView>();
-    let Some(row) = live.row(&name) else {
-        return view! { <tr></tr> }.into_any();
-    };
-    let link = match use_context::<Frozen>() {
-        Some(f) => format!("{}{}", f.lock_href_prefix, encode(&name)),
-        None => lock_href(&live.fleet.get_untracked(), &name),
-    };
-    (move || {
-        let now = live.now.get();
-        row.with(|r| {
-            let s = r.state(now);
-            let t = row_text(r);
-            let c = crate::rows::countdowns(r, now);
-            // A malformed record's purpose text says so.
-            let malformed = matches!(r.entry.body, LockBody::Malformed { .. });
-            let purpose_title = t.purpose.clone();
-            view! {
-                <tr data-testid="lock-row" data-lock=name.clone() class=s.as_str() data-state=s.as_str()>
-                    <td class="st" data-testid="state" title=s.reason()>
-                        <span class="icon" aria-hidden="true">{state_icon(s)}</span>
-                        {s.as_str()}
-                    </td>
-                    <td class="name" title=name.clone()>
-                        <a href=link.clone() data-testid="lock-link">{name.clone()}</a>
-                        {r.deadlock.then(|| view! { <span class="deadlock-flag" title="on a wait-for cycle">" ⟲"</span> })}
-                    </td>
-                    <td class="holder" title=t.holder_title>
-                        <span class="where">{t.holder}</span>
-                        " "
-                        <span class="session">{t.session}</span>
-                    </td>
-                    <td class="purpose" class:malformed=malformed title=purpose_title>{t.purpose}</td>
-                    <td class="age" data-testid="held-for" title=c.held_title>{c.held_for}</td>
-                    <td class="expires" data-testid="expires-in" title=c.expires_title>{c.expires_in}</td>
-                    <td class="waiters" data-testid="waiters" title=t.waiters_title>{t.waiters}</td>
-                    <td class="fence" data-testid="fence">{r.entry.fence}</td>
-                </tr>
-            }
-        })
-    })
-    .into_any()
 }

@@ -1,9 +1,10 @@
 //! The lock table's rows as the server renders them (the page hydrates this
 //! markup): each cell, attribute and text for a held lock on a wait-for cycle
 //! with waiters, and for a malformed record. A row is one reactive closure
-//! (`table.rs`, `LockRow`) so that a row entering the window is cheap to build;
-//! this pins that it renders exactly what one closure per attribute and text
-//! did (the browser hydrates the server's rows with it).
+//! whose cells are one string of HTML (`table/row.rs`, `LockRow`, `RowCells`)
+//! so that a row entering the window is cheap to build; this pins that it
+//! renders exactly what one closure per attribute and text did (the browser
+//! hydrates the server's rows with it).
 
 use leptos::prelude::*;
 use lockscope_model::record::RECORD_VERSION;
