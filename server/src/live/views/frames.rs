@@ -415,7 +415,8 @@ impl Views {
     }
 
     /// The names of `spec`'s window, in order (for tests and recounts); `None`
-    /// if nobody looks at it or its index is being built.
+    /// if nobody looks at it or its index is being built, and for a window by
+    /// name read from the table (its subscriber's frames carry it).
     pub fn window_names(&self, spec: &ViewSpec) -> Option<(u64, u64, Vec<String>)> {
         let w = match self.indexes.get(&IndexSpec::of(spec)).filter(|i| i.unbuilt.is_none()) {
             Some(index) => window_of(index, spec, None),
