@@ -23,12 +23,13 @@ use lockscope_model::{FleetState, LockEntry};
 use super::{TopSpec, Views};
 use crate::live::views::Meta;
 
-/// Locks each of the pass's two threads reads in one slice (one hub turn).
-/// The pass reads about a million locks in 0.2-0.4 s on this 2-core machine
-/// (release, load ~5: docs/performance.md), so a slice of 32,768 locks a
-/// thread holds the hub about 10-30 ms: a write to a window waits at most
-/// that for its frame, while the pass still costs a few dozen turns, not
-/// hundreds (each turn also sends the frames due).
+/// Locks each of the pass's two threads reads in one slice (one hub turn):
+/// about a sixteenth of a million-lock fleet, so the pass costs a few dozen
+/// turns, not hundreds (each turn also sends the frames due), while a write to
+/// a window waits for at most one slice. Under `perf` at 1,000,000 locks
+/// (release, 48 tops, load ~6 on this 2-core machine: docs/performance.md)
+/// a slice's second thread ran 20-50 ms of CPU, within the 50 ms a turn
+/// should hold the hub at most.
 pub const PASS_SLICE: usize = 32_768;
 
 /// The tops' pass: the one under way, if any, and how it is sliced.
