@@ -85,8 +85,8 @@ fn a_rows_cells_render_as_before_their_grouping() {
     assert!(html.contains(A3), "a malformed record:\n{html}");
 }
 
-const A2: &str = r#"<tr data-testid="lock-row" data-lock="a/2" data-state="overdue" class="overdue"><td data-testid="state" title="past alert_at: held longer than its holder expected" class="st"><span aria-hidden="true" class="icon">⚠</span>overdue</td><td title="a/2" class="name"><a href="/lock?fleet=f&amp;name=a/2" data-testid="lock-link">a/2</a><span title="on a wait-for cycle" class="deadlock-flag"> ⟲</span></td><td title="service billing, host h1, pid 42, session 0123456789abcdef" class="holder"><span class="where">billing@h1:42</span> <span class="session">01234567…</span></td><td title="nightly &lt;b&gt;&amp;" class="purpose">nightly &lt;b&gt;&amp;</td><td data-testid="held-for" title="acquired at 00:00:00 UTC (holder's clock); last heartbeat 00:00:00 UTC" class="age">1m 30s</td><td data-testid="expires-in" title="overdue from 00:01:00 UTC; may be released from 00:02:00 UTC (holder's clock)" class="expires">30s</td><td data-testid="waiters" title="waiting: s1, s2" class="waiters">2</td><td data-testid="fence" class="fence">4</td></tr>"#;
-const A3: &str = r#"<tr data-testid="lock-row" data-lock="a/3" data-state="malformed" class="malformed"><td data-testid="state" title="the stored value is not a lock record this build can read" class="st"><span aria-hidden="true" class="icon">✖</span>malformed</td><td title="a/3" class="name"><a href="/lock?fleet=f&amp;name=a/3" data-testid="lock-link">a/3</a><!></td><td title="the record cannot be read, so its holder is unknown" class="holder"><span class="where">unknown</span> <span class="session"> </span></td><td title="malformed record: not a lock record: not a JSON object — garbage" class="purpose malformed">malformed record: not a lock record: not a JSON object — garbage</td><td data-testid="held-for" title="" class="age"> </td><td data-testid="expires-in" title="" class="expires"> </td><td data-testid="waiters" title="nobody waits" class="waiters"> </td><td data-testid="fence" class="fence">5</td></tr>"#;
+const A2: &str = r#"<tr role="row" data-testid="lock-row" data-lock="a/2" data-state="overdue" class="overdue"><td role="cell" data-testid="state" title="past alert_at: held longer than its holder expected" class="st"><span aria-hidden="true" class="icon">⚠</span>overdue</td><td role="cell" title="a/2" class="name"><a href="/lock?fleet=f&amp;name=a/2" data-testid="lock-link">a/2</a><span title="on a wait-for cycle" class="deadlock-flag"> ⟲</span></td><td role="cell" title="service billing, host h1, pid 42, session 0123456789abcdef" class="holder"><span class="where">billing@h1:42</span> <span class="session">01234567…</span></td><td role="cell" title="nightly &lt;b&gt;&amp;" class="purpose">nightly &lt;b&gt;&amp;</td><td role="cell" data-testid="held-for" title="acquired at 00:00:00 UTC (holder's clock); last heartbeat 00:00:00 UTC" class="age">1m 30s</td><td role="cell" data-testid="expires-in" title="overdue from 00:01:00 UTC; may be released from 00:02:00 UTC (holder's clock)" class="expires">30s</td><td role="cell" data-testid="waiters" title="waiting: s1, s2" class="waiters">2</td><td role="cell" data-testid="fence" class="fence">4</td></tr>"#;
+const A3: &str = r#"<tr role="row" data-testid="lock-row" data-lock="a/3" data-state="malformed" class="malformed"><td role="cell" data-testid="state" title="the stored value is not a lock record this build can read" class="st"><span aria-hidden="true" class="icon">✖</span>malformed</td><td role="cell" title="a/3" class="name"><a href="/lock?fleet=f&amp;name=a/3" data-testid="lock-link">a/3</a><!></td><td role="cell" title="the record cannot be read, so its holder is unknown" class="holder"><span class="where">unknown</span> <span class="session"> </span></td><td role="cell" title="malformed record: not a lock record: not a JSON object — garbage" class="purpose malformed">malformed record: not a lock record: not a JSON object — garbage</td><td role="cell" data-testid="held-for" title="" class="age"> </td><td role="cell" data-testid="expires-in" title="" class="expires"> </td><td role="cell" data-testid="waiters" title="nobody waits" class="waiters"> </td><td role="cell" data-testid="fence" class="fence">5</td></tr>"#;
 
 /// The column classes of one `<tr>`'s cells, in order.
 fn cell_classes(tr: &str) -> Vec<String> {
@@ -150,4 +150,28 @@ fn every_cell_names_its_column_and_every_column_has_a_fixed_width() {
             "style/main.css gives column {column} its own width ({rule})"
         );
     }
+}
+
+/// app/src/table.rs: "The table's roles are said explicitly: its parts are laid
+/// out as blocks and flex lines (style/main.css), which some screen readers
+/// (Safari's VoiceOver) take as the end of a table's semantics." So the table,
+/// its row groups, every row, header and cell carry their table roles.
+#[test]
+fn the_lock_table_says_its_table_roles() {
+    let html = table_html(vec![held("a/1", 3, vec![], false), held("a/2", 4, vec![], false)]);
+    let count = |s: &str| html.matches(s).count();
+    // (`table_html` is the table from its `data-testid` on.)
+    assert_eq!(count(r#"role="table""#), 1, "{html}");
+    assert_eq!(
+        count(r#"<thead role="rowgroup">"#) + count(r#"<tbody role="rowgroup">"#),
+        2,
+        "{html}"
+    );
+    assert_eq!(count(r#"<th role="columnheader""#), 8, "{html}");
+    // Two lock rows and the header row; the spacer rows are hidden from readers.
+    assert_eq!(count(r#"<tr role="row""#), 3, "{html}");
+    assert_eq!(count(r#"<tr aria-hidden="true" class="spacer">"#), 2, "{html}");
+    // Every cell of a lock row; the spacers' two cells are hidden with their rows.
+    assert_eq!(count(r#"<td role="cell""#), 16, "{html}");
+    assert_eq!(count("<td"), 16 + 2, "{html}");
 }

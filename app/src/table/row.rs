@@ -50,7 +50,7 @@ pub(super) fn LockRow(name: String) -> impl IntoView {
             let s = r.state(now);
             let cells = RowCells::new(r, s, &name, &link, countdowns(r, now));
             view! {
-                <tr data-testid="lock-row" data-lock=name.clone() class=s.as_str() data-state=s.as_str()></tr>
+                <tr role="row" data-testid="lock-row" data-lock=name.clone() class=s.as_str() data-state=s.as_str()></tr>
             }
             .into_inner()
             .inner_html(cells)
@@ -78,13 +78,13 @@ impl RowCells {
     pub fn new(r: &WindowRow, s: RowState, name: &str, link: &str, clock: Countdowns) -> RowCells {
         let t = row_text(r);
         let mut head = String::with_capacity(640);
-        head.push_str(r#"<td data-testid="state" title=""#);
+        head.push_str(r#"<td role="cell" data-testid="state" title=""#);
         escape(s.reason(), &mut head);
         head.push_str(r#"" class="st"><span aria-hidden="true" class="icon">"#);
         head.push_str(state_icon(s));
         head.push_str("</span>");
         head.push_str(s.as_str());
-        head.push_str(r#"</td><td title=""#);
+        head.push_str(r#"</td><td role="cell" title=""#);
         escape(name, &mut head);
         head.push_str(r#"" class="name"><a href=""#);
         escape(link, &mut head);
@@ -97,13 +97,13 @@ impl RowCells {
         } else {
             "<!>"
         });
-        head.push_str(r#"</td><td title=""#);
+        head.push_str(r#"</td><td role="cell" title=""#);
         escape(&t.holder_title, &mut head);
         head.push_str(r#"" class="holder"><span class="where">"#);
         text(&t.holder, &mut head);
         head.push_str(r#"</span> <span class="session">"#);
         text(&t.session, &mut head);
-        head.push_str(r#"</span></td><td title=""#);
+        head.push_str(r#"</span></td><td role="cell" title=""#);
         escape(&t.purpose, &mut head);
         // A malformed record's purpose text says so.
         head.push_str(if matches!(r.entry.body, LockBody::Malformed { .. }) {
@@ -114,13 +114,13 @@ impl RowCells {
         text(&t.purpose, &mut head);
         head.push_str("</td>");
         let mut tail = String::with_capacity(160);
-        tail.push_str(r#"<td data-testid="waiters" title=""#);
+        tail.push_str(r#"<td role="cell" data-testid="waiters" title=""#);
         escape(&t.waiters_title, &mut tail);
         tail.push_str(r#"" class="waiters">"#);
         text(&t.waiters, &mut tail);
         let _ = write!(
             tail,
-            r#"</td><td data-testid="fence" class="fence">{}</td>"#,
+            r#"</td><td role="cell" data-testid="fence" class="fence">{}</td>"#,
             r.entry.fence
         );
         RowCells { head, clock, tail }
@@ -135,7 +135,7 @@ impl RowCells {
             ("held-for", &c.held_title, "age", &c.held_for),
             ("expires-in", &c.expires_title, "expires", &c.expires_in),
         ] {
-            let _ = write!(out, r#"<td data-testid="{testid}" title=""#);
+            let _ = write!(out, r#"<td role="cell" data-testid="{testid}" title=""#);
             escape(title, &mut out);
             let _ = write!(out, r#"" class="{class}">"#);
             text(value, &mut out);
