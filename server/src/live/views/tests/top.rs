@@ -261,9 +261,10 @@ fn walked_tops_are_answered_before_the_pass_the_others_wait_for() {
     assert_eq!((sim.views.pass_due_at(), sim.views.top_passes), (None, 1));
 }
 
-/// docs/architecture.md: "The pass is made in slices of 32,768 locks per
-/// thread, one a turn, so it never holds the hub for more than a slice: between
-/// slices the hub applies the store's events and sends frames. A lock already
+/// docs/architecture.md: "The pass is made in slices of 1,048,576 locks per
+/// thread, one a turn (a fleet of up to 2,097,152 locks in one turn), so it
+/// never holds the hub for more than a slice: between slices the hub applies
+/// the store's events and sends frames. A lock already
 /// read that changes meanwhile is counted again at once, and taken as it is
 /// then when the pass ends."
 /// With slices of 2 locks a thread (and no walks: every top is passed), a
@@ -272,7 +273,7 @@ fn walked_tops_are_answered_before_the_pass_the_others_wait_for() {
 /// is filled holds what a full re-sort gives, at every turn.
 #[test]
 fn the_pass_is_made_a_slice_a_turn_and_follows_the_changes_between_slices() {
-    assert_eq!(PASS_SLICE, 32_768, "the figure the docs quote");
+    assert_eq!(PASS_SLICE, 1_048_576, "the figure the docs quote");
     let (mut changed_between_slices, mut framed_during_a_pass) = (0, 0);
     for seed in 0..12u64 {
         let mut sim = Sim::new(seed);

@@ -23,14 +23,14 @@ use lockscope_model::{FleetState, LockEntry};
 use super::{TopSpec, Views};
 use crate::live::views::Meta;
 
-/// Locks each of the pass's two threads reads in one slice (one hub turn):
-/// about a sixteenth of a million-lock fleet, so the pass costs a few dozen
-/// turns, not hundreds (each turn also sends the frames due), while a write to
-/// a window waits for at most one slice. Under `perf` at 1,000,000 locks
-/// (release, 48 tops, load ~6 on this 2-core machine: docs/performance.md)
-/// a slice's second thread ran 20-50 ms of CPU, within the 50 ms a turn
-/// should hold the hub at most.
-pub const PASS_SLICE: usize = 32_768;
+/// Locks each of the pass's two threads reads in one slice (one hub turn): a
+/// fleet of up to 2,097,152 locks is passed in one turn, a larger one in
+/// slices. Measured in turn on a quiet machine at 1,000,000 locks and 200 new
+/// views (release, docs/performance.md): slices of 32,768 gave first frames
+/// p50 345 / max 2,530 ms and 66 viewers lagged (views that took a top while
+/// the pass's 16 turns ran waited for the next pass); one slice gave
+/// 297 / 1,410 ms and 17.
+pub const PASS_SLICE: usize = 1 << 20;
 
 /// The tops' pass: the one under way, if any, and how it is sliced.
 pub(in crate::live::views) struct Pass {
@@ -212,6 +212,8 @@ impl Run {
                 Some(c) => Box::new(state.locks_after(c)),
             }
         };
+        // A fleet smaller than two slices is split evenly between the threads.
+        let per_thread = per_thread.min(state.len().div_ceil(2).max(1));
         let base = self.next_rank;
         let [near, far] = &mut self.halves;
         let ((_, last_near), (read_far, last_far)) = std::thread::scope(|scope| {
