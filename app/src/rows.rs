@@ -143,12 +143,14 @@ fn foreign_countdowns(written_at: Option<Millis>) -> Countdowns {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use lockscope_model::record::RECORD_VERSION;
     use lockscope_model::{LockEntry, LockRecord};
 
-    fn held() -> WindowRow {
+    /// Lock `a`, fence 1, held by billing@h1:42 from 0, alert at 60 s and
+    /// auto-unlock at 120 s (the holder's clock), two waiters.
+    pub(crate) fn held() -> WindowRow {
         let rec = LockRecord {
             v: RECORD_VERSION,
             owner: "o".into(),

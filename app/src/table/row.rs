@@ -263,8 +263,6 @@ fn text(s: &str, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lockscope_model::record::RECORD_VERSION;
-    use lockscope_model::{LockEntry, LockRecord};
 
     /// The module's rule: "When the row runs again with the clock (once a
     /// second), only the two countdown cells change: they are updated in place,
@@ -274,27 +272,7 @@ mod tests {
     /// the whole row is set again.
     #[test]
     fn a_clock_tick_changes_the_countdown_cells_alone() {
-        let rec = LockRecord {
-            v: RECORD_VERSION,
-            owner: "o".into(),
-            session: "s".into(),
-            service: "svc".into(),
-            host: "h".into(),
-            pid: 1,
-            purpose: "p".into(),
-            backtrace: [].into(),
-            acquired_at: 0,
-            expected_runtime_ms: 60_000,
-            alert_at: 60_000,
-            auto_unlock_at: 120_000,
-            heartbeat_at: 0,
-        };
-        let r = WindowRow {
-            entry: LockEntry::from_stored("a".into(), 1, 1, &rec.to_json()),
-            holder: Default::default(),
-            deadlock: false,
-            waiters: vec![],
-        };
+        let r = crate::rows::tests::held();
         let at = |now| RowCells::new(&r, r.state(now), "a", "/lock?name=a", countdowns(&r, now));
         let (a, b) = (at(10_000), at(11_000));
         assert_ne!(a, b);
