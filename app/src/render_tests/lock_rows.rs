@@ -175,3 +175,41 @@ fn the_lock_table_says_its_table_roles() {
     assert_eq!(count(r#"<td role="cell""#), 16, "{html}");
     assert_eq!(count("<td"), 16 + 2, "{html}");
 }
+
+/// style/main.css: "Each row is contained (`contain: strict`, its height
+/// fixed): what happens inside a row is styled, laid out and painted within
+/// it, in one pass per frame (`content-visibility: auto` cost a second style
+/// and layout pass each frame a row entered, to decide whether it was on
+/// screen; docs/performance.md), and the cells clip their text (`overflow:
+/// clip`, not `hidden`: not a scroll container each)." A lock row's rule says
+/// so, the spacer rows (whose height follows the window) are not contained,
+/// and no rule of the lock table brings `content-visibility` back.
+#[test]
+fn each_lock_row_is_contained_in_one_pass() {
+    let css = include_str!("../../../style/main.css");
+    let rule = |selector: &str| {
+        let at = css
+            .find(&format!("\n{selector} {{"))
+            .unwrap_or_else(|| panic!("style/main.css has a rule for {selector}"));
+        css[at..][..css[at..].find('}').expect("a rule ends")].to_string()
+    };
+    let row = rule("table.locks tbody tr");
+    assert!(
+        row.contains("height: 36px;") && row.contains("contain: strict;"),
+        "a lock row is 36 px (table.rs's ROW_PX) and contained: {row}"
+    );
+    assert_eq!(crate::table::ROW_PX, 36.0, "the stylesheet's row height is ROW_PX");
+    let spacer = rule("table.locks tr.spacer");
+    assert!(
+        spacer.contains("contain: none;"),
+        "a spacer row sizes to its cell: {spacer}"
+    );
+    let cells = rule("table.locks th, table.locks td");
+    assert!(
+        cells.contains("overflow: clip;") && cells.contains("text-overflow: ellipsis;"),
+        "cells clip their text with an ellipsis: {cells}"
+    );
+    for line in css.lines().filter(|l| l.contains("table.locks") && l.contains('{')) {
+        assert!(!line.contains("content-visibility"), "no content-visibility in {line}");
+    }
+}
