@@ -9,9 +9,17 @@
 //! threads, one slice per hub turn), so it never holds the hub for more than a
 //! slice: between slices the hub applies the store's events and sends frames.
 //! A lock already read that changes meanwhile is counted again at once and
-//! noted; when the last slice is read, each filled top takes the noted locks as
-//! they are then ([`super::Top::follow`]), so it holds what a pass made in one
-//! go at that moment would.
+//! noted; when a top's last lock is read, it takes the noted locks as they are
+//! then ([`super::Top::follow`]), so it holds what a pass made in one go at
+//! that moment would.
+//!
+//! A top made while a pass is under way **joins** it: it reads from the
+//! pass's cursor to the end of the fleet, then, in the pass's next **lap**,
+//! from the start up to where it joined, so that a burst of new views costs one
+//! pass over the fleet and a view made during it waits for one lap at most, not
+//! for the rest of this pass and a whole next one. A lap's ranks are all below
+//! the last lap's, so a top's keys from its second lap (names up to where it
+//! joined) rank before those from its first (the names after).
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
@@ -23,14 +31,18 @@ use lockscope_model::{FleetState, LockEntry};
 use super::{TopSpec, Views};
 use crate::live::views::Meta;
 
-/// Locks each of the pass's two threads reads in one slice (one hub turn): a
-/// fleet of up to 2,097,152 locks is passed in one turn, a larger one in
-/// slices. Measured in turn on a quiet machine at 1,000,000 locks and 200 new
-/// views (release, docs/performance.md): slices of 32,768 gave first frames
-/// p50 345 / max 2,530 ms and 66 viewers lagged (views that took a top while
-/// the pass's 16 turns ran waited for the next pass); one slice gave
-/// 297 / 1,410 ms and 17.
-pub const PASS_SLICE: usize = 1 << 20;
+/// Locks each of the pass's two threads reads in one slice (one hub turn): 16
+/// turns for 1,000,000 locks, each a few tens of milliseconds of the hub, so
+/// the views an existing order serves and the store's writes are answered
+/// between slices. Measured in turn on a quiet machine at 1,000,000 locks and
+/// 200 new views (release, docs/performance.md), before tops joined a pass
+/// under way: slices of 32,768 gave first frames p50 345 / max 2,530 ms and
+/// 66 viewers lagged, because the views that took a top while the pass's 16
+/// turns ran waited for the next pass; one slice gave 297 / 1,410 ms and 17,
+/// with every view made during the pass (walked or not) waiting for the hub.
+/// Now that a top made during a pass joins it, slices cost a late view no
+/// second pass.
+pub const PASS_SLICE: usize = 1 << 15;
 
 /// The tops' pass: the one under way, if any, and how it is sliced.
 pub(in crate::live::views) struct Pass {
@@ -48,26 +60,75 @@ impl Default for Pass {
     }
 }
 
-/// A pass under way.
+/// A pass under way: one or more laps over the fleet in name order.
+#[derive(Default)]
 pub(in crate::live::views) struct Run {
     /// The tops it fills, with the size each was asked for.
     specs: Vec<(TopSpec, usize)>,
     /// Per filter, its tops' heaps: one set per thread, merged at the end.
+    /// Both halves hold the same groups and fills in the same places.
     halves: [Vec<Group>; 2],
-    /// The last lock read: every lock up to it in name order has been read.
+    /// The last lock read in this lap: every lock up to it has been.
     cursor: Option<Arc<str>>,
-    /// The rank of the next lock read.
-    next_rank: u64,
-    /// Locks read that changed since: settled when the pass ends.
-    changed: HashSet<Arc<str>>,
+    /// Laps begun: a lap reads the fleet from its start to its end.
+    lap: u64,
+    /// The place in this lap of the next lock read.
+    next: u64,
+    /// Where this lap ends the spans begun in the last one, in name order
+    /// ([`Span::stop`]).
+    stops: Vec<Arc<str>>,
+    /// Locks read that changed since, in this lap and the last (no top reads
+    /// for longer): taken as they are then when their tops are filled.
+    changed: [HashSet<Arc<str>>; 2],
+}
+
+/// What a filter's group or a top's heap reads: from where it joined, in the
+/// lap it joined, to the same place in the next lap (the whole of one lap if
+/// it joined at a lap's start).
+#[derive(Clone)]
+struct Span {
+    lap: u64,
+    /// The cursor when it joined (`None`: a lap's start).
+    from: Option<Arc<str>>,
+    /// In its second lap, its `from`'s place in [`Run::stops`].
+    stop: Option<usize>,
+}
+
+impl Span {
+    /// Whether it reads a lock past `passed` of this lap's stops.
+    fn reads(&self, passed: usize) -> bool {
+        self.stop.is_none_or(|s| s >= passed)
+    }
+
+    /// Whether it has read lock `name`, in lap `lap` with the cursor at `cursor`.
+    fn has_read(&self, name: &str, lap: u64, cursor: Option<&str>) -> bool {
+        let before = cursor.is_some_and(|c| name <= c);
+        let after_from = |f: &Arc<str>| name > &**f;
+        if self.lap == lap {
+            before && self.from.as_ref().is_none_or(after_from)
+        } else {
+            self.from.as_ref().is_some_and(after_from) || before
+        }
+    }
+
+    /// Whether it has read every lock, once the lap is at `cursor` (`ended`:
+    /// lap `lap` read to the fleet's end).
+    fn done(&self, lap: u64, cursor: Option<&str>, ended: bool) -> bool {
+        match ended {
+            true => self.lap < lap || self.from.is_none(),
+            false => self.lap < lap && cursor.zip(self.from.as_deref()).is_some_and(|(c, f)| c >= f),
+        }
+    }
 }
 
 /// A filter, its tops' heaps, and how many locks it takes (as read, plus the
-/// changes to locks read since).
+/// changes to locks read since) while `counting` (over its span).
 struct Group {
     filter: Filter,
     fills: Vec<Fill>,
     matched: i64,
+    span: Span,
+    counting: bool,
 }
 
 /// One top's heap.
@@ -79,10 +140,11 @@ struct Fill {
     heap: BinaryHeap<Ranked>,
     /// A key was ever turned away: the heap may not hold every lock taken.
     overflowed: bool,
+    span: Span,
 }
 
 impl Fill {
-    /// Keeps `(a, b, rank)` if it is among the first `cap` keys offered.
+    /// Keeps `key` if it is among the first `cap` keys offered.
     fn offer(&mut self, key: Ranked) {
         if self.heap.len() < self.cap {
             self.heap.push(key);
@@ -98,9 +160,10 @@ impl Fill {
 }
 
 /// A key in a bounded heap whose top is the last in view order: its position,
-/// its lock's rank in name order (which orders as the name does), the name,
-/// and whether the view is reversed.
-struct Ranked(i64, i64, u64, Arc<str>, bool);
+/// its lock's rank in name order (which orders as the name does within a lap;
+/// a lap's ranks are below the last lap's), the name, and whether the view is
+/// reversed.
+struct Ranked(i64, i64, u128, Arc<str>, bool);
 
 impl PartialEq for Ranked {
     fn eq(&self, other: &Self) -> bool {
@@ -124,30 +187,47 @@ impl Ord for Ranked {
     }
 }
 
-/// Reads `locks` (each with its rank in name order) for `groups`; how many
-/// were read and the last one's name.
+/// The rank of the lock at place `at` of lap `lap`.
+fn rank(lap: u64, at: u64) -> u128 {
+    (u128::from(u64::MAX - lap) << 64) | u128::from(at)
+}
+
+/// Reads `locks` (the first at place `at` of lap `lap`, whose `stops` end the
+/// spans begun in the last lap) for `groups`; how many were read and the last
+/// one's name.
 fn read<'s>(
     locks: impl Iterator<Item = &'s LockEntry>,
-    mut rank: u64,
+    (lap, mut at): (u64, u64),
+    stops: &[Arc<str>],
     meta: &HashMap<Arc<str>, Meta>,
     groups: &mut [Group],
 ) -> (usize, Option<&'s str>) {
     let (mut read, mut last) = (0, None);
+    // How many stops lie before the lock read (names only grow).
+    let mut passed = 0;
     for e in locks {
         read += 1;
         last = Some(e.name.as_str());
-        rank += 1;
+        let rank = rank(lap, at);
+        at += 1;
+        while stops.get(passed).is_some_and(|s| e.name.as_str() > &**s) {
+            passed += 1;
+        }
         let Some((name, meta)) = meta.get_key_value(e.name.as_str()) else {
             continue;
         };
         // Each position computed once per lock, whatever the tops reading it.
         let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
         for g in groups.iter_mut() {
+            let counts = g.counting && g.span.reads(passed);
+            if !counts && !g.fills.iter().any(|f| f.span.reads(passed)) {
+                continue;
+            }
             if !meta.takes(name, &g.filter) {
                 continue;
             }
-            g.matched += 1;
-            for fill in g.fills.iter_mut() {
+            g.matched += i64::from(counts);
+            for fill in g.fills.iter_mut().filter(|f| f.span.reads(passed)) {
                 let (a, b) = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
                 if fill.heap.len() == fill.cap {
                     // Most locks cannot enter: turned away before any clone.
@@ -166,44 +246,62 @@ fn read<'s>(
     (read, last)
 }
 
+/// What a slice finished: a filter's count, if its group's span ended, and the
+/// heaps of its tops whose span ended (both halves merged).
+struct Settled {
+    filter: Filter,
+    count: Option<i64>,
+    fills: Vec<Fill>,
+}
+
 impl Run {
-    /// A pass for `specs` (each top with its size).
-    pub(in crate::live::views) fn new(specs: Vec<(TopSpec, usize)>) -> Run {
-        // Grouped by filter, so each lock is matched once per distinct filter.
-        let groups = || {
-            let mut groups: Vec<Group> = Vec::new();
-            let mut at: HashMap<&Filter, usize> = HashMap::new();
-            for (i, (spec, cap)) in specs.iter().enumerate() {
-                let fill = Fill {
-                    at: i,
+    /// Whether the top `spec` of size `cap` is being filled by this pass.
+    fn fills(&self, spec: &TopSpec, cap: usize) -> bool {
+        let specs = self.halves[0].iter().flat_map(|g| &g.fills).map(|f| &self.specs[f.at]);
+        specs.into_iter().any(|(s, c)| s == spec && *c == cap)
+    }
+
+    /// `specs` (each top with its size) join the pass at its cursor: grouped
+    /// by filter, so each lock is matched once per distinct filter.
+    fn join(&mut self, specs: Vec<(TopSpec, usize)>) {
+        let span = Span {
+            lap: self.lap,
+            from: self.cursor.clone(),
+            stop: None,
+        };
+        for (spec, cap) in specs {
+            // A group still counting counts for its new tops too.
+            let g = match (self.halves[0].iter()).position(|g| g.counting && g.filter == spec.filter) {
+                Some(g) => g,
+                None => {
+                    for half in self.halves.iter_mut() {
+                        half.push(Group {
+                            filter: spec.filter.clone(),
+                            fills: Vec::new(),
+                            matched: 0,
+                            span: span.clone(),
+                            counting: true,
+                        });
+                    }
+                    self.halves[0].len() - 1
+                }
+            };
+            for half in self.halves.iter_mut() {
+                half[g].fills.push(Fill {
+                    at: self.specs.len(),
                     sort: spec.sort,
-                    cap: *cap,
+                    cap,
                     heap: BinaryHeap::new(),
                     overflowed: false,
-                };
-                let g = *at.entry(&spec.filter).or_insert_with(|| {
-                    groups.push(Group {
-                        filter: spec.filter.clone(),
-                        fills: Vec::new(),
-                        matched: 0,
-                    });
-                    groups.len() - 1
+                    span: span.clone(),
                 });
-                groups[g].fills.push(fill);
             }
-            groups
-        };
-        Run {
-            halves: [groups(), groups()],
-            specs,
-            cursor: None,
-            next_rank: 0,
-            changed: HashSet::new(),
+            self.specs.push((spec, cap));
         }
     }
 
     /// Reads the next slice: `per_thread` locks on this thread and the
-    /// `per_thread` after them on another. Whether every lock has been read.
+    /// `per_thread` after them on another. Whether the lap is read to its end.
     fn slice(&mut self, state: &FleetState, meta: &HashMap<Arc<str>, Meta>, per_thread: usize) -> bool {
         let cursor = self.cursor.as_deref();
         let from = || -> Box<dyn Iterator<Item = &LockEntry> + '_> {
@@ -214,39 +312,97 @@ impl Run {
         };
         // A fleet smaller than two slices is split evenly between the threads.
         let per_thread = per_thread.min(state.len().div_ceil(2).max(1));
-        let base = self.next_rank;
+        let (lap, at, stops) = (self.lap, self.next, &self.stops[..]);
         let [near, far] = &mut self.halves;
         let ((_, last_near), (read_far, last_far)) = std::thread::scope(|scope| {
             let far = scope.spawn(|| {
-                read(
-                    from().skip(per_thread).take(per_thread),
-                    base + per_thread as u64,
-                    meta,
-                    far,
-                )
+                let locks = from().skip(per_thread).take(per_thread);
+                read(locks, (lap, at + per_thread as u64), stops, meta, far)
             });
-            let near = read(from().take(per_thread), base, meta, near);
+            let near = read(from().take(per_thread), (lap, at), stops, meta, near);
             (near, far.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
         });
         if let Some(last) = last_far.or(last_near) {
             self.cursor = Some(Arc::from(last));
         }
-        self.next_rank += 2 * per_thread as u64;
+        self.next += 2 * per_thread as u64;
         read_far < per_thread
+    }
+
+    /// Takes out what has read every lock (`ended`: the lap was read to its
+    /// end), and begins the next lap after an `ended` one if anything is left.
+    fn settle(&mut self, ended: bool) -> Vec<Settled> {
+        let (lap, cursor) = (self.lap, self.cursor.as_deref());
+        let done = |s: &Span| s.done(lap, cursor, ended);
+        let mut settled = Vec::new();
+        let [near, far] = &mut self.halves;
+        for i in (0..near.len()).rev() {
+            let (n, f) = (&mut near[i], &mut far[i]);
+            let count = (n.counting && done(&n.span)).then(|| n.matched + f.matched);
+            n.counting &= count.is_none();
+            let mut fills = Vec::new();
+            for j in (0..n.fills.len()).rev() {
+                if !done(&n.fills[j].span) {
+                    continue;
+                }
+                let (mut into, from) = (n.fills.swap_remove(j), f.fills.swap_remove(j));
+                into.overflowed |= from.overflowed;
+                for key in from.heap.into_vec() {
+                    into.offer(key);
+                }
+                fills.push(into);
+            }
+            if count.is_some() || !fills.is_empty() {
+                settled.push(Settled {
+                    filter: n.filter.clone(),
+                    count,
+                    fills,
+                });
+            }
+            if !n.counting && n.fills.is_empty() {
+                near.swap_remove(i);
+                far.swap_remove(i);
+            }
+        }
+        if ended && !near.is_empty() {
+            // What joined during this lap reads the next up to where it joined.
+            self.lap += 1;
+            (self.cursor, self.next) = (None, 0);
+            self.changed.swap(0, 1);
+            self.changed[0].clear();
+            fn spans(g: &mut Group) -> impl Iterator<Item = &mut Span> {
+                std::iter::once(&mut g.span).chain(g.fills.iter_mut().map(|f| &mut f.span))
+            }
+            let mut stops: Vec<Arc<str>> = (near.iter().flat_map(|g| &g.fills).map(|f| &f.span))
+                .chain(near.iter().map(|g| &g.span))
+                .filter_map(|s| s.from.clone())
+                .collect();
+            stops.sort_unstable();
+            stops.dedup();
+            for s in near.iter_mut().chain(far.iter_mut()).flat_map(spans) {
+                s.stop = s.from.as_ref().map(|f| stops.binary_search(f).expect("listed above"));
+            }
+            self.stops = stops;
+        }
+        settled
     }
 
     /// Follows lock `name` from `old` to `new` (either absent): a lock read
     /// already is counted again and noted; one not read yet is read as it is.
     pub(in crate::live::views) fn follow(&mut self, name: &Arc<str>, old: Option<&Meta>, new: Option<&Meta>) {
-        if self.cursor.as_deref().is_none_or(|c| **name > *c) {
-            return;
-        }
+        let (lap, cursor) = (self.lap, self.cursor.as_deref());
+        let mut noted = false;
         for g in self.halves[0].iter_mut() {
-            let was = old.is_some_and(|m| m.takes(name, &g.filter));
-            let is = new.is_some_and(|m| m.takes(name, &g.filter));
-            g.matched += i64::from(is) - i64::from(was);
+            if g.counting && g.span.has_read(name, lap, cursor) {
+                let was = old.is_some_and(|m| m.takes(name, &g.filter));
+                let is = new.is_some_and(|m| m.takes(name, &g.filter));
+                g.matched += i64::from(is) - i64::from(was);
+            }
+            noted = noted || g.fills.iter().any(|f| f.span.has_read(name, lap, cursor));
         }
-        self.changed.insert(name.clone());
+        if noted {
+            self.changed[0].insert(name.clone());
+        }
     }
 }
 
@@ -254,74 +410,76 @@ impl Run {
 impl Run {
     /// How many locks read have changed since.
     pub(in crate::live::views) fn changed_len(&self) -> usize {
-        self.changed.len()
+        self.changed.iter().map(HashSet::len).sum()
+    }
+
+    /// Laps begun.
+    pub(in crate::live::views) fn laps(&self) -> u64 {
+        self.lap + 1
     }
 }
 
 impl Views {
-    /// One slice of the pass under way, or of a new one for the stale tops:
-    /// whether a pass is still under way after it.
+    /// One slice of the pass under way, or of a new one, for every stale top
+    /// (those made or made deeper meanwhile join it), and fills the tops whose
+    /// every lock has been read: whether a pass is still under way after it.
     pub(in crate::live::views) fn pass_slice(&mut self, state: &FleetState) -> bool {
-        if self.pass.run.is_none() {
-            let stale: Vec<(TopSpec, usize)> = (self.tops.iter())
-                .filter(|(_, t)| t.stale)
-                .map(|(k, t)| (k.clone(), t.cap()))
-                .collect();
-            if stale.is_empty() {
-                return false;
+        let run = self.pass.run.take();
+        let owed: Vec<(TopSpec, usize)> = (self.tops.iter())
+            .filter(|(k, t)| t.stale && run.as_ref().is_none_or(|r| !r.fills(k, t.cap())))
+            .map(|(k, t)| (k.clone(), t.cap()))
+            .collect();
+        let mut run = match run {
+            Some(run) => run,
+            None if owed.is_empty() => return false,
+            None => {
+                self.top_passes += 1;
+                Run::default()
             }
-            self.top_passes += 1;
-            self.pass.run = Some(Run::new(stale));
+        };
+        run.join(owed);
+        let ended = run.slice(state, &self.meta, self.pass.slice);
+        for settled in run.settle(ended) {
+            self.fill_settled(settled, &run);
         }
-        let run = self.pass.run.as_mut().expect("made above");
-        if !run.slice(state, &self.meta, self.pass.slice) {
-            return true;
+        if run.halves[0].is_empty() {
+            return false;
         }
-        let run = self.pass.run.take().expect("under way");
-        self.end_pass(run);
-        false
+        self.pass.run = Some(run);
+        true
     }
 
-    /// Fills the tops of a pass whose every lock has been read.
-    fn end_pass(&mut self, run: Run) {
-        let [mut near, far] = run.halves;
-        for (n, f) in near.iter_mut().zip(far) {
-            n.matched += f.matched;
-            for (into, from) in n.fills.iter_mut().zip(f.fills) {
-                into.overflowed |= from.overflowed;
-                for key in from.heap.into_vec() {
-                    into.offer(key);
-                }
+    /// Fills the tops (and counts the filter) whose every lock has been read.
+    fn fill_settled(&mut self, settled: Settled, run: &Run) {
+        if let Some(c) = (self.filters.get_mut(&settled.filter)).filter(|c| !c.counted) {
+            if let Some(count) = settled.count {
+                (c.count, c.counted) = (count.max(0) as u64, true);
             }
         }
-        for g in near {
-            if let Some(c) = self.filters.get_mut(&g.filter).filter(|c| !c.counted) {
-                (c.count, c.counted) = (g.matched.max(0) as u64, true);
+        for fill in settled.fills {
+            let (spec, cap) = &run.specs[fill.at];
+            // Gone, filled meanwhile (walked), or asked deeper: left as it is.
+            let Some(top) = self.tops.get_mut(spec).filter(|t| t.stale && t.cap() == *cap) else {
+                continue;
+            };
+            top.keys = (fill.heap.into_sorted_vec().into_iter())
+                .map(|Ranked(a, b, _, name, _)| (a, b, name))
+                .collect();
+            top.complete = !fill.overflowed;
+            top.stale = false;
+            top.walk_failed = false;
+            top.generation += 1;
+            let [now, last] = &run.changed;
+            if now.is_empty() && last.is_empty() {
+                continue;
             }
-            for fill in g.fills {
-                let (spec, cap) = &run.specs[fill.at];
-                // Gone, filled meanwhile (walked), or asked deeper: left as it is.
-                let Some(top) = self.tops.get_mut(spec).filter(|t| t.stale && t.cap() == *cap) else {
-                    continue;
-                };
-                top.keys = (fill.heap.into_sorted_vec().into_iter())
-                    .map(|Ranked(a, b, _, name, _)| (a, b, name))
-                    .collect();
-                top.complete = !fill.overflowed;
-                top.stale = false;
-                top.walk_failed = false;
-                top.generation += 1;
-                if run.changed.is_empty() {
-                    continue;
-                }
-                // Locks that changed after they were read: as they are now.
-                top.keys.retain(|k| !run.changed.contains(&k.2));
-                for name in &run.changed {
-                    let now = (self.meta.get(name))
-                        .filter(|m| m.takes(name, &spec.filter))
-                        .map(|m| m.position(spec.sort.key));
-                    top.follow(spec.sort.reverse, name, None, now);
-                }
+            // Locks that changed after they were read: as they are now.
+            top.keys.retain(|k| !now.contains(&k.2) && !last.contains(&k.2));
+            for name in now.union(last) {
+                let now = (self.meta.get(name))
+                    .filter(|m| m.takes(name, &spec.filter))
+                    .map(|m| m.position(spec.sort.key));
+                top.follow(spec.sort.reverse, name, None, now);
             }
         }
     }
