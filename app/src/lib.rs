@@ -27,13 +27,17 @@
 //!   overview's "unknown", the banner with the failure in one line).
 //! - [`prefs`]: the reader's theme and time zone (remembered in the browser);
 //!   [`focus`]: keyboard use of the `<details>` used as dialogs.
-//! - `socket` (hydrate only): the websocket client with reconnect backoff.
+//! - [`boot`]: what a live page starts from its head before the wasm arrives
+//!   (the websocket, asking for the page's view at once).
+//! - `socket` (hydrate only): the websocket client with reconnect backoff; it
+//!   takes over the socket [`boot`] opened.
 // The page's view type nests past the compiler's default depth of 128 when
 // the wasm build computes its hydration future's layout.
 #![recursion_limit = "256"]
 
 pub mod actions;
 pub mod audit;
+pub mod boot;
 pub mod charts;
 pub mod detail;
 pub mod focus;

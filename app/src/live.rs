@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 use leptos::prelude::*;
 use lockscope_model::time::Millis;
 use lockscope_model::view::{Aggregates, ViewSpec, WindowRow};
-use lockscope_model::{Counts, FleetSummary, Page, Screen, ServerMsg, StoreStatus, Watch, Window};
+use lockscope_model::{Counts, FleetSummary, Page, Screen, ServerMsg, StoreStatus, Window};
 
 /// The browser's link to the server.
 #[derive(Clone, Debug, PartialEq)]
@@ -203,19 +203,6 @@ impl LiveView {
         id
     }
 
-    /// What this page keeps live instead of a view (the detail and sessions
-    /// pages), if it does.
-    pub fn watch(&self) -> Option<Watch> {
-        self.screen.with_untracked(|s| match s {
-            Screen::Locks => None,
-            Screen::Lock { detail } => Some(Watch::Lock {
-                name: detail.name.clone(),
-            }),
-            Screen::Sessions { .. } => Some(Watch::Sessions),
-            Screen::Audit { .. } | Screen::History { .. } | Screen::Charts { .. } | Screen::SignIn { .. } => None,
-        })
-    }
-
     /// Whether this page shows a view of the lock table (the others watch a
     /// lock or the sessions, or are not live).
     pub fn has_view(&self) -> bool {
@@ -229,9 +216,13 @@ impl LiveView {
         self.overview.with(|o| o.iter().any(|f| f.name == fleet && f.writable))
     }
 
-    /// The view to ask for on a new connection, and its id.
-    pub fn current_request(&self) -> (u32, ViewSpec) {
-        (self.view_id.get_value(), self.view.get_untracked())
+    /// What a new connection asks for first: the view on screen (with its
+    /// request id), or the lock or sessions this page watches
+    /// ([`crate::boot::first_request`]).
+    pub fn first_request(&self) -> Option<lockscope_model::ClientMsg> {
+        let view = self.view.get_untracked();
+        self.screen
+            .with_untracked(|s| crate::boot::first_request(s, &view, self.view_id.get_value()))
     }
 
     /// Applies one server message; `local_now` is the browser's clock.
@@ -370,13 +361,19 @@ impl LiveView {
                 (None, _) => self.rows.update_value(|r| {
                     r.remove(&name);
                 }),
-                (Some(data), Some(sig)) => sig.set(data),
+                // A full frame (a new connection's first) resends every row:
+                // the rows it did not change are not drawn again.
+                (Some(data), Some(sig)) => {
+                    if sig.with_untracked(|d| *d != data) {
+                        sig.set(data)
+                    }
+                }
                 (Some(data), None) => self.rows.update_value(|r| {
                     r.insert(name, ArcRwSignal::new(data));
                 }),
             }
         }
-        if let Some(order) = order {
+        if let Some(order) = order.filter(|o| self.order.with_untracked(|now| now != o)) {
             self.order.set(order);
         }
         if self.total.get_untracked() != total {

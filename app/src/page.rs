@@ -29,6 +29,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
         .find(|f| f.name == page.fleet)
         .map_or(0, |f| f.counts.attention());
     let title = tab_title(&page.fleet, attention, &page.screen);
+    let early_socket = crate::boot::early_socket(&page);
     view! {
         <!DOCTYPE html>
         <html lang="en">
@@ -38,6 +39,8 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta name="color-scheme" content="dark light"/>
                 // The remembered theme, before anything is drawn (crate::prefs).
                 <script inner_html=crate::prefs::THEME_SCRIPT></script>
+                // A live page's websocket, opened before the wasm arrives (crate::boot).
+                {early_socket.map(|s| view! { <script inner_html=s></script> })}
                 <title>{title}</title>
                 <link rel="icon" type="image/svg+xml" href="/favicon.svg"/>
                 <link rel="stylesheet" href="/pkg/lockscope.css"/>

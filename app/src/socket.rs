@@ -1,5 +1,6 @@
-//! The browser's websocket to `/ws`: connects after hydration, asks for the view
-//! on screen, feeds every message to [`LiveView::receive`], publishes a frame
+//! The browser's websocket to `/ws`: takes over the socket the page's head
+//! opened ([`crate::boot`]: it asked for the view at once), or connects and asks
+//! for the view on screen; feeds every message to [`LiveView::receive`], publishes a frame
 //! to the document at once if it is the first since the last paint and the
 //! others together at the next animation frame (so a busy page renders once per
 //! paint whatever the frames), acknowledges each at that animation frame (so the
@@ -37,6 +38,9 @@ thread_local! {
     static ATTEMPT: Cell<u32> = const { Cell::new(0) };
     /// A frame was published since the last animation frame: later ones wait for it.
     static PAINT_PENDING: Cell<bool> = const { Cell::new(false) };
+    /// The socket was opened by the page's head, which sent the first request
+    /// itself: its hello is not answered with another.
+    static ASKED_BY_HEAD: Cell<bool> = const { Cell::new(false) };
 }
 
 fn local_now() -> i64 {
@@ -98,6 +102,36 @@ fn ack_after_paint(live: LiveView, seq: u64) {
 
 fn connect(live: LiveView) {
     live.connection.set(Connection::Connecting);
+    let adopted = adopt(live);
+    ASKED_BY_HEAD.set(adopted.is_some());
+    let (ws, kept) = match adopted {
+        Some(early) => early,
+        None => match open(live) {
+            Some(ws) => (ws, Vec::new()),
+            None => return schedule_reconnect(live),
+        },
+    };
+    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
+        if let Some(text) = ev.data().as_string() {
+            on_text(live, &text);
+        }
+    });
+    let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |_: CloseEvent| schedule_reconnect(live));
+    ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
+    CONN.set(Some(Conn {
+        ws,
+        _on_message: on_message,
+        _on_close: on_close,
+    }));
+    // What the early socket received before the page took it over, in order.
+    for text in kept {
+        on_text(live, &text);
+    }
+}
+
+/// A new socket to `/ws` for the page's fleet.
+fn open(live: LiveView) -> Option<WebSocket> {
     let location = window().location();
     let scheme = if location.protocol().as_deref() == Ok("https:") {
         "wss"
@@ -110,53 +144,62 @@ fn connect(live: LiveView) {
         location.host().unwrap_or_default(),
         live.fleet.get_untracked()
     );
-    let ws = match WebSocket::new(&url) {
-        Ok(ws) => ws,
-        Err(e) => {
-            leptos::logging::warn!("websocket {url}: {e:?}");
-            return schedule_reconnect(live);
-        }
-    };
-    let on_message = Closure::<dyn FnMut(MessageEvent)>::new(move |ev: MessageEvent| {
-        let Some(text) = ev.data().as_string() else { return };
-        let now = local_now();
-        match serde_json::from_str::<ServerMsg>(&text) {
-            Ok(ServerMsg::Pong { nonce, server_time }) => live.pong(nonce as i64, now, server_time),
-            Ok(msg) => {
-                if let ServerMsg::Hello {
-                    protocol: PROTOCOL_VERSION,
-                    ..
-                } = &msg
-                {
-                    ATTEMPT.set(0);
-                    match live.watch() {
-                        Some(watch) => send(&ClientMsg::Watch { watch }),
-                        None => {
-                            let (id, view) = live.current_request();
-                            send(&ClientMsg::View { id, view });
-                        }
-                    }
-                }
-                match live.receive(msg, now) {
-                    Followup::None => {}
-                    Followup::Ack(seq) => ack_after_paint(live, seq),
-                    Followup::Resync(why) => {
-                        leptos::logging::warn!("resynchronising: {why}");
-                        CONN.with_borrow(|c| c.as_ref().map(|c| c.ws.close()));
+    WebSocket::new(&url)
+        .map_err(|e| leptos::logging::warn!("websocket {url}: {e:?}"))
+        .ok()
+}
+
+/// The socket the page's head opened ([`crate::boot`]), with the messages it
+/// kept, if it is open or opening and asked for what this page asks for; it is
+/// taken once (a reconnect opens a new one). One that does not fit is closed.
+fn adopt(live: LiveView) -> Option<(WebSocket, Vec<String>)> {
+    use js_sys::Reflect;
+    let win = window();
+    let key = JsValue::from_str(crate::boot::SOCKET_GLOBAL);
+    let early = Reflect::get(&win, &key).ok().filter(JsValue::is_object)?;
+    let _ = Reflect::delete_property(win.unchecked_ref::<js_sys::Object>(), &key);
+    let ws: WebSocket = Reflect::get(&early, &"socket".into()).ok()?.dyn_into().ok()?;
+    let asked = Reflect::get(&early, &"request".into()).ok().and_then(|r| r.as_string());
+    let ours = live.first_request().map(|m| crate::boot::message_text(&m));
+    let open = matches!(ws.ready_state(), WebSocket::CONNECTING | WebSocket::OPEN);
+    if !open || asked.is_none() || asked != ours {
+        let _ = ws.close();
+        return None;
+    }
+    let kept: js_sys::Array = Reflect::get(&early, &"queue".into()).ok()?.dyn_into().ok()?;
+    Some((ws, kept.iter().filter_map(|m| m.as_string()).collect()))
+}
+
+/// One message from the server.
+fn on_text(live: LiveView, text: &str) {
+    let now = local_now();
+    match serde_json::from_str::<ServerMsg>(text) {
+        Ok(ServerMsg::Pong { nonce, server_time }) => live.pong(nonce as i64, now, server_time),
+        Ok(msg) => {
+            if let ServerMsg::Hello {
+                protocol: PROTOCOL_VERSION,
+                ..
+            } = &msg
+            {
+                ATTEMPT.set(0);
+                // A socket the head opened has asked already.
+                if !ASKED_BY_HEAD.replace(false) {
+                    if let Some(request) = live.first_request() {
+                        send(&request);
                     }
                 }
             }
-            Err(e) => leptos::logging::warn!("unreadable server message ({e}): {text:.200}"),
+            match live.receive(msg, now) {
+                Followup::None => {}
+                Followup::Ack(seq) => ack_after_paint(live, seq),
+                Followup::Resync(why) => {
+                    leptos::logging::warn!("resynchronising: {why}");
+                    CONN.with_borrow(|c| c.as_ref().map(|c| c.ws.close()));
+                }
+            }
         }
-    });
-    let on_close = Closure::<dyn FnMut(CloseEvent)>::new(move |_: CloseEvent| schedule_reconnect(live));
-    ws.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-    ws.set_onclose(Some(on_close.as_ref().unchecked_ref()));
-    CONN.set(Some(Conn {
-        ws,
-        _on_message: on_message,
-        _on_close: on_close,
-    }));
+        Err(e) => leptos::logging::warn!("unreadable server message ({e}): {text:.200}"),
+    }
 }
 
 fn schedule_reconnect(live: LiveView) {

@@ -196,3 +196,54 @@ fn wrong_protocol_is_refused() {
         assert!(matches!(v.receive(hello, 0), Followup::Resync(_)));
     });
 }
+
+#[test]
+fn a_first_frame_equal_to_the_server_render_draws_nothing_again() {
+    let owner = Owner::new();
+    owner.with(|| {
+        let v = LiveView::new(page(&["a", "b"]));
+        // How often each row's view, and the keyed list, would be run again.
+        let runs = |sig: ArcRwSignal<WindowRow>| {
+            let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let m = {
+                let n = n.clone();
+                ArcMemo::new(move |_| {
+                    n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    sig.get().entry.revision
+                })
+            };
+            move || {
+                m.get();
+                n.load(std::sync::atomic::Ordering::Relaxed)
+            }
+        };
+        let (a, b) = (runs(v.row("a").unwrap()), runs(v.row("b").unwrap()));
+        let order_runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let order = {
+            let n = order_runs.clone();
+            let order = v.order;
+            ArcMemo::new(move |_| {
+                n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                order.get().len()
+            })
+        };
+        order.get();
+        assert_eq!((a(), b()), (1, 1));
+        // The socket's first frame: the whole window again, b changed since the render.
+        let first = WindowFrame {
+            full: true,
+            ..frame(1, Some(&["a", "b"]), vec![row("a", 1), row("b", 2)])
+        };
+        assert_eq!(v.receive(ServerMsg::Window(first), 1_500), Followup::Ack(1));
+        order.get();
+        assert_eq!(a(), 1, "row a is as the server rendered it: not drawn again");
+        assert_eq!(b(), 2, "row b changed: drawn again");
+        assert_eq!(
+            order_runs.load(std::sync::atomic::Ordering::Relaxed),
+            1,
+            "same order: the list is not diffed"
+        );
+        assert_eq!(v.row("b").unwrap().get_untracked().entry.revision, 2);
+        assert_eq!(v.connection.get_untracked(), Connection::Live);
+    });
+}

@@ -250,6 +250,24 @@ async fn the_page_holds_one_window_and_reads_its_view_from_the_url() {
         .map(|(i, m)| &page[i + m.len()..i + m.len() + 7])
         .collect();
     assert_eq!(rows, ["job-239", "job-238", "job-237", "job-236", "job-235"]);
+    // The page's head opens its websocket and asks for the page's view before
+    // the wasm arrives (app/src/boot.rs): "the server computes the first frame
+    // while the browser fetches, compiles and hydrates the wasm". A request sent
+    // before the server's hello is answered with the window the page shows.
+    let script = page
+        .split("<script>(function(p,m){")
+        .nth(1)
+        .and_then(|s| s.split("</script>").next())
+        .expect("the early socket's script in the page's head");
+    let args = &script[script.rfind(")(").unwrap() + 2..script.len() - 1];
+    let (path, request): (String, String) = serde_json::from_str(&format!("[{args}]")).unwrap();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}{path}", s.addr))
+        .await
+        .unwrap();
+    ws.send(Message::Text(request.into())).await.unwrap();
+    assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { .. }));
+    let order = next_window(&mut ws).await.order.expect("a first frame's order");
+    assert_eq!(order, rows, "the socket's first frame is the page's window");
     let (status, page) = s.get("/?sort=colour").await;
     assert_eq!(status, 200, "a bad view falls back to the default, with a reason");
     assert!(page.contains("sort=colour: not a sort key"));
