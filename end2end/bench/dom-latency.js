@@ -21,7 +21,8 @@
 // second: `table_updates_per_s` (MutationObserver callbacks on the table),
 // `rows_built_per_s` (row elements new to the table) and `rows_moved_per_s`
 // (rows the table kept but re-inserted: the browser styles and lays them out
-// again like new ones). With
+// again like new ones), `style_passes_per_s` and `layouts_per_s` (Chromium's
+// style recalculations and layouts). With
 // a churn log (`load --churn`: lines `name t n` take a lock, `name t n
 // release` release it) also `churn`: locks
 // still held but not in the window at the end (`held_not_shown`), released
@@ -122,6 +123,11 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
     table_updates_per_s: busyFor >= 1 ? Math.round((updates1.n - updates0.n) / busyFor) : null,
     rows_built_per_s: busyFor >= 1 ? Math.round((updates1.built - updates0.built) / busyFor) : null,
     rows_moved_per_s: busyFor >= 1 ? Math.round((updates1.moved - updates0.moved) / busyFor) : null,
+    // Style and layout passes a second (Chromium's RecalcStyleCount and LayoutCount): about
+    // one each per rendered frame when nothing forces more (content-visibility: auto's
+    // rows cost a second pass each frame a row entered; docs/performance.md).
+    style_passes_per_s: busyFor >= 1 ? Math.round((busy1.RecalcStyleCount - busy0.RecalcStyleCount) / busyFor) : null,
+    layouts_per_s: busyFor >= 1 ? Math.round((busy1.LayoutCount - busy0.LayoutCount) / busyFor) : null,
   };
   if (process.env.TRACE) await browser.stopTracing();
   if (process.env.CPU_PROFILE) writeFileSync(process.env.CPU_PROFILE, JSON.stringify((await cdp.send('Profiler.stop')).profile));
