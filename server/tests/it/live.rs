@@ -250,10 +250,9 @@ async fn the_page_holds_one_window_and_reads_its_view_from_the_url() {
         .map(|(i, m)| &page[i + m.len()..i + m.len() + 7])
         .collect();
     assert_eq!(rows, ["job-239", "job-238", "job-237", "job-236", "job-235"]);
-    // The page's head opens its websocket and asks for the page's view before
-    // the wasm arrives (app/src/boot.rs): "the server computes the first frame
-    // while the browser fetches, compiles and hydrates the wasm". A request sent
-    // before the server's hello is answered with the window the page shows.
+    // docs/architecture.md: "The page's head opens `/ws` and asks for the same
+    // view before the wasm has arrived" (app/src/boot.rs). A request sent before
+    // the server's hello is answered with the window the page shows.
     let script = page
         .split("<script>(function(p,m){")
         .nth(1)
