@@ -34,14 +34,13 @@ use crate::live::views::Meta;
 /// Locks each of the pass's two threads reads in one slice (one hub turn): 16
 /// turns for 1,000,000 locks, each a few tens of milliseconds of the hub, so
 /// the views an existing order serves and the store's writes are answered
-/// between slices. Measured in turn on a quiet machine at 1,000,000 locks and
-/// 200 new views (release, docs/performance.md), before tops joined a pass
-/// under way: slices of 32,768 gave first frames p50 345 / max 2,530 ms and
-/// 66 viewers lagged, because the views that took a top while the pass's 16
-/// turns ran waited for the next pass; one slice gave 297 / 1,410 ms and 17,
-/// with every view made during the pass (walked or not) waiting for the hub.
-/// Now that a top made during a pass joins it, slices cost a late view no
-/// second pass.
+/// between slices. Measured at 1,000,000 locks and 200 new views (release,
+/// docs/performance.md): before tops joined a pass under way, slices of this
+/// size lost to one slice on a quiet machine (views that took a top during the
+/// pass's 16 turns waited for the next pass); with joining, three pairs run
+/// in turn against one slice (load 4-5) showed store write -> frame p99
+/// 50-1,142 ms against 698-1,894 and first frames no better nor worse beyond
+/// the runs' spread.
 pub const PASS_SLICE: usize = 1 << 15;
 
 /// The tops' pass: the one under way, if any, and how it is sliced.
