@@ -416,3 +416,54 @@ fn tops_made_while_a_pass_runs_join_it() {
     }
     assert!(second_laps > 0, "tops that joined read on into the pass's next lap");
 }
+
+/// docs/architecture.md: "A top asked deeper while its pass runs takes that
+/// pass's rows if they hold what its viewers now need, and joins it again
+/// only if not." A view by fence on 4 rows (a top of 8) and, a turn into
+/// the pass, one on the next 4 rows of the same order: both are framed when
+/// the pass's one lap ends, with what a full re-sort gives.
+#[test]
+fn a_top_asked_a_little_deeper_while_its_pass_runs_takes_that_pass() {
+    let mut sim = Sim::new(1);
+    sim.views = Views {
+        pass: crate::live::views::top::Pass { run: None, slice: 2 },
+        walk_limit: 0,
+        ..Views::with_top_from(0)
+    };
+    for _ in 0..150 {
+        sim.step();
+    }
+    while sim.state.len() < 16 {
+        sim.step();
+    }
+    let lap_turns = sim.state.len().div_ceil(4);
+    let by_fence = |offset| ViewSpec {
+        sort: Sort {
+            key: SortKey::Fence,
+            reverse: false,
+        },
+        offset,
+        limit: 4,
+        ..ViewSpec::default()
+    };
+    let mut browsers = sim.browsers([by_fence(0)]);
+    for turn in 0..=lap_turns {
+        if turn == 1 {
+            assert!(sim.views.pass.run.is_some(), "the pass is under way");
+            browsers.extend(sim.browsers([by_fence(4)]));
+        }
+        sim.views.mark_dirty(&sim.state, sim.t());
+        for (id, f) in sim.views.due_frames(&sim.state, sim.t()) {
+            let (_, b) = browsers.iter_mut().find(|(_, b)| b.id == id).unwrap();
+            b.window.apply(f).unwrap();
+            sim.views.ack(id, b.window.seq);
+        }
+    }
+    for (spec, b) in &browsers {
+        assert!(b.window.seq > 0, "{spec:?}: framed within the lap ({lap_turns} turns)");
+        let (total, offset, names) = sim.brute(spec);
+        assert_eq!(b.window.order(), names.as_slice(), "{spec:?}");
+        assert_eq!((b.window.total, b.window.offset), (total, offset), "{spec:?}");
+    }
+    assert_eq!(sim.views.top_passes, 1);
+}

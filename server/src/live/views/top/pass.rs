@@ -254,10 +254,11 @@ struct Settled {
 }
 
 impl Run {
-    /// Whether the top `spec` of size `cap` is being filled by this pass.
-    fn fills(&self, spec: &TopSpec, cap: usize) -> bool {
+    /// Whether the top `spec` is being filled by this pass with at least the
+    /// `want` rows its viewers need.
+    fn fills(&self, spec: &TopSpec, want: usize) -> bool {
         let specs = self.halves[0].iter().flat_map(|g| &g.fills).map(|f| &self.specs[f.at]);
-        specs.into_iter().any(|(s, c)| s == spec && *c == cap)
+        specs.into_iter().any(|(s, c)| s == spec && *c >= want)
     }
 
     /// `specs` (each top with its size) join the pass at its cursor: grouped
@@ -425,7 +426,7 @@ impl Views {
     pub(in crate::live::views) fn pass_slice(&mut self, state: &FleetState) -> bool {
         let run = self.pass.run.take();
         let owed: Vec<(TopSpec, usize)> = (self.tops.iter())
-            .filter(|(k, t)| t.stale && run.as_ref().is_none_or(|r| !r.fills(k, t.cap())))
+            .filter(|(k, t)| t.stale && run.as_ref().is_none_or(|r| !r.fills(k, t.want)))
             .map(|(k, t)| (k.clone(), t.cap()))
             .collect();
         let mut run = match run {
@@ -457,14 +458,22 @@ impl Views {
         }
         for fill in settled.fills {
             let (spec, cap) = &run.specs[fill.at];
-            // Gone, filled meanwhile (walked), or asked deeper: left as it is.
-            let Some(top) = self.tops.get_mut(spec).filter(|t| t.stale && t.cap() == *cap) else {
+            // Gone, filled meanwhile (walked), or asked deeper than this fill
+            // holds: left as it is. A fill that holds the rows its viewers
+            // need now is taken, so a view asked a little deeper while the
+            // pass runs costs its first viewers no further lap.
+            let Some(top) = self.tops.get_mut(spec).filter(|t| t.stale && *cap >= t.want) else {
                 continue;
             };
             top.keys = (fill.heap.into_sorted_vec().into_iter())
                 .map(|Ranked(a, b, _, name, _)| (a, b, name))
                 .collect();
             top.complete = !fill.overflowed;
+            if top.keys.len() > top.cap() {
+                // Made for deeper viewers who have left since.
+                top.keys.truncate(top.cap());
+                top.complete = false;
+            }
             top.stale = false;
             top.walk_failed = false;
             top.generation += 1;
