@@ -37,10 +37,11 @@ use crate::live::views::Meta;
 /// between slices. Measured at 1,000,000 locks and 200 new views (release,
 /// docs/performance.md): before tops joined a pass under way, slices of this
 /// size lost to one slice on a quiet machine (views that took a top during the
-/// pass's 16 turns waited for the next pass); with joining, three pairs run
-/// in turn against one slice (load 4-5) showed store write -> frame p99
-/// 50-1,142 ms against 698-1,894 and first frames no better nor worse beyond
-/// the runs' spread.
+/// pass's 16 turns waited for the next pass); with joining, run in turn
+/// against one slice, four pairs on a loaded machine (load 2-6) showed no
+/// resolvable change in first frames and writes shown sooner in three, and
+/// three pairs on a quieter one (load 0-2.4) first frames p50 213-389 ms
+/// against 291-845 and the max lower in two.
 pub const PASS_SLICE: usize = 1 << 15;
 
 /// The tops' pass: the one under way, if any, and how it is sliced.
