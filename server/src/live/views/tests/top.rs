@@ -261,6 +261,24 @@ fn walked_tops_are_answered_before_the_pass_the_others_wait_for() {
     assert_eq!((sim.views.pass_due_at(), sim.views.top_passes), (None, 1));
 }
 
+/// A sim whose tops' pass reads 2 locks a thread a turn (and walks none),
+/// stepped until it holds at least `locks` locks.
+fn sliced_sim(seed: u64, locks: usize) -> Sim {
+    let mut sim = Sim::new(seed);
+    sim.views = Views {
+        pass: crate::live::views::top::Pass { run: None, slice: 2 },
+        walk_limit: 0,
+        ..Views::with_top_from(0)
+    };
+    for _ in 0..150 {
+        sim.step();
+    }
+    while sim.state.len() < locks {
+        sim.step();
+    }
+    sim
+}
+
 /// docs/architecture.md: "The pass is made in slices of 32,768 locks per
 /// thread, one a turn (16 turns for 1,000,000 locks), so it never holds the
 /// hub for more than a slice: between slices the hub applies the store's
@@ -275,19 +293,8 @@ fn the_pass_is_made_a_slice_a_turn_and_follows_the_changes_between_slices() {
     assert_eq!(PASS_SLICE, 32_768, "the figure the docs quote");
     let (mut changed_between_slices, mut framed_during_a_pass) = (0, 0);
     for seed in 0..12u64 {
-        let mut sim = Sim::new(seed);
-        sim.views = Views {
-            pass: crate::live::views::top::Pass { run: None, slice: 2 },
-            walk_limit: 0,
-            ..Views::with_top_from(0)
-        };
-        for _ in 0..150 {
-            sim.step();
-        }
         // More locks than a slice reads.
-        while sim.state.len() < 10 {
-            sim.step();
-        }
+        let mut sim = sliced_sim(seed, 10);
         let locks = sim.state.len();
         let tops = Sim::specs()
             .into_iter()
@@ -349,19 +356,8 @@ fn tops_made_while_a_pass_runs_join_it() {
     for seed in 0..6u64 {
         for changes in [false, true] {
             let at = |turn| format!("seed {seed}, changes {changes}, turn {turn}");
-            let mut sim = Sim::new(seed);
-            sim.views = Views {
-                pass: crate::live::views::top::Pass { run: None, slice: 2 },
-                walk_limit: 0,
-                ..Views::with_top_from(0)
-            };
-            for _ in 0..150 {
-                sim.step();
-            }
             // Several turns a lap: the later groups join a lap under way.
-            while sim.state.len() < 16 {
-                sim.step();
-            }
+            let mut sim = sliced_sim(seed, 16);
             let lap_turns = sim.state.len().div_ceil(4);
             let tops: Vec<ViewSpec> = (Sim::specs().into_iter())
                 .filter(|s| s.offset + s.limit as u64 <= TOP_ROWS)
@@ -424,18 +420,7 @@ fn tops_made_while_a_pass_runs_join_it() {
 /// the pass's one lap ends, with what a full re-sort gives.
 #[test]
 fn a_top_asked_a_little_deeper_while_its_pass_runs_takes_that_pass() {
-    let mut sim = Sim::new(1);
-    sim.views = Views {
-        pass: crate::live::views::top::Pass { run: None, slice: 2 },
-        walk_limit: 0,
-        ..Views::with_top_from(0)
-    };
-    for _ in 0..150 {
-        sim.step();
-    }
-    while sim.state.len() < 16 {
-        sim.step();
-    }
+    let mut sim = sliced_sim(1, 16);
     let lap_turns = sim.state.len().div_ceil(4);
     let by_fence = |offset| ViewSpec {
         sort: Sort {
