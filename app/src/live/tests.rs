@@ -197,52 +197,46 @@ fn wrong_protocol_is_refused() {
     });
 }
 
+/// A memo of `f`, and a reading of how many times it has run (after running it
+/// if it is stale).
+fn counted<T: Clone + PartialEq + Send + Sync + 'static>(
+    f: impl Fn() -> T + Send + Sync + 'static,
+) -> impl Fn() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let runs = std::sync::Arc::new(AtomicUsize::new(0));
+    let memo = {
+        let runs = runs.clone();
+        ArcMemo::new(move |_| {
+            runs.fetch_add(1, Ordering::Relaxed);
+            f()
+        })
+    };
+    move || {
+        memo.get();
+        runs.load(Ordering::Relaxed)
+    }
+}
+
 #[test]
 fn a_first_frame_equal_to_the_server_render_draws_nothing_again() {
     let owner = Owner::new();
     owner.with(|| {
         let v = LiveView::new(page(&["a", "b"]));
         // How often each row's view, and the keyed list, would be run again.
-        let runs = |sig: ArcRwSignal<WindowRow>| {
-            let n = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let m = {
-                let n = n.clone();
-                ArcMemo::new(move |_| {
-                    n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    sig.get().entry.revision
-                })
-            };
-            move || {
-                m.get();
-                n.load(std::sync::atomic::Ordering::Relaxed)
-            }
-        };
-        let (a, b) = (runs(v.row("a").unwrap()), runs(v.row("b").unwrap()));
-        let order_runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let order = {
-            let n = order_runs.clone();
-            let order = v.order;
-            ArcMemo::new(move |_| {
-                n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                order.get().len()
-            })
-        };
-        order.get();
-        assert_eq!((a(), b()), (1, 1));
+        let row_runs = |sig: ArcRwSignal<WindowRow>| counted(move || sig.get().entry.revision);
+        let (a, b) = (row_runs(v.row("a").unwrap()), row_runs(v.row("b").unwrap()));
+        let order = v.order;
+        let order_runs = counted(move || order.get().len());
+        assert_eq!((a(), b(), order_runs()), (1, 1, 1));
         // The socket's first frame: the whole window again, b changed since the render.
         let first = WindowFrame {
             full: true,
             ..frame(1, Some(&["a", "b"]), vec![row("a", 1), row("b", 2)])
         };
         assert_eq!(v.receive(ServerMsg::Window(first), 1_500), Followup::Ack(1));
-        order.get();
         assert_eq!(a(), 1, "row a is as the server rendered it: not drawn again");
         assert_eq!(b(), 2, "row b changed: drawn again");
-        assert_eq!(
-            order_runs.load(std::sync::atomic::Ordering::Relaxed),
-            1,
-            "same order: the list is not diffed"
-        );
+        assert_eq!(order_runs(), 1, "same order: the list is not diffed");
         assert_eq!(v.row("b").unwrap().get_untracked().entry.revision, 2);
         assert_eq!(v.connection.get_untracked(), Connection::Live);
     });
