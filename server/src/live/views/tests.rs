@@ -6,6 +6,7 @@ use super::*;
 
 mod frames;
 mod names;
+mod pass;
 mod select;
 mod sim;
 mod top;

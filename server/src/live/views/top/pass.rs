@@ -21,15 +21,20 @@
 //! the last lap's, so a top's keys from its second lap (names up to where it
 //! joined) rank before those from its first (the names after).
 
-use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
-use lockscope_model::view::{Filter, Sort, SortKey};
+use lockscope_model::view::Filter;
 use lockscope_model::{FleetState, LockEntry};
 
 use super::{TopSpec, Views};
 use crate::live::views::Meta;
+
+mod read;
+mod span;
+
+use read::{read, Fill, Group, Ranked};
+use span::Span;
 
 /// Locks each of the pass's two threads reads in one slice (one hub turn): 16
 /// turns for 1,000,000 locks, each a few tens of milliseconds of the hub, so
@@ -80,170 +85,6 @@ pub(in crate::live::views) struct Run {
     /// Locks read that changed since, in this lap and the last (no top reads
     /// for longer): taken as they are then when their tops are filled.
     changed: [HashSet<Arc<str>>; 2],
-}
-
-/// What a filter's group or a top's heap reads: from where it joined, in the
-/// lap it joined, to the same place in the next lap (the whole of one lap if
-/// it joined at a lap's start).
-#[derive(Clone)]
-struct Span {
-    lap: u64,
-    /// The cursor when it joined (`None`: a lap's start).
-    from: Option<Arc<str>>,
-    /// In its second lap, its `from`'s place in [`Run::stops`].
-    stop: Option<usize>,
-}
-
-impl Span {
-    /// Whether it reads a lock past `passed` of this lap's stops.
-    fn reads(&self, passed: usize) -> bool {
-        self.stop.is_none_or(|s| s >= passed)
-    }
-
-    /// Whether it has read lock `name`, in lap `lap` with the cursor at `cursor`.
-    fn has_read(&self, name: &str, lap: u64, cursor: Option<&str>) -> bool {
-        let before = cursor.is_some_and(|c| name <= c);
-        let after_from = |f: &Arc<str>| name > &**f;
-        if self.lap == lap {
-            before && self.from.as_ref().is_none_or(after_from)
-        } else {
-            self.from.as_ref().is_some_and(after_from) || before
-        }
-    }
-
-    /// Whether it has read every lock, once the lap is at `cursor` (`ended`:
-    /// lap `lap` read to the fleet's end).
-    fn done(&self, lap: u64, cursor: Option<&str>, ended: bool) -> bool {
-        match ended {
-            true => self.lap < lap || self.from.is_none(),
-            false => self.lap < lap && cursor.zip(self.from.as_deref()).is_some_and(|(c, f)| c >= f),
-        }
-    }
-}
-
-/// A filter, its tops' heaps, and how many locks it takes (as read, plus the
-/// changes to locks read since) while `counting` (over its span).
-struct Group {
-    filter: Filter,
-    fills: Vec<Fill>,
-    matched: i64,
-    span: Span,
-    counting: bool,
-}
-
-/// One top's heap.
-struct Fill {
-    /// Its place in [`Run::specs`].
-    at: usize,
-    sort: Sort,
-    cap: usize,
-    heap: BinaryHeap<Ranked>,
-    /// A key was ever turned away: the heap may not hold every lock taken.
-    overflowed: bool,
-    span: Span,
-}
-
-impl Fill {
-    /// Keeps `key` if it is among the first `cap` keys offered.
-    fn offer(&mut self, key: Ranked) {
-        if self.heap.len() < self.cap {
-            self.heap.push(key);
-            return;
-        }
-        self.overflowed = true;
-        let mut last = self.heap.peek_mut().expect("cap is at least 1");
-        if key < *last {
-            // Replaces the last kept; sifted down as `last` drops.
-            *last = key;
-        }
-    }
-}
-
-/// A key in a bounded heap whose top is the last in view order: its position,
-/// its lock's rank in name order (which orders as the name does within a lap;
-/// a lap's ranks are below the last lap's), the name, and whether the view is
-/// reversed.
-struct Ranked(i64, i64, u128, Arc<str>, bool);
-
-impl PartialEq for Ranked {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-impl Eq for Ranked {}
-impl PartialOrd for Ranked {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ranked {
-    fn cmp(&self, other: &Self) -> Ordering {
-        let o = (self.0, self.1, self.2).cmp(&(other.0, other.1, other.2));
-        if self.4 {
-            o.reverse()
-        } else {
-            o
-        }
-    }
-}
-
-/// The rank of the lock at place `at` of lap `lap`.
-fn rank(lap: u64, at: u64) -> u128 {
-    (u128::from(u64::MAX - lap) << 64) | u128::from(at)
-}
-
-/// Reads `locks` (the first at place `at` of lap `lap`, whose `stops` end the
-/// spans begun in the last lap) for `groups`; how many were read and the last
-/// one's name.
-fn read<'s>(
-    locks: impl Iterator<Item = &'s LockEntry>,
-    (lap, mut at): (u64, u64),
-    stops: &[Arc<str>],
-    meta: &HashMap<Arc<str>, Meta>,
-    groups: &mut [Group],
-) -> (usize, Option<&'s str>) {
-    let (mut read, mut last) = (0, None);
-    // How many stops lie before the lock read (names only grow).
-    let mut passed = 0;
-    for e in locks {
-        read += 1;
-        last = Some(e.name.as_str());
-        let rank = rank(lap, at);
-        at += 1;
-        while stops.get(passed).is_some_and(|s| e.name.as_str() > &**s) {
-            passed += 1;
-        }
-        let Some((name, meta)) = meta.get_key_value(e.name.as_str()) else {
-            continue;
-        };
-        // Each position computed once per lock, whatever the tops reading it.
-        let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
-        for g in groups.iter_mut() {
-            let counts = g.counting && g.span.reads(passed);
-            if !counts && !g.fills.iter().any(|f| f.span.reads(passed)) {
-                continue;
-            }
-            if !meta.takes(name, &g.filter) {
-                continue;
-            }
-            g.matched += i64::from(counts);
-            for fill in g.fills.iter_mut().filter(|f| f.span.reads(passed)) {
-                let (a, b) = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
-                if fill.heap.len() == fill.cap {
-                    // Most locks cannot enter: turned away before any clone.
-                    fill.overflowed = true;
-                    let last = fill.heap.peek().expect("cap is at least 1");
-                    let o = (a, b, rank).cmp(&(last.0, last.1, last.2));
-                    let after_last = if fill.sort.reverse { o.is_le() } else { o.is_ge() };
-                    if after_last {
-                        continue;
-                    }
-                }
-                fill.offer(Ranked(a, b, rank, name.clone(), fill.sort.reverse));
-            }
-        }
-    }
-    (read, last)
 }
 
 /// What a slice finished: a filter's count, if its group's span ended, and the
