@@ -12,12 +12,16 @@
 //! document, once per animation frame ([`LiveView::publish`]). A row that
 //! entered and left the window between two paints is never built.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use leptos::prelude::*;
 use lockscope_model::time::Millis;
 use lockscope_model::view::{Aggregates, ViewSpec, WindowRow};
 use lockscope_model::{Counts, FleetSummary, Page, Screen, ServerMsg, StoreStatus, Window};
+
+mod publish;
+
+use publish::Unpublished;
 
 /// The browser's link to the server.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,21 +52,6 @@ pub const BEHIND_AFTER_MS: i64 = 250;
 /// A late frame brought the page up to date; the page keeps saying it was behind
 /// for this long, and longer only if more late frames follow.
 pub const BEHIND_SHOWN_MS: i64 = 2_000;
-
-/// What frames applied to the window changed that the signals do not show yet.
-#[derive(Default)]
-struct Unpublished {
-    /// Rows whose data changed (they may have left the window since).
-    rows: HashSet<String>,
-    /// Rows that left the window (they may have come back since).
-    dropped: HashSet<String>,
-    order: bool,
-    aggregates: bool,
-    /// Any frame at all (the total and offset come with every one).
-    any: bool,
-    /// A frame came over the socket: the page is live once it shows it.
-    live: bool,
-}
 
 /// Reactive state of the page. `Copy`: every field is an arena handle.
 #[derive(Clone, Copy)]
@@ -244,12 +233,7 @@ impl LiveView {
                 if let Err(e) = self.apply_frame(frame) {
                     return Followup::Resync(e);
                 }
-                if self.batching.get_value() {
-                    // Live once the rows are on screen, not before.
-                    self.unpublished.update_value(|u| u.live = true);
-                } else {
-                    self.connection.set(Connection::Live);
-                }
+                self.live_once_shown();
                 return Followup::Ack(seq);
             }
             ServerMsg::Status { server_time, status } => {
@@ -305,94 +289,6 @@ impl LiveView {
             self.clock_offset.set(server_time - local_now);
             self.clock_known.set_value(true);
             self.tick(local_now);
-        }
-    }
-
-    /// From now on, frames reach the signals only when [`LiveView::publish`] is
-    /// called (the browser calls it once per animation frame).
-    pub fn batch_frames(&self) {
-        self.batching.set_value(true);
-    }
-
-    fn apply_frame(&self, frame: lockscope_model::WindowFrame) -> Result<(), String> {
-        let changes = self
-            .window
-            .try_update_value(|w| w.apply(frame))
-            .unwrap_or_else(|| Err("the page is gone".into()))?;
-        self.unpublished.update_value(|u| {
-            u.any = true;
-            u.order |= changes.order;
-            u.aggregates |= changes.aggregates;
-            u.rows.extend(changes.rows);
-            u.dropped.extend(changes.dropped);
-        });
-        if !self.batching.get_value() {
-            self.publish();
-        }
-        Ok(())
-    }
-
-    /// Brings the signals up to the window: every frame applied since the last
-    /// call, at once. Rows that left are dropped (unless they came back), rows
-    /// that changed and are still in the window get their latest data, and the
-    /// order is set once.
-    pub fn publish(&self) {
-        let Some(u) = self.unpublished.try_update_value(std::mem::take) else {
-            return;
-        };
-        if !u.any {
-            return;
-        }
-        // Read out of the window first: setting signals happens outside its borrow.
-        let (updates, order, total, offset, aggregates) = self.window.with_value(|w| {
-            let updates: Vec<(String, Option<WindowRow>)> = u
-                .dropped
-                .iter()
-                .filter(|n| w.row(n).is_none())
-                .map(|n| (n.clone(), None))
-                .chain(u.rows.iter().filter_map(|n| Some((n.clone(), Some(w.row(n)?.clone())))))
-                .collect();
-            let order = u.order.then(|| w.order().to_vec());
-            let aggregates = u.aggregates.then(|| w.aggregates().clone());
-            (updates, order, w.total, w.offset, aggregates)
-        });
-        for (name, data) in updates {
-            match (data, self.row(&name)) {
-                (None, _) => self.rows.update_value(|r| {
-                    r.remove(&name);
-                }),
-                // A full frame (a new connection's first) resends every row:
-                // the rows it did not change are not drawn again.
-                (Some(data), Some(sig)) => {
-                    if sig.with_untracked(|d| *d != data) {
-                        sig.set(data)
-                    }
-                }
-                (Some(data), None) => self.rows.update_value(|r| {
-                    r.insert(name, ArcRwSignal::new(data));
-                }),
-            }
-        }
-        if let Some(order) = order.filter(|o| self.order.with_untracked(|now| now != o)) {
-            self.order.set(order);
-        }
-        if self.total.get_untracked() != total {
-            self.total.set(total);
-        }
-        if self.offset.get_untracked() != offset {
-            self.offset.set(offset);
-        }
-        if let Some(a) = aggregates {
-            self.aggregates.set(a);
-        }
-        // (A socket that closed since is reconnecting, not live.)
-        if u.live
-            && matches!(
-                self.connection.get_untracked(),
-                Connection::Connecting | Connection::Static
-            )
-        {
-            self.connection.set(Connection::Live);
         }
     }
 }
