@@ -47,6 +47,11 @@
 #   VIEW=QUERY            the probe's view instead of `fleet=bench&prefix=svc-0/&sort=name`
 #                         (say `fleet=bench&sort=name&offset=500000`: a view new to the server);
 #                         the probe also reports navigation start -> the page live
+#   SERVER=FILE           run this lockscope binary as the server instead of $bin/lockscope (say, a
+#                         copy of an earlier release build, for runs in turn against the new one);
+#                         the load generator and probes stay target/PROFILE's
+#   PERF=FILE             `perf record -F 499 -g` of the server for the viewers' first PERF_SECS
+#                         seconds (default 6: the burst of new views), into FILE (`perf report -i FILE`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LOCKS=${1:-1000}
@@ -66,6 +71,8 @@ case $PROFILE in
   debug) $build build -p lockscope --bins; bin=target/debug ;;
   *) echo "PROFILE=$PROFILE: release or debug" >&2; exit 1 ;;
 esac
+server_bin=${SERVER:-$bin/lockscope}
+[ -x "$server_bin" ] || { echo "SERVER=$server_bin: not an executable" >&2; exit 1; }
 if [ "$BROWSER" != 0 ] && [ ! -f "$SITE/pkg/lockscope.wasm" ]; then
   echo "no built site in $SITE: run scripts/run.sh (or cargo leptos build) first, or BROWSER=0" >&2
   exit 1
@@ -113,7 +120,7 @@ if [ "${LAYOUT:-lockscope}" = etcd-mutex ]; then
   mx=(--etcd "http://127.0.0.1:$client" --prefix /mx/ --locks "$LOCKS")
   $bin/lockscope-bench mutex fill "${mx[@]}"
   t0=$(date +%s%N)
-  $bin/lockscope --store "bench=etcd-mutex:http://127.0.0.1:$client#/mx/" --unlocker bench=off \
+  "$server_bin" --store "bench=etcd-mutex:http://127.0.0.1:$client#/mx/" --unlocker bench=off \
     --listen "127.0.0.1:$listen" --site-root "$SITE" --log warn >"$dir/server.log" 2>&1 &
   server=$!
   pids+=($server)
@@ -137,7 +144,7 @@ $bin/lockscope-bench fill "${bench_store[@]}" --locks "$LOCKS"
 t0=$(date +%s%N)
 # Every viewer connects from this one address: room for them past [limits]' default 64.
 printf '[limits]\nws_per_identity = %d\nws_per_address = %d\n' $((VIEWERS + 16)) $((VIEWERS + 16)) >"$dir/lockscope.toml"
-$bin/lockscope --config "$dir/lockscope.toml" "${serve_store[@]}" "${history[@]}" --listen "127.0.0.1:$listen" \
+"$server_bin" --config "$dir/lockscope.toml" "${serve_store[@]}" "${history[@]}" --listen "127.0.0.1:$listen" \
   --site-root "$SITE" --log warn >"$dir/server.log" 2>&1 &
 server=$!
 pids+=($server)
@@ -165,6 +172,7 @@ if [ "$HISTORY" = on ]; then
 fi
 
 cpu0=$(cpu); w0=$(date +%s%N)
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # The viewers subscribe first and watch until a second after the load has ended,
 # then judge every logged write to their windows.
 if [ "$VIEWERS" -gt 0 ]; then
@@ -173,6 +181,10 @@ if [ "$VIEWERS" -gt 0 ]; then
     >"$dir/viewers.out" 2>"$dir/viewers.err" &
   viewers=$!
   pids+=($viewers)
+  if [ -n "${PERF:-}" ]; then
+    perf record -F 499 -g -o "$PERF" -p "$server" -- sleep "${PERF_SECS:-6}" >"$dir/perf.out" 2>&1 &
+    pids+=($!)
+  fi
   sleep 1
 fi
 churn=(); [ "$CHURN" = 0 ] || churn=(--churn)
@@ -200,7 +212,8 @@ for _ in $(seq 20); do curl -s -o /dev/null "http://127.0.0.1:$listen/"; done
 
 echo
 changes="changes/s"; [ "$CHURN" = 0 ] || changes="rows entering or leaving the window per second (CHURN=1)"
-echo "== lockscope live path: $LOCKS locks in $where, $RATE $changes for $SECS s, $VIEWERS websocket viewers, history $HISTORY ($PROFILE build, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg))"
+[ -z "${SERVER:-}" ] || echo "server binary: $server_bin"
+echo "== lockscope live path: $LOCKS locks in $where, $RATE $changes for $SECS s, $VIEWERS websocket viewers, history $HISTORY ($PROFILE build, $(nproc) cores, load average $load_start as the viewers and load began, $(cut -d' ' -f1-3 /proc/loadavg) at the end)"
 echo "server start -> live with every lock:  $(( (t1 - t0) / 1000000 )) ms"
 echo "history:                                $history_out"
 echo "GET / (default view):                   $page_bytes bytes"
