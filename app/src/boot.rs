@@ -1,6 +1,8 @@
 //! What a live page starts from its document's head, before its wasm has
 //! arrived: the websocket ([`early_socket`]). A small inline script opens `/ws`
-//! and asks for the page's view (or what it watches) at once, and keeps what
+//! with the page's view (or what it watches) in the upgrade itself
+//! ([`socket_path`]: the server starts on the first frame at the handshake, not
+//! when the busy main thread gets to the socket's `open` event), and keeps what
 //! the server sends; once the page has hydrated, `socket` adopts that socket
 //! and reads the kept messages first ([`SOCKET_GLOBAL`]). So the server
 //! computes the first frame while the browser fetches, compiles and hydrates
@@ -39,22 +41,28 @@ pub fn first_request(screen: &Screen, view: &ViewSpec, id: u32) -> Option<Client
     }
 }
 
-/// The text of a client message as the socket sends it (the early script and
-/// the page must send the same bytes: the page compares them to adopt).
+/// The text of a client message as the socket sends it (the early socket's
+/// request and the page's must be the same bytes: the page compares them to adopt).
 pub fn message_text(msg: &ClientMsg) -> String {
     serde_json::to_string(msg).expect("client messages serialise")
 }
 
-/// The inline script that opens the socket of `fleet` and sends `request`.
+/// The path of a socket of `fleet` whose upgrade carries its first message,
+/// `request` (the server reads it as if the socket had sent it: `server/src/web/ws.rs`).
+pub fn socket_path(fleet: &str, request: &ClientMsg) -> String {
+    use lockscope_model::url::query;
+    format!("/ws?fleet={}&first={}", query(fleet), query(&message_text(request)))
+}
+
+/// The inline script that opens the socket of `fleet` asking for `request`.
 pub fn early_socket_script(fleet: &str, request: &ClientMsg) -> String {
-    let path = format!("/ws?fleet={}", lockscope_model::url::query(fleet));
     format!(
         "(function(p,m){{try{{var s=new WebSocket((location.protocol==='https:'?'wss://':'ws://')+location.host+p),\
-q=[];s.onopen=function(){{s.send(m)}};s.onmessage=function(e){{q.push(e.data)}};\
+q=[];s.onmessage=function(e){{q.push(e.data)}};\
 window.{SOCKET_GLOBAL}={{socket:s,queue:q,request:m}};\
 setTimeout(function(){{var e=window.{SOCKET_GLOBAL};if(e&&e.socket===s){{delete window.{SOCKET_GLOBAL};s.close()}}}},\
 {UNCLAIMED_CLOSE_MS})}}catch(e){{}}}})({},{})",
-        js_string(&path),
+        js_string(&socket_path(fleet, request)),
         js_string(&message_text(request)),
     )
 }
@@ -103,9 +111,12 @@ mod tests {
         let script = early_socket(&page).expect("the lock table is kept live");
         assert!(!script.contains('<'), "no </script> nor <!-- in: {script}");
         let (path, request) = arguments(&script);
-        assert_eq!(path, "/ws?fleet=prod-eu");
         // The page compares this text with its own to take the socket over.
         assert_eq!(request, message_text(&ClientMsg::View { id: 0, view }));
+        // The upgrade carries it: the server starts on the frame at the handshake.
+        let first = lockscope_model::url::query(&request);
+        assert_eq!(path, format!("/ws?fleet=prod-eu&first={first}"));
+        assert!(!script.contains(".send("), "the script sends nothing itself: {script}");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The browser's websocket to `/ws`: takes over the socket the page's head
-//! opened ([`crate::boot`]: it asked for the view at once), or connects and asks
-//! for the view on screen; feeds every message to [`LiveView::receive`], publishes a frame
+//! opened ([`crate::boot`]), or connects; either way the upgrade itself asks for
+//! the view on screen (or what the page watches: [`crate::boot::socket_path`]),
+//! so no request waits for the socket's `open`. Feeds every message to [`LiveView::receive`], publishes a frame
 //! to the document at once if it is the first since the last paint and the
 //! others together at the next animation frame (so a busy page renders once per
 //! paint whatever the frames), acknowledges each at that animation frame (so the
@@ -38,9 +39,6 @@ thread_local! {
     static ATTEMPT: Cell<u32> = const { Cell::new(0) };
     /// A frame was published since the last animation frame: later ones wait for it.
     static PAINT_PENDING: Cell<bool> = const { Cell::new(false) };
-    /// The socket was opened by the page's head, which sent the first request
-    /// itself: its hello is not answered with another.
-    static ASKED_BY_HEAD: Cell<bool> = const { Cell::new(false) };
 }
 
 fn local_now() -> i64 {
@@ -102,9 +100,7 @@ fn ack_after_paint(live: LiveView, seq: u64) {
 
 fn connect(live: LiveView) {
     live.connection.set(Connection::Connecting);
-    let adopted = adopt(live);
-    ASKED_BY_HEAD.set(adopted.is_some());
-    let (ws, kept) = match adopted {
+    let (ws, kept) = match adopt(live) {
         Some(early) => early,
         None => match open(live) {
             Some(ws) => (ws, Vec::new()),
@@ -130,7 +126,7 @@ fn connect(live: LiveView) {
     }
 }
 
-/// A new socket to `/ws` for the page's fleet.
+/// A new socket to `/ws` for the page's fleet, asking for what the page shows.
 fn open(live: LiveView) -> Option<WebSocket> {
     let location = window().location();
     let scheme = if location.protocol().as_deref() == Ok("https:") {
@@ -138,12 +134,9 @@ fn open(live: LiveView) -> Option<WebSocket> {
     } else {
         "ws"
     };
-    // Fleet names are restricted to URL-safe characters by the server's config.
-    let url = format!(
-        "{scheme}://{}/ws?fleet={}",
-        location.host().unwrap_or_default(),
-        live.fleet.get_untracked()
-    );
+    let request = live.first_request()?;
+    let path = crate::boot::socket_path(&live.fleet.get_untracked(), &request);
+    let url = format!("{scheme}://{}{path}", location.host().unwrap_or_default());
     WebSocket::new(&url)
         .map_err(|e| leptos::logging::warn!("websocket {url}: {e:?}"))
         .ok()
@@ -176,18 +169,13 @@ fn on_text(live: LiveView, text: &str) {
     match serde_json::from_str::<ServerMsg>(text) {
         Ok(ServerMsg::Pong { nonce, server_time }) => live.pong(nonce as i64, now, server_time),
         Ok(msg) => {
+            // (The upgrade asked for the view: the hello needs no answer.)
             if let ServerMsg::Hello {
                 protocol: PROTOCOL_VERSION,
                 ..
             } = &msg
             {
                 ATTEMPT.set(0);
-                // A socket the head opened has asked already.
-                if !ASKED_BY_HEAD.replace(false) {
-                    if let Some(request) = live.first_request() {
-                        send(&request);
-                    }
-                }
             }
             match live.receive(msg, now) {
                 Followup::None => {}

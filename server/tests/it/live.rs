@@ -250,20 +250,20 @@ async fn the_page_holds_one_window_and_reads_its_view_from_the_url() {
         .map(|(i, m)| &page[i + m.len()..i + m.len() + 7])
         .collect();
     assert_eq!(rows, ["job-239", "job-238", "job-237", "job-236", "job-235"]);
-    // docs/architecture.md: "The page's head opens `/ws` and asks for the same
-    // view before the wasm has arrived" (app/src/boot.rs). A request sent before
-    // the server's hello is answered with the window the page shows.
+    // docs/architecture.md: "The page's head opens `/ws` with the same view in
+    // the upgrade itself, before the wasm has arrived" (app/src/boot.rs). The
+    // socket sends nothing: the server's hello is followed by the window the
+    // page shows.
     let script = page
         .split("<script>(function(p,m){")
         .nth(1)
         .and_then(|s| s.split("</script>").next())
         .expect("the early socket's script in the page's head");
     let args = &script[script.rfind(")(").unwrap() + 2..script.len() - 1];
-    let (path, request): (String, String) = serde_json::from_str(&format!("[{args}]")).unwrap();
+    let (path, _request): (String, String) = serde_json::from_str(&format!("[{args}]")).unwrap();
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}{path}", s.addr))
         .await
         .unwrap();
-    ws.send(Message::Text(request.into())).await.unwrap();
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Hello { .. }));
     let order = next_window(&mut ws).await.order.expect("a first frame's order");
     assert_eq!(order, rows, "the socket's first frame is the page's window");
@@ -312,6 +312,43 @@ async fn a_cross_origin_websocket_is_refused_with_a_reason() {
     next_msg(&mut ws).await;
     ws.send(Message::Text("{\"type\":\"nope\"}".into())).await.unwrap();
     assert!(matches!(next_msg(&mut ws).await, ServerMsg::Error { .. }));
+}
+
+#[tokio::test]
+async fn an_upgrade_carrying_an_unusable_first_message_is_refused_with_a_reason() {
+    let s = stack(async |_| {}).await;
+    // docs/security.md: "a first message carried in the upgrade (`/ws?first=`) |
+    // 4 KiB, a `view` or `watch` read as the socket reads messages | fixed | `400`
+    // before the upgrade, the reason"
+    let refused = async |first: &str| match tokio_tungstenite::connect_async(format!(
+        "ws://{}/ws?first={}",
+        s.addr,
+        lockscope_model::url::query(first)
+    ))
+    .await
+    {
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            assert_eq!(resp.status(), 400, "{first}");
+            String::from_utf8_lossy(resp.body().as_deref().unwrap_or_default()).into_owned()
+        }
+        other => panic!("expected 400 for {first}, got {other:?}"),
+    };
+    let body = refused("{\"type\":\"nope\"}").await;
+    assert!(body.contains("first=: unrecognised message"), "{body}");
+    let view = ViewSpec {
+        limit: 100_000,
+        ..ViewSpec::default()
+    };
+    let body = refused(&serde_json::to_string(&ClientMsg::View { id: 1, view }).unwrap()).await;
+    assert!(body.contains("first=: window of 100000 rows"), "{body}");
+    let body = refused(r#"{"type":"ping","nonce":1}"#).await;
+    assert!(body.contains("names a view"), "{body}");
+    let big = format!(
+        r#"{{"type":"watch","watch":{{"kind":"lock","name":"{}"}}}}"#,
+        "x".repeat(5_000)
+    );
+    let body = refused(&big).await;
+    assert!(body.contains("exceeds 4096"), "{body}");
 }
 
 /// Fleet `fleet`'s first window of the default view, over a new websocket.
