@@ -43,6 +43,7 @@ use lockscope_model::{Changed, Counts, FleetState};
 
 mod frames;
 mod index;
+mod name_map;
 mod names;
 mod select;
 mod top;
@@ -50,6 +51,7 @@ mod top;
 use frames::Sub;
 use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
+use name_map::NameMap;
 pub use names::NAME_WINDOWS_FROM;
 pub use select::{SCAN_BUDGET, SCAN_LIMIT, SELECT_FROM};
 pub use top::{PASS_QUIET_MS, PASS_SLICE, PASS_WAIT_MS, TOP_ROWS, WALK_LIMIT};
@@ -113,7 +115,7 @@ impl Meta {
 
 /// Every view of one fleet. See the module docs.
 pub struct Views {
-    meta: HashMap<Arc<str>, Meta>,
+    meta: NameMap<Meta>,
     /// Locks per holding session: when a session goes, or is blacklisted, its
     /// locks' states change. Names are shared with `meta`.
     by_session: HashMap<Arc<str>, HashSet<Arc<str>>>,
@@ -172,7 +174,7 @@ impl Default for Views {
 impl Views {
     pub fn new() -> Views {
         let mut v = Views {
-            meta: HashMap::new(),
+            meta: NameMap::default(),
             by_session: HashMap::new(),
             deadlines: BTreeSet::new(),
             indexes: HashMap::new(),

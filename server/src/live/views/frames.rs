@@ -23,9 +23,10 @@ pub(super) struct Sub {
     pub(super) dirty_since: Option<Millis>,
     /// Nothing is due before this (aggregates held back by their rate limit).
     pub(super) not_before: Millis,
-    /// What the subscriber holds: names in window order and their versions.
+    /// What the subscriber holds: names in window order, and each one's
+    /// version in the same place (0: not sent, its meta was gone).
     pub(super) order: Vec<Arc<str>>,
-    pub(super) versions: HashMap<Arc<str>, u64>,
+    pub(super) versions: Vec<u64>,
     pub(super) total: u64,
     pub(super) offset: u64,
     /// Nothing sent yet on this connection.
@@ -88,7 +89,7 @@ impl Views {
                 dirty_since: Some(now.mono),
                 not_before: 0,
                 order: Vec::new(),
-                versions: HashMap::new(),
+                versions: Vec::new(),
                 total: 0,
                 offset: 0,
                 fresh: true,
@@ -323,11 +324,25 @@ impl Views {
             sub.dirty_since = Some(dirty_since);
             sub.not_before = sub.aggregates_sent_at.unwrap_or(now) + AGGREGATES_EVERY_MS;
         }
-        let order_changed = window.names != sub.order;
+        let order_changed = !same_names(&window.names, &sub.order);
+        // Each row's version now (0: no meta), looked up once; what the
+        // subscriber holds is read in place while the order stands, and by
+        // name only when it moved.
+        let versions: Vec<u64> = (window.names.iter())
+            .map(|n| self.meta.get(n).map_or(0, |m| m.version))
+            .collect();
+        let held_by_name: Option<HashMap<&str, u64>> = (order_changed && !sub.order.is_empty()).then(|| {
+            (sub.order.iter().map(|n| &**n))
+                .zip(sub.versions.iter().copied())
+                .collect()
+        });
         let mut rows = Vec::new();
-        for name in &window.names {
-            let Some(meta) = self.meta.get(name) else { continue };
-            if sub.versions.get(name) != Some(&meta.version) {
+        for (i, (name, &version)) in window.names.iter().zip(&versions).enumerate() {
+            let held = match &held_by_name {
+                Some(held) => held.get(&**name).copied(),
+                None => sub.versions.get(i).copied(),
+            };
+            if version != 0 && held != Some(version) {
                 // Every indexed lock is in the table (both follow the same changes).
                 let Some(entry) = state.get(name) else {
                     debug_assert!(false, "{name} is indexed but not in the table");
@@ -345,11 +360,7 @@ impl Views {
         if !sub.fresh && !order_changed && rows.is_empty() && !moved && aggregates.is_none() {
             return None;
         }
-        sub.versions = window
-            .names
-            .iter()
-            .filter_map(|n| self.meta.get(n).map(|m| (n.clone(), m.version)))
-            .collect();
+        sub.versions = versions;
         let order = (order_changed || sub.fresh).then(|| window.names.iter().map(|n| n.to_string()).collect());
         sub.order = window.names;
         sub.total = window.total;
@@ -427,6 +438,12 @@ impl Views {
         };
         Some((w.total, w.offset, w.names.iter().map(|n| n.to_string()).collect()))
     }
+}
+
+/// Whether two windows hold the same names in the same order: most names are
+/// the same shared string, told by its address before its bytes.
+fn same_names(a: &[Arc<str>], b: &[Arc<str>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y) || x == y)
 }
 
 impl Sub {

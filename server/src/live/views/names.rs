@@ -14,14 +14,13 @@
 //! ([`super::top`]), as before; a list API page (a cursor after a key) keeps
 //! an index of its own ([`super::index`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use lockscope_model::view::{Filter, SortKey, ViewSpec};
 use lockscope_model::{FleetState, LockEntry};
 
 use super::index::WindowNow;
-use super::{Meta, SubId, Views};
+use super::{Meta, NameMap, SubId, Views};
 
 /// Fleets of this many locks or more serve unfiltered by-name windows from the
 /// table: below it an index of its own is built on the hub task in a few
@@ -94,7 +93,7 @@ impl NameWindow {
 
     /// The window of `spec` (by name, unfiltered) in `state` now; names shared
     /// with `meta`.
-    pub(super) fn window(&mut self, state: &FleetState, spec: &ViewSpec, meta: &HashMap<Arc<str>, Meta>) -> WindowNow {
+    pub(super) fn window(&mut self, state: &FleetState, spec: &ViewSpec, meta: &NameMap<Meta>) -> WindowNow {
         let total = state.len() as u64;
         let limit = spec.limit as u64;
         // As an index would give it (`super::index::window_of`): an offset past

@@ -13,14 +13,13 @@
 //! ([`SCAN_BUDGET`]); a deep window of a rare filter, and a list API page (a
 //! cursor), keep an index of their own ([`super::index`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use lockscope_model::view::{Filter, SortKey, ViewSpec};
 use lockscope_model::FleetState;
 
 use super::index::{Index, IndexSpec, Key, WindowNow, OFF_TASK_BUILD_FROM};
-use super::{Meta, SubId, Views};
+use super::{Meta, NameMap, SubId, Views};
 
 /// Fleets of this many locks or more serve filtered views by selection
 /// (smaller ones build an index per filter at once, in a few milliseconds).
@@ -82,7 +81,7 @@ impl Selection {
         index: &Index,
         spec: &ViewSpec,
         total: u64,
-        meta: &HashMap<Arc<str>, Meta>,
+        meta: &NameMap<Meta>,
         held: Option<(&[Arc<str>], u64)>,
         limit: usize,
     ) -> WindowNow {
@@ -111,7 +110,7 @@ pub(super) fn scan(
     index: &Index,
     spec: &ViewSpec,
     total: u64,
-    meta: &HashMap<Arc<str>, Meta>,
+    meta: &NameMap<Meta>,
     limit_keys: usize,
 ) -> (WindowNow, Option<Key>, usize) {
     let limit = spec.limit as usize;

@@ -2,7 +2,7 @@
 //! order (offset + limit at most [`TOP_ROWS`]) keeps only the **first rows** of
 //! that order — the locks its filter takes, first in the view's direction — not
 //! an index of the whole fleet. They are found by one pass over the locks that
-//! keeps the smallest keys in a bounded heap (O(n log k)), one pass for every top
+//! keeps the smallest keys in a bounded buffer (O(n)), one pass for every top
 //! made or refilled in the same turn, so a new view's first frame never waits
 //! for a sort of the fleet, and a top holds a few hundred keys, not a million.
 //!

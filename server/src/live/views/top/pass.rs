@@ -1,7 +1,8 @@
 //! The pass over the fleet that fills the tops no existing order serves
 //! ([`super`]): the locks are read once, in name order, and each top keeps its
-//! first keys in a heap bounded by its size (O(n log k), nothing sorted). A
-//! lock's rank in name order stands for its name in the heaps, so keys that tie
+//! first keys in a buffer of twice its size cut back by a selection whenever it
+//! fills (O(n) a top; only the keys kept are sorted, at the end: [`read::Fill`]). A
+//! lock's rank in name order stands for its name in the buffers, so keys that tie
 //! on their position (a fence or an expiry most locks share) are told apart by
 //! one integer comparison, never by comparing names.
 //!
@@ -21,19 +22,19 @@
 //! the last lap's, so a top's keys from its second lap (names up to where it
 //! joined) rank before those from its first (the names after).
 
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use lockscope_model::view::Filter;
 use lockscope_model::{FleetState, LockEntry};
 
 use super::{TopSpec, Views};
-use crate::live::views::Meta;
+use crate::live::views::{Meta, NameMap};
 
 mod read;
 mod span;
 
-use read::{read, Fill, Group, Ranked};
+use read::{read, Fill, Group};
 use span::Span;
 
 /// Locks each of the pass's two threads reads in one slice (one hub turn): 16
@@ -70,7 +71,7 @@ impl Default for Pass {
 pub(in crate::live::views) struct Run {
     /// The tops it fills, with the size each was asked for.
     specs: Vec<(TopSpec, usize)>,
-    /// Per filter, its tops' heaps: one set per thread, merged at the end.
+    /// Per filter, its tops' fills: one set per thread, merged at the end.
     /// Both halves hold the same groups and fills in the same places.
     halves: [Vec<Group>; 2],
     /// The last lock read in this lap: every lock up to it has been.
@@ -88,7 +89,7 @@ pub(in crate::live::views) struct Run {
 }
 
 /// What a slice finished: a filter's count, if its group's span ended, and the
-/// heaps of its tops whose span ended (both halves merged).
+/// fills of its tops whose span ended (both halves merged).
 struct Settled {
     filter: Filter,
     count: Option<i64>,
@@ -129,14 +130,9 @@ impl Run {
                 }
             };
             for half in self.halves.iter_mut() {
-                half[g].fills.push(Fill {
-                    at: self.specs.len(),
-                    sort: spec.sort,
-                    cap,
-                    heap: BinaryHeap::new(),
-                    overflowed: false,
-                    span: span.clone(),
-                });
+                half[g]
+                    .fills
+                    .push(Fill::new(self.specs.len(), spec.sort, cap, span.clone()));
             }
             self.specs.push((spec, cap));
         }
@@ -144,7 +140,7 @@ impl Run {
 
     /// Reads the next slice: `per_thread` locks on this thread and the
     /// `per_thread` after them on another. Whether the lap is read to its end.
-    fn slice(&mut self, state: &FleetState, meta: &HashMap<Arc<str>, Meta>, per_thread: usize) -> bool {
+    fn slice(&mut self, state: &FleetState, meta: &NameMap<Meta>, per_thread: usize) -> bool {
         let cursor = self.cursor.as_deref();
         let from = || -> Box<dyn Iterator<Item = &LockEntry> + '_> {
             match cursor {
@@ -188,10 +184,7 @@ impl Run {
                     continue;
                 }
                 let (mut into, from) = (n.fills.swap_remove(j), f.fills.swap_remove(j));
-                into.overflowed |= from.overflowed;
-                for key in from.heap.into_vec() {
-                    into.offer(key);
-                }
+                into.merge(from);
                 fills.push(into);
             }
             if count.is_some() || !fills.is_empty() {
@@ -307,10 +300,8 @@ impl Views {
             let Some(top) = self.tops.get_mut(spec).filter(|t| t.stale && *cap >= t.want) else {
                 continue;
             };
-            top.keys = (fill.heap.into_sorted_vec().into_iter())
-                .map(|Ranked(a, b, _, name, _)| (a, b, name))
-                .collect();
-            top.complete = !fill.overflowed;
+            let (keys, overflowed) = fill.into_keys();
+            (top.keys, top.complete) = (keys, !overflowed);
             if top.keys.len() > top.cap() {
                 // Made for deeper viewers who have left since.
                 top.keys.truncate(top.cap());

@@ -1,18 +1,17 @@
 //! One thread's reading of a slice of the tops' pass ([`read`]): each lock is
 //! matched once per distinct filter ([`Group`]), and offered to that filter's
-//! tops, each a heap bounded by its size ([`Fill`]).
+//! tops, each a buffer bounded by twice its size ([`Fill`]).
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 
 use lockscope_model::view::{Filter, Sort, SortKey};
 use lockscope_model::LockEntry;
 
 use super::span::Span;
-use crate::live::views::Meta;
+use crate::live::views::index::Key;
+use crate::live::views::{Meta, NameMap};
 
-/// A filter, its tops' heaps, and how many locks it takes (as read, plus the
+/// A filter, its tops' fills, and how many locks it takes (as read, plus the
 /// changes to locks read since) while `counting` (over its span).
 pub(super) struct Group {
     pub(super) filter: Filter,
@@ -22,65 +21,98 @@ pub(super) struct Group {
     pub(super) counting: bool,
 }
 
-/// One top's heap.
+/// A key's place in a view's order: its position, then its lock's rank in
+/// name order (which orders as the name does within a lap; a lap's ranks are
+/// below the last lap's), each bit-inverted for a reversed view, so that the
+/// first keys in view order are the smallest in either direction.
+type Place = (i64, i64, u128);
+
+/// One top's first keys: the [`Place`]s of the locks offered, with their
+/// names, kept in a buffer of up to twice the top's size that is cut back to
+/// its first `cap` keys by a selection (O(cap)) whenever it fills, and whose
+/// last key kept then bounds what may enter. So a lock costs one comparison
+/// to be turned away, or a push to be kept, and a top that takes nearly
+/// every lock (a key that grows with the name, say a fence read highest
+/// first) costs O(1) a lock, not a heap's sift of O(log cap).
 pub(super) struct Fill {
     /// Its place in [`super::Run`]'s `specs`.
     pub(super) at: usize,
     pub(super) sort: Sort,
     pub(super) cap: usize,
-    pub(super) heap: BinaryHeap<Ranked>,
-    /// A key was ever turned away: the heap may not hold every lock taken.
+    keys: Vec<(Place, Arc<str>)>,
+    /// The last key the last cut kept: nothing after it can be among the
+    /// first `cap` (`None`: no cut yet).
+    bound: Option<Place>,
+    /// A key was ever turned away or cut: it may not hold every lock taken.
     pub(super) overflowed: bool,
     pub(super) span: Span,
 }
 
 impl Fill {
-    /// Keeps `key` if it is among the first `cap` keys offered.
-    pub(super) fn offer(&mut self, key: Ranked) {
-        if self.heap.len() < self.cap {
-            self.heap.push(key);
+    pub(super) fn new(at: usize, sort: Sort, cap: usize, span: Span) -> Fill {
+        Fill {
+            at,
+            sort,
+            cap: cap.max(1),
+            keys: Vec::new(),
+            bound: None,
+            overflowed: false,
+            span,
+        }
+    }
+
+    /// Offers lock `name` at position `(a, b)` and `rank`: kept if it may be
+    /// among the first `cap` keys offered.
+    pub(super) fn offer(&mut self, (a, b): (i64, i64), rank: u128, name: &Arc<str>) {
+        let place = match self.sort.reverse {
+            false => (a, b, rank),
+            true => (!a, !b, !rank),
+        };
+        self.push(place, || name.clone());
+    }
+
+    fn push(&mut self, place: Place, name: impl FnOnce() -> Arc<str>) {
+        if self.bound.is_some_and(|last| place > last) {
+            // Most locks cannot enter: turned away before any clone.
+            self.overflowed = true;
+            return;
+        }
+        self.keys.push((place, name()));
+        if self.keys.len() >= 2 * self.cap {
+            self.cut();
+        }
+    }
+
+    /// Keeps the first `cap` keys only.
+    fn cut(&mut self) {
+        if self.keys.len() <= self.cap {
             return;
         }
         self.overflowed = true;
-        let mut last = self.heap.peek_mut().expect("cap is at least 1");
-        if key < *last {
-            // Replaces the last kept; sifted down as `last` drops.
-            *last = key;
+        let (_, last, _) = self.keys.select_nth_unstable_by_key(self.cap - 1, |k| k.0);
+        self.bound = Some(last.0);
+        self.keys.truncate(self.cap);
+    }
+
+    /// Takes in the keys of `other`, the same top's fill read by the other
+    /// thread.
+    pub(super) fn merge(&mut self, other: Fill) {
+        self.overflowed |= other.overflowed;
+        for (place, name) in other.keys {
+            self.push(place, || name);
         }
     }
-}
 
-/// A key in a bounded heap whose top is the last in view order: its position,
-/// its lock's rank in name order (which orders as the name does within a lap;
-/// a lap's ranks are below the last lap's), the name, and whether the view is
-/// reversed.
-pub(super) struct Ranked(
-    pub(super) i64,
-    pub(super) i64,
-    pub(super) u128,
-    pub(super) Arc<str>,
-    pub(super) bool,
-);
-
-impl PartialEq for Ranked {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-impl Eq for Ranked {}
-impl PartialOrd for Ranked {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for Ranked {
-    fn cmp(&self, other: &Self) -> Ordering {
-        let o = (self.0, self.1, self.2).cmp(&(other.0, other.1, other.2));
-        if self.4 {
-            o.reverse()
-        } else {
-            o
-        }
+    /// Its first `cap` keys in view order, as a top holds them, and whether a
+    /// key was turned away.
+    pub(super) fn into_keys(mut self) -> (Vec<Key>, bool) {
+        self.cut();
+        self.keys.sort_unstable_by_key(|k| k.0);
+        let reverse = self.sort.reverse;
+        let keys = (self.keys.into_iter())
+            .map(|((a, b, _), name)| if reverse { (!a, !b, name) } else { (a, b, name) })
+            .collect();
+        (keys, self.overflowed)
     }
 }
 
@@ -96,7 +128,7 @@ pub(super) fn read<'s>(
     locks: impl Iterator<Item = &'s LockEntry>,
     (lap, mut at): (u64, u64),
     stops: &[Arc<str>],
-    meta: &HashMap<Arc<str>, Meta>,
+    meta: &NameMap<Meta>,
     groups: &mut [Group],
 ) -> (usize, Option<&'s str>) {
     let (mut read, mut last) = (0, None);
@@ -125,18 +157,8 @@ pub(super) fn read<'s>(
             }
             g.matched += i64::from(counts);
             for fill in g.fills.iter_mut().filter(|f| f.span.reads(passed)) {
-                let (a, b) = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
-                if fill.heap.len() == fill.cap {
-                    // Most locks cannot enter: turned away before any clone.
-                    fill.overflowed = true;
-                    let last = fill.heap.peek().expect("cap is at least 1");
-                    let o = (a, b, rank).cmp(&(last.0, last.1, last.2));
-                    let after_last = if fill.sort.reverse { o.is_le() } else { o.is_ge() };
-                    if after_last {
-                        continue;
-                    }
-                }
-                fill.offer(Ranked(a, b, rank, name.clone(), fill.sort.reverse));
+                let position = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
+                fill.offer(position, rank, name);
             }
         }
     }
