@@ -11,7 +11,8 @@
 #   p99 / max over every (viewer, change) it saw, writes to a window not shown within
 #   1 s, and how many viewers lagged (a frame over 1 s old, or such a write);
 # - Debian's Chromium on one view (`end2end/bench/dom-latency.js`): store write -> row
-#   in the DOM (p50 / p95 / p99 / max) and changes never shown.
+#   in the DOM (p50 / p95 / p99 / max), changes never shown, and rows that still show an
+#   older change than the last one written to them at the end (the page showing the past).
 # Also prints: time from server start to live, page size, server CPU during the load,
 # server RSS; then the goals, each with this run's figure and a met/missed line.
 # Method and results: docs/performance.md.
@@ -274,6 +275,8 @@ if [ "$BROWSER" != 0 ]; then
   echo "    (its CPU time: ${cpu:-?} % of a core; the busy share counts tasks' wall time, waits for a core included)"
   never=$(grep -o '"never_shown":[0-9]*' <<<"$probe" | cut -d: -f2)
   goal "changes never shown" "${never:--1}" 0
+  stale=$(grep -o '"stale_at_end":[0-9]*' <<<"$probe" | cut -d: -f2)
+  goal "rows showing an older change than the last written, at the end" "${stale:--1}" 0
   if [ "$CHURN" != 0 ]; then
     not_shown=$(grep -o '"held_not_shown":[0-9]*' <<<"$probe" | cut -d: -f2)
     not_left=$(grep -o '"released_not_left":[0-9]*' <<<"$probe" | cut -d: -f2)

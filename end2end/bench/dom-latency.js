@@ -134,7 +134,10 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   await page.waitForTimeout(Math.max(0, liveAt + Number(seconds) * 1000 + 1500 - Date.now()));
   const seen = new Map(await page.evaluate(() => [...window.__seen.entries()]));
   const left = new Map(await page.evaluate(() => [...window.__left.entries()]));
-  const visible = new Set(await page.locator('[data-testid=lock-row]').evaluateAll((rows) => rows.map((r) => r.dataset.lock)));
+  // What each row shows at the end: its stamp, if it has one.
+  const shown = new Map(await page.locator('[data-testid=lock-row]').evaluateAll((rows) =>
+    rows.map((r) => [r.dataset.lock, /bench t=\d+ n=(\d+)/.exec(r.querySelector('td.purpose')?.textContent || '')?.[1]])));
+  const visible = new Set(shown.keys());
   await browser.close();
 
   const writes = readFileSync(writeLog, 'utf8').trim().split('\n').map((l) => l.split(' '));
@@ -167,6 +170,11 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
     main_thread_busy_pct: busy, main_thread: busySplit,
     navigation_to_live_ms: navigationToLive === undefined ? null : Math.round(navigationToLive),
   };
+  // A row still on screen at the end that shows an older stamp than the last one
+  // written to it: the page shows the past (never_shown alone could also be a
+  // change the probe's observer missed while the page shows it).
+  const lastWrite = new Map(stamps.map(([name, , n]) => [name, n]));
+  out.stale_at_end = [...shown].filter(([name, n]) => lastWrite.has(name) && n !== lastWrite.get(name)).length;
   if (churn) {
     // Nothing lost: every churned lock still held is in the window at the end
     // (its names sort into the window's first rows), every released one has left.
