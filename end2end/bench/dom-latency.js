@@ -53,6 +53,12 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
     });
     seen.observe(document, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-state'] });
   });
+  // Every stamp the page's sockets received, to tell a change the server never sent
+  // from one the page received and did not show (stale_received below).
+  const received = new Set();
+  page.on('websocket', (ws) => ws.on('framereceived', ({ payload }) => {
+    for (const m of String(payload).matchAll(/bench t=\d+ n=(\d+)/g)) received.add(m[1]);
+  }));
   await page.goto(url);
   await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: 30_000 });
   const liveAt = Date.now();
@@ -174,7 +180,12 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   // written to it: the page shows the past (never_shown alone could also be a
   // change the probe's observer missed while the page shows it).
   const lastWrite = new Map(stamps.map(([name, , n]) => [name, n]));
-  out.stale_at_end = [...shown].filter(([name, n]) => lastWrite.has(name) && n !== lastWrite.get(name)).length;
+  const stale = [...shown].filter(([name, n]) => lastWrite.has(name) && n !== lastWrite.get(name));
+  out.stale_at_end = stale.length;
+  // Of those, how many the page had received (its socket got the change, the rows do
+  // not show it) rather than never been sent.
+  out.stale_received = stale.filter(([name]) => received.has(lastWrite.get(name))).length;
+  out.stamps_received = received.size;
   if (churn) {
     // Nothing lost: every churned lock still held is in the window at the end
     // (its names sort into the window's first rows), every released one has left.
