@@ -122,7 +122,8 @@ async fn produce(
     tx: mpsc::Sender<Result<String, HistoryError>>,
     finished: Arc<AtomicBool>,
 ) {
-    let send = |item| deliver(&tx, item, permit.as_ref(), &q.fleet);
+    let out = Outlet { permit, tx };
+    let send = |item| deliver(&out, item, &q.fleet);
     if !send(Ok(header(&q, format))).await {
         return;
     }
@@ -153,18 +154,21 @@ async fn produce(
     finished.store(true, Ordering::Release);
 }
 
+/// An export's way to its reader. Fields drop in order: the permit is given
+/// back before the channel closes, so a reader that has seen the end can start
+/// its next export at once (the other way round, it could be refused).
+struct Outlet {
+    permit: Option<ExportPermit>,
+    tx: mpsc::Sender<Result<String, HistoryError>>,
+}
+
 /// Whether the reader took `item` (within the permit's idle timeout, if any);
 /// `false`: stop.
-async fn deliver(
-    tx: &mpsc::Sender<Result<String, HistoryError>>,
-    item: Result<String, HistoryError>,
-    permit: Option<&ExportPermit>,
-    fleet: &str,
-) -> bool {
-    let Some(permit) = permit else {
-        return tx.send(item).await.is_ok();
+async fn deliver(out: &Outlet, item: Result<String, HistoryError>, fleet: &str) -> bool {
+    let Some(permit) = &out.permit else {
+        return out.tx.send(item).await.is_ok();
     };
-    match tokio::time::timeout(permit.idle(), tx.send(item)).await {
+    match tokio::time::timeout(permit.idle(), out.tx.send(item)).await {
         Ok(sent) => sent.is_ok(),
         Err(_) => {
             permit.stats().exports_stalled.fetch_add(1, Ordering::Relaxed);
