@@ -24,6 +24,11 @@
 #                         locks are counted, and `fill` writes LOCKS locks into it)
 #   PROFILE=debug         use the debug build instead of the release build
 #   BROWSER=0             skip the Chromium probe (no built site needed)
+#   KEEP=DIR              copy the run's files there at the end (server.log, writes.log, …)
+#   LOG=LEVEL             the server's log level (default warn), e.g. lockscope=debug
+#   VIEW_ROWS=N           rows per websocket viewer's window (default 50; the page's is 100)
+#   ACK_AFTER_MS=N        the websocket viewers acknowledge each frame N ms after it came (as a
+#                         page that acknowledges after its paint), not at once
 #   NO_BUILD=1            use the binaries already in target/PROFILE (say, a debug build made
 #                         with `cargo build --workspace --bins`) rather than building them
 #   LAYOUT=etcd-mutex     etcd's native mutexes instead (STORE=etcd only): fill LOCKS mutex
@@ -82,7 +87,12 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 dir=$(mktemp -d /dev/shm/lockscope-bench-XXXX)
 listen=$(free_port)
 pids=()
-cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
+cleanup() {
+  kill "${pids[@]}" 2>/dev/null || true
+  wait 2>/dev/null || true
+  [ -z "${KEEP:-}" ] || cp -r "$dir/." "$KEEP/"
+  rm -rf "$dir"
+}
 trap cleanup EXIT
 case $HISTORY in
   on) history=(--history "sqlite:$dir/history.db") ;;
@@ -146,7 +156,7 @@ t0=$(date +%s%N)
 # Every viewer connects from this one address: room for them past [limits]' default 64.
 printf '[limits]\nws_per_identity = %d\nws_per_address = %d\n' $((VIEWERS + 16)) $((VIEWERS + 16)) >"$dir/lockscope.toml"
 "$server_bin" --config "$dir/lockscope.toml" "${serve_store[@]}" "${history[@]}" --listen "127.0.0.1:$listen" \
-  --site-root "$SITE" --log warn >"$dir/server.log" 2>&1 &
+  --site-root "$SITE" --log "${LOG:-warn}" >"$dir/server.log" 2>&1 &
 server=$!
 pids+=($server)
 until curl -s "http://127.0.0.1:$listen/healthz" | grep -q "\"held\":$LOCKS"; do sleep 0.1; done
@@ -172,13 +182,27 @@ if [ "$HISTORY" = on ]; then
   history_out="first snapshot written $(( (t2 - t1) / 1000000 )) ms after live; RSS peak by then $(( hwm / 1024 )) MiB ($(( hwm * 1024 / LOCKS )) bytes per lock), at rest after it $(( rss_rest / 1024 )) MiB ($(( rss_rest * 1024 / LOCKS )) bytes per lock)"
 fi
 
+# The load reads what it needs first (at 1,000,000 SQL locks, seconds of fencing
+# tokens) and says when it is ready; its first write waits for `load.go`, so the
+# viewers and the page are timed from its first write, not its launch.
+churn=(); [ "$CHURN" = 0 ] || churn=(--churn)
+$bin/lockscope-bench load "${bench_store[@]}" --locks "$LOCKS" "${churn[@]}" \
+  --rate "$RATE" --seconds "$SECS" --log "$dir/writes.log" --ready "$dir/load.ready" --go "$dir/load.go" \
+  >"$dir/load.out" &
+load=$!
+pids+=($load)
+until [ -e "$dir/load.ready" ]; do
+  kill -0 $load 2>/dev/null || { echo "lockscope-bench load failed:" >&2; cat "$dir/load.out" >&2; exit 1; }
+  sleep 0.1
+done
 cpu0=$(cpu); w0=$(date +%s%N)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # The viewers subscribe first and watch until a second after the load has ended,
 # then judge every logged write to their windows.
 if [ "$VIEWERS" -gt 0 ]; then
   $bin/lockscope-bench viewers --url "http://127.0.0.1:$listen" --fleet bench --viewers "$VIEWERS" \
-    --seconds $((SECS + 3)) --writes "$dir/writes.log" --figures "$dir/viewers.fig" \
+    --seconds $((SECS + 3)) --writes "$dir/writes.log" --figures "$dir/viewers.fig" --ack-after-ms "${ACK_AFTER_MS:-0}" \
+    --limit "${VIEW_ROWS:-50}" \
     >"$dir/viewers.out" 2>"$dir/viewers.err" &
   viewers=$!
   pids+=($viewers)
@@ -188,21 +212,28 @@ if [ "$VIEWERS" -gt 0 ]; then
   fi
   sleep 1
 fi
-churn=(); [ "$CHURN" = 0 ] || churn=(--churn)
-$bin/lockscope-bench load "${bench_store[@]}" --locks "$LOCKS" "${churn[@]}" \
-  --rate "$RATE" --seconds "$SECS" --log "$dir/writes.log" >"$dir/load.out" &
-load=$!
-pids+=($load)
+touch "$dir/load.go"
 probe="skipped (BROWSER=0)"
 if [ "$BROWSER" != 0 ]; then
   view="http://127.0.0.1:$listen/?${VIEW:-fleet=bench&prefix=svc-0/&sort=name}"
-  # A probe that fails (say, the page does not load in its 30 s) is reported with the
-  # rest, not the end of the run.
-  probe=$(node end2end/bench/dom-latency.js "$view" "$dir/writes.log" "$SECS" 2>"$dir/probe.err") ||
-    probe="failed: $(grep -m1 -E 'Error|error' "$dir/probe.err" || tail -n1 "$dir/probe.err")"
+  # The probe reads the page once `load.done` exists (the write log complete).
+  node end2end/bench/dom-latency.js "$view" "$dir/writes.log" "$SECS" "$dir/load.done" \
+    >"$dir/probe.out" 2>"$dir/probe.err" &
+  probe_pid=$!
+  pids+=($probe_pid)
 fi
 wait $load
+touch "$dir/load.done"
 cpu1=$(cpu); w1=$(date +%s%N)
+if [ "$BROWSER" != 0 ]; then
+  # A probe that fails (say, the page does not load in its 30 s) is reported with the
+  # rest, not the end of the run.
+  if wait $probe_pid; then
+    probe=$(cat "$dir/probe.out")
+  else
+    probe="failed: $(grep -m1 -E 'Error|error' "$dir/probe.err" || tail -n1 "$dir/probe.err")"
+  fi
+fi
 viewers_out="skipped (VIEWERS=0)"
 if [ "$VIEWERS" -gt 0 ]; then
   wait $viewers || { echo "lockscope-bench viewers failed:" >&2; cat "$dir/viewers.err" >&2; exit 1; }

@@ -1,11 +1,12 @@
 // Chromium probe: store write -> row in the DOM, per change, for lockscope-bench.
 //
-//   node end2end/bench/dom-latency.js URL WRITE_LOG SECONDS
+//   node end2end/bench/dom-latency.js URL WRITE_LOG SECONDS [DONE_FILE]
 //
 // Opens URL (a lockscope page whose view shows the locks `lockscope-bench load`
 // writes to most), waits until it is live, and records, for every `bench t=<ms>`
 // stamp that appears in a row's purpose cell, the page's clock minus t (same host,
-// same clock). After SECONDS (plus a quiet second) it reads WRITE_LOG (`name t n`
+// same clock). After SECONDS, and once DONE_FILE exists if given (the load has
+// made its last write), plus a quiet 1.5 s, it reads WRITE_LOG (`name t n`
 // per line) and counts changes never shown: a write whose stamp was not seen and
 // no later write of the same row was seen either (coalescing may skip a change,
 // never lose a row's latest state). Prints one JSON line: the figures over every
@@ -32,10 +33,10 @@
 // trace of those seconds there (DevTools' Performance panel opens it).
 // Also `navigation_to_live_ms`: navigation start -> the page's live indicator.
 const { chromium } = require('playwright-core');
-const { readFileSync, writeFileSync } = require('node:fs');
+const { existsSync, readFileSync, writeFileSync } = require('node:fs');
 
-const [url, writeLog, seconds] = process.argv.slice(2);
-// The load starts with this probe: its last write is due SECONDS from now.
+const [url, writeLog, seconds, doneFile] = process.argv.slice(2);
+// The load's first write goes out as this probe starts: its last is due SECONDS from now.
 const loadEnds = Date.now() + Number(seconds) * 1000;
 (async () => {
   const browser = await chromium.launch({
@@ -56,9 +57,18 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   // Every stamp the page's sockets received, to tell a change the server never sent
   // from one the page received and did not show (stale_received below).
   const received = new Set();
-  page.on('websocket', (ws) => ws.on('framereceived', ({ payload }) => {
-    for (const m of String(payload).matchAll(/bench t=\d+ n=(\d+)/g)) received.add(m[1]);
-  }));
+  // Each socket the page opened: when, how many frames it got, when it closed.
+  const sockets = [];
+  page.on('websocket', (ws) => {
+    const s = { url: ws.url().replace(/^.*\/ws/, '/ws').slice(0, 60), opened: Date.now(), frames: 0, last_frame: null, closed: null };
+    sockets.push(s);
+    ws.on('close', () => { s.closed = Date.now(); });
+    ws.on('framereceived', ({ payload }) => {
+      s.frames++;
+      s.last_frame = Date.now();
+      for (const m of String(payload).matchAll(/bench t=\d+ n=(\d+)/g)) received.add(m[1]);
+    });
+  });
   await page.goto(url);
   await page.waitForSelector('[data-testid=connection][data-state=live]', { timeout: 30_000 });
   const liveAt = Date.now();
@@ -137,7 +147,11 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   };
   if (process.env.TRACE) await browser.stopTracing();
   if (process.env.CPU_PROFILE) writeFileSync(process.env.CPU_PROFILE, JSON.stringify((await cdp.send('Profiler.stop')).profile));
-  await page.waitForTimeout(Math.max(0, liveAt + Number(seconds) * 1000 + 1500 - Date.now()));
+  await page.waitForTimeout(Math.max(0, liveAt + Number(seconds) * 1000 - Date.now()));
+  // A load that ran late (or a slow store) is waited for: rows read before its last
+  // writes would count them as never shown.
+  while (doneFile && !existsSync(doneFile)) await page.waitForTimeout(100);
+  await page.waitForTimeout(1500);
   const seen = new Map(await page.evaluate(() => [...window.__seen.entries()]));
   const left = new Map(await page.evaluate(() => [...window.__left.entries()]));
   // What each row shows at the end: its stamp, if it has one.
@@ -186,6 +200,13 @@ const loadEnds = Date.now() + Number(seconds) * 1000;
   // not show it) rather than never been sent.
   out.stale_received = stale.filter(([name]) => received.has(lastWrite.get(name))).length;
   out.stamps_received = received.size;
+  if (stale.length > 0) {
+    // What to look at: the stale rows (shown and last written), and the sockets (times
+    // relative to the end of the load).
+    out.stale = stale.slice(0, 5).map(([name, n]) => `${name} shows n=${n} (written ${writtenAt.get(n) - loadEnds} ms), last n=${lastWrite.get(name)} (written ${writtenAt.get(lastWrite.get(name)) - loadEnds} ms)`);
+    const at = (t) => (t === null ? null : t - loadEnds);
+    out.sockets = sockets.map((s) => ({ ...s, opened: at(s.opened), last_frame: at(s.last_frame), closed: at(s.closed) }));
+  }
   if (churn) {
     // Nothing lost: every churned lock still held is in the window at the end
     // (its names sort into the window's first rows), every released one has left.

@@ -51,6 +51,7 @@ impl Target {
         let hot = plan.hot.min(plan.locks.div_ceil(plan.services)).max(1);
         let total = plan.rate * plan.seconds;
         let interval = Duration::from_secs_f64(1.0 / plan.rate as f64);
+        plan.start.wait().await?;
         let started = tokio::time::Instant::now();
         let mut late = 0u64;
         let mut inflight = FuturesUnordered::new();

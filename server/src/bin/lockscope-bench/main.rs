@@ -78,6 +78,8 @@ enum Command {
         /// instead: rows entering and leaving a browser's window (`churn.rs`).
         #[arg(long)]
         churn: bool,
+        #[command(flatten)]
+        start: store::Start,
     },
     /// Subscribe N websocket viewers, each to a different view, and measure what
     /// reaches them.
@@ -130,6 +132,7 @@ async fn main() -> anyhow::Result<()> {
             hot,
             log,
             churn,
+            start,
         } => {
             let plan = store::Load {
                 locks: fleet.locks,
@@ -138,6 +141,7 @@ async fn main() -> anyhow::Result<()> {
                 seconds,
                 hot_share,
                 hot: hot.max(1),
+                start,
             };
             let target = store::Target::open(&fleet).await?;
             if churn {

@@ -172,6 +172,7 @@ impl Target {
             std::io::BufWriter::new(std::fs::File::create(log).with_context(|| format!("{}", log.display()))?);
         let total = plan.rate * plan.seconds;
         let interval = Duration::from_secs_f64(1.0 / plan.rate as f64);
+        plan.start.wait().await?;
         let started = tokio::time::Instant::now();
         let mut late = 0u64;
         // Each write is a task of its own, stamped as it is spawned: it proceeds
@@ -336,6 +337,36 @@ pub struct Load {
     pub seconds: u64,
     pub hot_share: f64,
     pub hot: usize,
+    pub start: Start,
+}
+
+/// When the first write goes out. The load first reads what it needs (at
+/// 1,000,000 SQL locks their fencing tokens take seconds); a probe that times
+/// its run from the load's launch instead of its first write looks at the
+/// table before the last writes are made.
+#[derive(clap::Args)]
+pub struct Start {
+    /// Create this file once ready to write, before the first write.
+    #[arg(long)]
+    ready: Option<std::path::PathBuf>,
+    /// Then wait until this file exists before the first write.
+    #[arg(long)]
+    go: Option<std::path::PathBuf>,
+}
+
+impl Start {
+    /// Says the load is ready, and waits for the word to go.
+    pub async fn wait(&self) -> anyhow::Result<()> {
+        if let Some(ready) = &self.ready {
+            std::fs::write(ready, b"").with_context(|| format!("{}", ready.display()))?;
+        }
+        if let Some(go) = &self.go {
+            while !go.exists() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Waits for a write's turn, `due`; true if that turn had already passed by

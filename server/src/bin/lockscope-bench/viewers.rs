@@ -70,6 +70,10 @@ pub struct Args {
     /// `name=value` a line (integers; `scripts/bench.sh` reads it).
     #[arg(long)]
     figures: Option<PathBuf>,
+    /// Acknowledge each window frame this long after it arrived (in order, reading
+    /// on meanwhile), as a page that acknowledges after its paint does; 0: at once.
+    #[arg(long, default_value_t = 0)]
+    ack_after_ms: u64,
 }
 
 /// The `id` of the one view each viewer asks for.
@@ -310,7 +314,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let tasks: Vec<_> = (0..args.viewers)
         .map(|k| {
             let view = view_of(k, args.services.max(1), args.limit);
-            tokio::spawn(watch(url.clone(), view, until, args.late_ms))
+            let ack_after = Duration::from_millis(args.ack_after_ms);
+            tokio::spawn(watch(url.clone(), view, until, args.late_ms, ack_after))
         })
         .collect();
     let mut viewers = Vec::with_capacity(tasks.len());
@@ -344,19 +349,25 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn watch(url: String, view: ViewSpec, until: tokio::time::Instant, late_ms: i64) -> Viewer {
+async fn watch(url: String, view: ViewSpec, until: tokio::time::Instant, late_ms: i64, ack_after: Duration) -> Viewer {
     let mut v = Viewer {
         view,
         ..Viewer::default()
     };
-    if let Err(e) = watch_inner(&url, &mut v, until, late_ms).await {
+    if let Err(e) = watch_inner(&url, &mut v, until, late_ms, ack_after).await {
         v.error = Some(format!("{e:#}"));
     }
     v.ended_at = now_ms();
     v
 }
 
-async fn watch_inner(url: &str, v: &mut Viewer, until: tokio::time::Instant, late_ms: i64) -> anyhow::Result<()> {
+async fn watch_inner(
+    url: &str,
+    v: &mut Viewer,
+    until: tokio::time::Instant,
+    late_ms: i64,
+    ack_after: Duration,
+) -> anyhow::Result<()> {
     let (mut ws, _) = tokio::time::timeout(CONNECT_WITHIN, tokio_tungstenite::connect_async(url))
         .await
         .context("connecting: timed out")?
@@ -365,9 +376,17 @@ async fn watch_inner(url: &str, v: &mut Viewer, until: tokio::time::Instant, lat
     tokio::pin!(deadline);
     let mut window = Window::default();
     let mut asked = false;
+    // Acknowledgements held back (`--ack-after-ms`): when each is due, in order.
+    let mut acks = std::collections::VecDeque::new();
     loop {
+        let ack_due = acks.front().map(|(at, _)| *at);
         let msg = tokio::select! {
             _ = &mut deadline => break,
+            _ = tokio::time::sleep_until(ack_due.unwrap_or(until)), if ack_due.is_some() => {
+                let (_, seq) = acks.pop_front().expect("one is due");
+                send(&mut ws, &ClientMsg::Ack { seq }).await?;
+                continue;
+            }
             m = ws.next() => m,
         };
         let recv = now_ms();
@@ -386,7 +405,10 @@ async fn watch_inner(url: &str, v: &mut Viewer, until: tokio::time::Instant, lat
                 // Acknowledge before anything else: the server holds back after
                 // MAX_IN_FLIGHT unacknowledged frames, and this probe's bookkeeping
                 // is not what is being measured.
-                send(&mut ws, &ClientMsg::Ack { seq: f.seq }).await?;
+                match ack_after.is_zero() {
+                    true => send(&mut ws, &ClientMsg::Ack { seq: f.seq }).await?,
+                    false => acks.push_back((tokio::time::Instant::now() + ack_after, f.seq)),
+                }
                 v.on_frame(recv, f, &mut window, late_ms)?;
             }
             ServerMsg::Hello { protocol, .. } if !asked => {
