@@ -45,6 +45,7 @@ mod frames;
 mod index;
 mod name_map;
 mod names;
+mod render;
 mod select;
 mod top;
 
@@ -53,6 +54,7 @@ use index::{window_of, Index, IndexSpec, Key, OFF_TASK_BUILD_FROM};
 pub use index::{Build, BuildId, Built};
 use name_map::NameMap;
 pub use names::NAME_WINDOWS_FROM;
+pub use render::{RENDER_HOLDS, RENDER_HOLD_MS};
 pub use select::{SCAN_BUDGET, SCAN_LIMIT, SELECT_FROM};
 pub use top::{PASS_QUIET_MS, PASS_SLICE, PASS_WAIT_MS, TOP_ROWS, WALK_LIMIT};
 
@@ -161,6 +163,9 @@ pub struct Views {
     names: HashMap<SubId, names::NameWindow>,
     /// The cursor of the last such window dropped, followed for the next one.
     name_spare: Option<names::Cursor>,
+    /// Page renders whose view is kept for the page's socket, and until when
+    /// (monotonic; [`render::RENDER_HOLD_MS`]), oldest first.
+    held_renders: std::collections::VecDeque<(Millis, SubId)>,
     /// Fleets of this many locks or more serve them ([`NAME_WINDOWS_FROM`]).
     names_from: usize,
 }
@@ -203,6 +208,7 @@ impl Views {
             names: HashMap::new(),
             name_spare: None,
             names_from: NAME_WINDOWS_FROM,
+            held_renders: Default::default(),
         };
         // The default view (the bare page) is always ready.
         v.indexes

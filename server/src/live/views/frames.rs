@@ -1,7 +1,7 @@
 //! The subscribers' side of the views: who looks at what ([`Sub`]), and the
 //! frames each is sent — the difference between what it holds and its window
-//! now, paced by its acknowledgements and the frame interval — and one-off
-//! page renders.
+//! now, paced by its acknowledgements and the frame interval (one-off page
+//! renders: [`super::render`]).
 
 use super::*;
 
@@ -99,6 +99,11 @@ impl Views {
                 top,
             },
         );
+        // The page's socket has its render's order now.
+        if self.subs[&id].after.is_none() {
+            let spec = self.subs[&id].spec.clone();
+            self.let_go_of_render(|s| s.spec == spec);
+        }
         id
     }
 
@@ -217,6 +222,7 @@ impl Views {
     }
 
     fn mark(&mut self, state: &FleetState, now: Now, pass: bool) {
+        self.let_go_of_old_renders(now.mono);
         self.refresh_aggregates();
         // New, deeper or depleted tops: walked, or in one pass for all.
         let owed = self.fill_tops(state, pass);
@@ -384,45 +390,6 @@ impl Views {
             rows,
             aggregates,
         })
-    }
-
-    /// A one-off window of `spec` (for a server-rendered page): the first frame a
-    /// new subscriber would get, or, while its index is being built, the
-    /// subscriber to pass to [`Views::render_sub`] once [`Views::is_ready`].
-    pub fn render(&mut self, state: &FleetState, spec: &ViewSpec, now: Now) -> Result<WindowFrame, SubId> {
-        self.render_after(state, spec, None, now)
-    }
-
-    /// [`Views::render`] of the rows after `after` (a list API cursor,
-    /// [`ListCursor`]) in the view's order.
-    pub fn render_after(
-        &mut self,
-        state: &FleetState,
-        spec: &ViewSpec,
-        after: Option<&ListCursor>,
-        now: Now,
-    ) -> Result<WindowFrame, SubId> {
-        let after = after.map(|c| (c.0, c.1, Arc::from(c.2.as_str())));
-        let id = self.subscribe_after(0, spec.clone(), after, now);
-        let sub = self.subs.get_mut(&id).expect("just made");
-        sub.one_off = true;
-        // A new top is filled now: a page render need not wait a turn.
-        self.fill_tops(state, true);
-        self.pass_owed = None;
-        match self.is_ready(id) {
-            true => Ok(self.render_sub(state, id, now)),
-            false => Err(id),
-        }
-    }
-
-    /// The first frame of a subscriber made by [`Views::render`], which it ends.
-    pub fn render_sub(&mut self, state: &FleetState, id: SubId, now: Now) -> WindowFrame {
-        let mut frame = self
-            .frame(state, id, now)
-            .expect("a fresh subscriber with its index built always gets a frame");
-        self.unsubscribe(id);
-        frame.aggregates.get_or_insert_with(|| self.aggregates());
-        frame
     }
 
     /// The names of `spec`'s window, in order (for tests and recounts); `None`

@@ -244,7 +244,105 @@ fn indexes_are_shared_and_dropped_with_their_last_viewer() {
     );
     let page = sim.views.render(&sim.state, &billing, sim.t()).unwrap();
     assert!(page.full && page.aggregates.is_some());
-    assert_eq!(sim.views.indexes.len(), 1, "rendering a page leaves nothing behind");
+    assert_eq!(
+        sim.views.indexes.len(),
+        2,
+        "the render's index is kept for the page's socket"
+    );
+    sim.views.mark_dirty(
+        &sim.state,
+        Now {
+            mono: sim.now + RENDER_HOLD_MS,
+            ..sim.t()
+        },
+    );
+    assert_eq!(
+        sim.views.indexes.len(),
+        1,
+        "a page render leaves nothing behind once its time is up"
+    );
+}
+
+/// docs/architecture.md: "A page render keeps the order its view needed (an
+/// index, a selection's shared order, a top) for the page's socket, which asks
+/// for the same view moments later: until a socket takes that view, or for 5 s,
+/// at most 4 renders per fleet at once (the oldest let go first), so a new view
+/// costs one sort or pass over the fleet, not one for the render and one for
+/// the socket." And docs/security.md's limits: "4 renders per fleet, each until
+/// a socket takes the same view or 5 s", "the oldest is let go of".
+#[test]
+fn a_page_renders_order_is_kept_for_its_socket() {
+    assert_eq!((RENDER_HOLD_MS, RENDER_HOLDS), (5_000, 4), "the figures the docs quote");
+    let mut sim = Sim::new(3);
+    sim.views = Views {
+        walk_limit: 0,
+        ..Views::with_top_from(0)
+    };
+    for _ in 0..150 {
+        sim.step();
+    }
+    let by_fence = |reverse| ViewSpec {
+        sort: Sort {
+            key: SortKey::Fence,
+            reverse,
+        },
+        limit: 5,
+        ..ViewSpec::default()
+    };
+    // A render is answered once its top is filled (by a pass: nothing is walked).
+    let render = |sim: &mut Sim, spec: &ViewSpec| {
+        if let Err(id) = sim.views.render(&sim.state, spec, sim.t()) {
+            while !sim.views.is_ready(id) {
+                sim.views.mark_dirty(&sim.state, sim.t());
+            }
+            sim.views.render_sub(&sim.state, id, sim.t());
+        }
+    };
+    render(&mut sim, &by_fence(true));
+    assert_eq!(sim.views.top_passes, 1);
+    // The page's socket asks for the same view a moment later: its first frame
+    // is due at once, with no second pass, and the render is let go of.
+    sim.now += 300;
+    let mut browsers = sim.browsers([by_fence(true)]);
+    assert!(
+        sim.views.is_ready(browsers[0].1.id),
+        "the socket's view is ready at once"
+    );
+    sim.deliver_and_check(&mut browsers, "the socket's first frame");
+    assert_eq!(sim.views.top_passes, 1, "one pass for the render and its socket");
+    assert!(sim.views.held_renders.is_empty(), "the socket took the render's view");
+
+    // At most RENDER_HOLDS renders are kept, the oldest let go first; none past its time.
+    let views: Vec<ViewSpec> = (0..=RENDER_HOLDS as u64)
+        .map(|i| ViewSpec {
+            filter: Filter {
+                service: Some(sim::SERVICES[i as usize % sim::SERVICES.len()].into()),
+                ..Filter::default()
+            },
+            offset: i,
+            ..by_fence(false)
+        })
+        .collect();
+    for spec in &views {
+        render(&mut sim, spec);
+    }
+    let held = |sim: &Sim| -> Vec<ViewSpec> {
+        (sim.views.held_renders.iter())
+            .map(|(_, id)| sim.views.subs[id].spec.clone())
+            .collect()
+    };
+    assert_eq!(held(&sim), views[1..], "the oldest was let go of");
+    sim.now += RENDER_HOLD_MS - 1;
+    sim.views.mark_dirty(&sim.state, sim.t());
+    assert_eq!(held(&sim).len(), RENDER_HOLDS, "kept for 5 s");
+    sim.now += 1;
+    sim.views.mark_dirty(&sim.state, sim.t());
+    assert!(held(&sim).is_empty(), "and let go of after");
+    assert_eq!(
+        (sim.views.tops.len(), sim.views.subs.len()),
+        (1, 1),
+        "nothing left but the socket's"
+    );
 }
 
 #[test]
