@@ -24,7 +24,7 @@
 #                         locks are counted, and `fill` writes LOCKS locks into it)
 #   PROFILE=debug         use the debug build instead of the release build
 #   BROWSER=0             skip the Chromium probe (no built site needed)
-#   KEEP=DIR              copy the run's files there at the end (server.log, writes.log, …)
+#   KEEP=DIR              copy the run's logs there at the end (server.log, writes.log, …)
 #   LOG=LEVEL             the server's log level (default warn), e.g. lockscope=debug
 #   VIEW_ROWS=N           rows per websocket viewer's window (default 50; the page's is 100)
 #   ACK_AFTER_MS=N        the websocket viewers acknowledge each frame N ms after it came (as a
@@ -90,7 +90,11 @@ pids=()
 cleanup() {
   kill "${pids[@]}" 2>/dev/null || true
   wait 2>/dev/null || true
-  [ -z "${KEEP:-}" ] || cp -r "$dir/." "$KEEP/"
+  # The logs only (the stores' files can be gigabytes); a copy that fails still cleans up.
+  if [ -n "${KEEP:-}" ]; then
+    { mkdir -p "$KEEP" && cp "$dir"/*.log "$dir"/*.out "$dir"/*.err "$dir"/*.fig "$KEEP"/ 2>/dev/null; } ||
+      echo "KEEP=$KEEP: not every file was copied" >&2
+  fi
   rm -rf "$dir"
 }
 trap cleanup EXIT
@@ -197,8 +201,8 @@ until [ -e "$dir/load.ready" ]; do
 done
 cpu0=$(cpu); w0=$(date +%s%N)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
-# The viewers subscribe first and watch until a second after the load has ended,
-# then judge every logged write to their windows.
+# The viewers subscribe a second before the load's first write and watch until about two
+# seconds after its last, then judge every logged write to their windows.
 if [ "$VIEWERS" -gt 0 ]; then
   $bin/lockscope-bench viewers --url "http://127.0.0.1:$listen" --fleet bench --viewers "$VIEWERS" \
     --seconds $((SECS + 3)) --writes "$dir/writes.log" --figures "$dir/viewers.fig" --ack-after-ms "${ACK_AFTER_MS:-0}" \
@@ -222,7 +226,7 @@ if [ "$BROWSER" != 0 ]; then
   probe_pid=$!
   pids+=($probe_pid)
 fi
-wait $load
+wait $load || { echo "lockscope-bench load failed:" >&2; cat "$dir/load.out" >&2; exit 1; }
 touch "$dir/load.done"
 cpu1=$(cpu); w1=$(date +%s%N)
 if [ "$BROWSER" != 0 ]; then

@@ -117,6 +117,8 @@ impl Views {
         if top.is_some() {
             self.top_taken_at = now.mono;
         }
+        // This socket has a held render's order now (see `subscribe_after`).
+        self.let_go_of_render(|s| s.spec == spec);
         // Paging a window by name steps its cursor a page, not from an end.
         match (names, self.names.get_mut(&id)) {
             (Some(_), Some(w)) => w.touched = true,

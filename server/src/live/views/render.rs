@@ -58,11 +58,23 @@ impl Views {
     }
 
     /// Keeps the order a page render `id` needed for the page's socket
-    /// ([`RENDER_HOLD_MS`]); ends it at once if it needed none.
+    /// ([`RENDER_HOLD_MS`]), if ending the render would drop it; else ends it.
     fn hold_render(&mut self, id: SubId, now: Now) {
         let Some(sub) = self.subs.get(&id) else { return };
-        let ordered = sub.top.is_some() || sub.sel.is_some() || sub.index != IndexSpec::default_view();
-        if !ordered || self.names.contains_key(&id) {
+        // Nothing to keep: a window by name (its cursor is kept anyway), a list
+        // API page (no socket follows it), an order someone else holds too (the
+        // unlocker's view, a socket already on it), a selection whose scan
+        // overflowed (a socket gets an index of its own).
+        let only_user = |index: &IndexSpec| self.indexes.get(index).is_some_and(|i| i.subscribers == 1);
+        let would_drop = match (&sub.top, &sub.sel) {
+            (Some(top), _) => self.tops.get(top).is_some_and(|t| t.users == 1),
+            (None, Some(sel)) => {
+                !sel.overflowed
+                    && (only_user(&sub.index) || self.filters.get(&sub.spec.filter).is_some_and(|c| c.users == 1))
+            }
+            (None, None) => sub.index != IndexSpec::default_view() && only_user(&sub.index),
+        };
+        if !would_drop || sub.after.is_some() || self.names.contains_key(&id) {
             return self.unsubscribe(id);
         }
         self.held_renders.push_back((now.mono + RENDER_HOLD_MS, id));

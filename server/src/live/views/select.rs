@@ -49,7 +49,7 @@ pub(super) struct Selection {
 /// How many locks a filter used by selections takes, and by how many subscribers.
 pub(super) struct FilterCount {
     pub(super) count: u64,
-    users: usize,
+    pub(super) users: usize,
     /// `false` until the pass that fills a new top counts it
     /// ([`Views::fill_tops`]); `count` means nothing meanwhile.
     pub(super) counted: bool,
@@ -314,8 +314,9 @@ impl Views {
     /// Gives each selection whose last scan overflowed [`SCAN_LIMIT`] an index
     /// of its own (queued like any new index over a large fleet).
     pub(super) fn demote_selections(&mut self) {
+        // (Not a held page render's: no frame of it is ever read again.)
         let over: Vec<SubId> = (self.subs.iter())
-            .filter(|(_, s)| s.sel.as_ref().is_some_and(|x| x.overflowed))
+            .filter(|(_, s)| !s.one_off && s.sel.as_ref().is_some_and(|x| x.overflowed))
             .map(|(id, _)| *id)
             .collect();
         for id in over {

@@ -268,8 +268,10 @@ fn indexes_are_shared_and_dropped_with_their_last_viewer() {
 /// for the same view moments later: until a socket takes that view, or for 5 s,
 /// at most 4 renders per fleet at once (the oldest let go first), so a new view
 /// costs one sort or pass over the fleet, not one for the render and one for
-/// the socket." And docs/security.md's limits: "4 renders per fleet, each until
-/// a socket takes the same view or 5 s", "the oldest is let go of".
+/// the socket. Only an order that ending the render would drop is kept: not one
+/// another viewer holds (the unlocker's view, a socket already on it), nor a list
+/// API page's". And docs/security.md's limits: "4 renders per fleet, each until a
+/// socket takes the same view or 5 s", "the oldest is let go of".
 #[test]
 fn a_page_renders_order_is_kept_for_its_socket() {
     assert_eq!((RENDER_HOLD_MS, RENDER_HOLDS), (5_000, 4), "the figures the docs quote");
@@ -311,16 +313,24 @@ fn a_page_renders_order_is_kept_for_its_socket() {
     sim.deliver_and_check(&mut browsers, "the socket's first frame");
     assert_eq!(sim.views.top_passes, 1, "one pass for the render and its socket");
     assert!(sim.views.held_renders.is_empty(), "the socket took the render's view");
+    // Nothing is kept where ending the render drops nothing (an order a socket or the
+    // unlocker holds), nor for a list API page (no socket follows it).
+    render(&mut sim, &by_fence(true));
+    let cursor: ListCursor = (0, 0, String::new());
+    let list = sim
+        .views
+        .render_after(&sim.state, &by_fence(false), Some(&cursor), sim.t());
+    assert!(list.is_ok() && sim.views.held_renders.is_empty(), "nothing held");
 
     // At most RENDER_HOLDS renders are kept, the oldest let go first; none past its time.
-    let views: Vec<ViewSpec> = (0..=RENDER_HOLDS as u64)
+    // (Each its own top: a filter and a direction.)
+    let views: Vec<ViewSpec> = (0..=RENDER_HOLDS)
         .map(|i| ViewSpec {
             filter: Filter {
-                service: Some(sim::SERVICES[i as usize % sim::SERVICES.len()].into()),
+                service: Some(sim::SERVICES[i % sim::SERVICES.len()].into()),
                 ..Filter::default()
             },
-            offset: i,
-            ..by_fence(false)
+            ..by_fence(i >= sim::SERVICES.len())
         })
         .collect();
     for spec in &views {

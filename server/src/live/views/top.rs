@@ -80,7 +80,7 @@ pub(super) struct Top {
     pub(super) stale: bool,
     /// Bumped whenever a held key comes, goes, or changes.
     pub(super) generation: u64,
-    users: usize,
+    pub(super) users: usize,
     /// Its last walk was abandoned ([`walk`]): the pass fills it.
     walk_failed: bool,
 }
