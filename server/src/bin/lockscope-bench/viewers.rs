@@ -36,9 +36,11 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 mod report;
+mod seen;
 
 pub(crate) use report::pct;
 use report::{detail, figures, summary};
+use seen::{read_writes, Viewer, Write};
 
 type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -84,170 +86,6 @@ pub struct Args {
 /// The `id` of the one view each viewer asks for.
 const VIEW_ID: u32 = 1;
 const CONNECT_WITHIN: Duration = Duration::from_secs(10);
-
-/// What one viewer saw.
-#[derive(Default)]
-struct Viewer {
-    view: ViewSpec,
-    /// When the view was asked for (unix ms).
-    asked_at: i64,
-    first_frame_at: Option<i64>,
-    last_frame_at: Option<i64>,
-    ended_at: i64,
-    frames: u64,
-    bytes: u64,
-    max_gap_ms: i64,
-    /// Receive time − the frame's `server_time`.
-    max_age_ms: i64,
-    max_waited_ms: u64,
-    late_frames: u64,
-    /// Store write → frame received, once per stamp.
-    latencies: Vec<i64>,
-    /// The server's part of each latency: store write → the frame's `server_time`.
-    to_sent: Vec<i64>,
-    /// Stamps not timed: written before the view was asked for, or arriving with
-    /// a row new to the window.
-    untimed: u64,
-    seen: HashSet<u64>,
-    /// Per row, every stamp shown, with its receive time.
-    shown: HashMap<String, Vec<(i64, u64)>>,
-    /// The window's rows from each receive time on (appended when they change).
-    membership: Vec<(i64, Arc<HashSet<String>>)>,
-    /// Writes to its window judged / not shown within `late_ms` / never shown.
-    judged: u64,
-    stale: u64,
-    never: u64,
-    examples: Vec<String>,
-    error: Option<String>,
-}
-
-impl Viewer {
-    fn on_frame(&mut self, recv: i64, f: WindowFrame, window: &mut Window, late_ms: i64) -> anyhow::Result<()> {
-        if f.view_id != VIEW_ID {
-            bail!("frame {} answers view {}, not {VIEW_ID}", f.seq, f.view_id);
-        }
-        self.frames += 1;
-        if self.first_frame_at.is_none() {
-            self.first_frame_at = Some(recv);
-        }
-        // Gaps count once stamps flow: before the load starts (and after it ends)
-        // a quiet window rightly gets nothing.
-        if let (Some(last), false) = (self.last_frame_at, self.latencies.is_empty()) {
-            self.max_gap_ms = self.max_gap_ms.max(recv - last);
-        }
-        self.last_frame_at = Some(recv);
-        let age = recv - f.server_time;
-        self.max_age_ms = self.max_age_ms.max(age);
-        self.max_waited_ms = self.max_waited_ms.max(f.waited_ms);
-        if age > late_ms || f.waited_ms as i64 > late_ms {
-            self.late_frames += 1;
-        }
-        let held: HashSet<&str> = window.order().iter().map(String::as_str).collect();
-        for row in &f.rows {
-            let Some((t, n)) = row.entry.record().and_then(|r| stamp(&r.purpose)) else {
-                continue;
-            };
-            self.shown.entry(row.entry.name.clone()).or_default().push((recv, n));
-            if !self.seen.insert(n) {
-                continue;
-            }
-            // Timed only if the row was in the window when written, as far as this
-            // viewer knows: a row entering the window brings its last stamp along,
-            // however old, and that age is not a delivery time.
-            if t >= self.asked_at && held.contains(row.entry.name.as_str()) {
-                self.latencies.push(recv - t);
-                self.to_sent.push(f.server_time - t);
-            } else {
-                self.untimed += 1;
-            }
-        }
-        let order_changed = f.full || f.order.is_some();
-        window.apply(f).map_err(|e| anyhow::anyhow!("applying a frame: {e}"))?;
-        if order_changed {
-            let names: HashSet<String> = window.order().iter().cloned().collect();
-            if self.membership.last().is_none_or(|(_, m)| **m != names) {
-                self.membership.push((recv, Arc::new(names)));
-            }
-        }
-        Ok(())
-    }
-
-    fn in_window(&self, name: &str, at: i64) -> bool {
-        let i = self.membership.partition_point(|(from, _)| *from <= at);
-        i > 0 && self.membership[i - 1].1.contains(name)
-    }
-
-    /// Judges every write to a row in this viewer's window between its first
-    /// frame and `late_ms` before it stopped watching.
-    fn judge(&mut self, writes: &[Write], late_ms: i64) {
-        let Some(from) = self.first_frame_at else { return };
-        let to = self.ended_at - late_ms;
-        for w in writes.iter().filter(|w| w.t >= from && w.t <= to) {
-            if !self.in_window(&w.name, w.t) {
-                continue;
-            }
-            let shown = self.shown.get(&w.name).map(Vec::as_slice).unwrap_or(&[]);
-            let reflected = shown.iter().filter(|(_, n)| *n >= w.n).map(|(r, _)| *r).min();
-            match reflected {
-                Some(r) if r <= w.t + late_ms => self.judged += 1,
-                // It left the window before it was due: nothing was owed.
-                _ if !self.in_window(&w.name, w.t + late_ms) => {}
-                Some(r) => {
-                    self.judged += 1;
-                    self.stale += 1;
-                    self.example(format!("{} n={} shown after {} ms", w.name, w.n, r - w.t));
-                }
-                None => {
-                    self.judged += 1;
-                    self.stale += 1;
-                    self.never += 1;
-                    self.example(format!("{} n={} never shown", w.name, w.n));
-                }
-            }
-        }
-    }
-
-    /// Keeps the first few writes not shown in time, for the report.
-    fn example(&mut self, what: String) {
-        if self.examples.len() < 3 {
-            self.examples.push(what);
-        }
-    }
-
-    fn lagged(&self) -> bool {
-        self.late_frames > 0 || self.stale > 0
-    }
-}
-
-/// `bench t=<ms> n=<n>` → `(t, n)`.
-fn stamp(purpose: &str) -> Option<(i64, u64)> {
-    let rest = purpose.strip_prefix("bench t=")?;
-    let (t, n) = rest.split_once(" n=")?;
-    Some((t.parse().ok()?, n.parse().ok()?))
-}
-
-/// One line of the load's log.
-struct Write {
-    name: String,
-    t: i64,
-    n: u64,
-}
-
-fn read_writes(path: &std::path::Path) -> anyhow::Result<Vec<Write>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    // A line cut short (the load still writing) does not parse and is skipped.
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split(' ');
-            Some(Write {
-                name: f.next()?.to_string(),
-                t: f.next()?.parse().ok()?,
-                n: f.next()?.parse().ok()?,
-            })
-        })
-        .collect())
-}
 
 /// Viewer `k`'s view: distinct for every `k`. Filters cycle fastest; sorts are
 /// shifted per round of filters so that each filter meets every sort; windows
@@ -456,6 +294,7 @@ fn cpu_ticks() -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::seen::stamp;
     use super::*;
 
     #[test]
