@@ -12,13 +12,15 @@
 //!
 //! Here: the store ([`SqlLocks`]: connection, reads the observer uses). Beside
 //! it: `locks` (the protocol's writes), `observer` and `sessions` (what the
-//! dashboard reads), `listen` (PostgreSQL notifications), `schema` (migrations),
+//! dashboard reads), `commits` (SQLite: another connection's commit wakes the
+//! observer), `listen` (PostgreSQL notifications), `schema` (migrations),
 //! `shedlock` (the read-only ShedLock observer), `unlocker` (the unlocker
 //! election, on the database's own clock: [`Dialect::now_ms`]), `busy` (a
 //! SQLite file held by another writer: the admin side's short busy timeout,
 //! and the write probe that tells the page writes are blocked).
 
 mod busy;
+mod commits;
 mod listen;
 mod locks;
 mod observer;

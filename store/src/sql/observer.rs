@@ -1,7 +1,9 @@
 //! Observes a SQL lock table for the dashboard, reading only what changed since
 //! its last read (`docs/protocol.md`, "Observing"):
 //!
-//! - SQLite: polls the change counters (one tiny read) every `poll`; when they
+//! - SQLite: reads the change counters (one tiny read) as soon as another
+//!   connection has committed (`PRAGMA data_version`, read every
+//!   `commit_check`: [`super::commits`]), and at least every `poll`; when they
 //!   moved, reads the lock rows stamped after the last change it has seen (an
 //!   index on `seq`), in pages of `page` rows.
 //! - PostgreSQL: the triggers' notifications name each changed lock; a burst is
@@ -32,6 +34,7 @@ use tokio::sync::broadcast::error::TryRecvError;
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
+use super::commits::Commits;
 use super::probe::SqlProbe;
 use super::sessions::SessionTracker;
 use super::{Change, Changes, Dialect, SqlLocks};
@@ -42,7 +45,10 @@ use crate::{now_ms, Observer, ObserverEvent, StoreError};
 
 pub struct SqlObserver {
     url: String,
-    /// SQLite: how often the change counters are read.
+    /// SQLite: how often `PRAGMA data_version` is read to learn that another
+    /// connection has committed.
+    pub commit_check: Duration,
+    /// SQLite: the longest time between two reads of the change counters.
     pub poll: Duration,
     /// How often the whole table is read even though nothing said it must be.
     pub reconcile: Duration,
@@ -75,6 +81,7 @@ impl SqlObserver {
     pub fn new(url: impl Into<String>) -> SqlObserver {
         SqlObserver {
             url: url.into(),
+            commit_check: Duration::from_millis(10),
             poll: Duration::from_millis(200),
             reconcile: Duration::from_secs(600),
             page: 5000,
@@ -103,15 +110,19 @@ impl SqlObserver {
     }
 
     async fn follow(&mut self, store: SqlLocks, link: &mut Link, sessions: &mut SessionTracker) -> Result<(), Halt> {
-        // Subscribe before the first read, so nothing between the two is missed.
-        let mut notified = store.notified.as_ref().map(broadcast::Sender::subscribe);
+        // Subscribe (PostgreSQL) or read `data_version` (SQLite) before the
+        // first read, so nothing between the two is missed.
+        let mut wake = match &store.notified {
+            Some(tx) => Wake::Notified(tx.subscribe()),
+            None => Wake::Committed(Commits::open(&self.url).await?),
+        };
         let mut seen = self.full_read(&store, link, sessions).await?;
         loop {
             link.live().await?;
-            match (store.dialect(), notified.as_mut()) {
-                (Dialect::Postgres, Some(rx)) => self.notified_changes(&store, link, rx, &mut seen, sessions).await?,
-                _ => {
-                    tokio::time::sleep(self.poll).await;
+            match &mut wake {
+                Wake::Notified(rx) => self.notified_changes(&store, link, rx, &mut seen, sessions).await?,
+                Wake::Committed(commits) => {
+                    commits.next(self.commit_check, self.poll).await?;
                     self.counted_changes(&store, link, &mut seen, sessions).await?
                 }
             };
@@ -285,6 +296,13 @@ impl SqlObserver {
         }
         Ok(())
     }
+}
+
+/// What tells the observer to read: PostgreSQL's notifications, or SQLite's
+/// commits seen by [`Commits`].
+enum Wake {
+    Notified(broadcast::Receiver<Change>),
+    Committed(Commits),
 }
 
 /// Why following the table stopped.

@@ -1,0 +1,57 @@
+//! SQLite: tells the observer that another connection has committed, so it
+//! reads the change counters at once rather than at its next poll.
+//!
+//! SQLite cannot notify. `PRAGMA data_version`, read on a connection of its
+//! own, changes whenever any other connection (of this process or another)
+//! has committed to the file since its last read. It reads no table, only the
+//! WAL index in shared memory, so it is cheap enough to read every few
+//! milliseconds. The counters are still read at least every `poll`: a shared
+//! in-memory database has one pager for all its connections, and its
+//! `data_version` may never move.
+//!
+//! The read that wakes the observer comes before the counters' read it
+//! causes, so a commit landing between the two is either in that read or
+//! moves `data_version` again: none is missed.
+
+use std::time::Duration;
+
+use sqlx::{Connection, Row};
+use tokio::time::Instant;
+
+use crate::StoreError;
+
+pub(crate) struct Commits {
+    conn: sqlx::AnyConnection,
+    last: i64,
+}
+
+impl Commits {
+    pub(crate) async fn open(url: &str) -> Result<Commits, StoreError> {
+        let mut conn = sqlx::AnyConnection::connect(url).await?;
+        let last = data_version(&mut conn).await?;
+        Ok(Commits { conn, last })
+    }
+
+    /// Returns once another connection has committed since the last return,
+    /// looking every `check`, or when `at_most` has passed.
+    pub(crate) async fn next(&mut self, check: Duration, at_most: Duration) -> Result<(), StoreError> {
+        let until = Instant::now() + at_most;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(());
+            }
+            tokio::time::sleep(check.min(left)).await;
+            let now = data_version(&mut self.conn).await?;
+            if now != self.last {
+                self.last = now;
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn data_version(conn: &mut sqlx::AnyConnection) -> Result<i64, StoreError> {
+    let row = sqlx::query("PRAGMA data_version").fetch_one(&mut *conn).await?;
+    Ok(row.try_get(0)?)
+}
