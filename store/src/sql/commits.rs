@@ -4,10 +4,13 @@
 //! SQLite cannot notify. `PRAGMA data_version`, read on a connection of its
 //! own, changes whenever any other connection (of this process or another)
 //! has committed to the file since its last read. It reads no table, only the
-//! WAL index in shared memory, so it is cheap enough to read every few
-//! milliseconds. The counters are still read at least every `poll`: a shared
-//! in-memory database has one pager for all its connections, and its
-//! `data_version` may never move.
+//! WAL index in shared memory: about 70 µs of the server's CPU a read, so it
+//! is read every `busy` (10 ms) after a commit, the pause doubling while
+//! nothing is committed up to `quiet` (80 ms). An idle dashboard then reads it
+//! about 13 times a second; a loaded one sees each commit within 10 ms. The
+//! counters are still read at least every `poll`: a shared in-memory database
+//! has one pager for all its connections, and its `data_version` may never
+//! move.
 //!
 //! The read that wakes the observer comes before the counters' read it
 //! causes, so a commit landing between the two is either in that read or
@@ -23,30 +26,40 @@ use crate::StoreError;
 pub(crate) struct Commits {
     conn: sqlx::AnyConnection,
     last: i64,
+    /// The pause before the next read.
+    pause: Duration,
 }
 
 impl Commits {
     pub(crate) async fn open(url: &str) -> Result<Commits, StoreError> {
         let mut conn = sqlx::AnyConnection::connect(url).await?;
         let last = data_version(&mut conn).await?;
-        Ok(Commits { conn, last })
+        Ok(Commits {
+            conn,
+            last,
+            pause: Duration::ZERO,
+        })
     }
 
     /// Returns once another connection has committed since the last return,
-    /// looking every `check`, or when `at_most` has passed.
-    pub(crate) async fn next(&mut self, check: Duration, at_most: Duration) -> Result<(), StoreError> {
+    /// or when `at_most` has passed. It looks every `busy` after a commit, the
+    /// pause doubling while none comes, up to `quiet`.
+    pub(crate) async fn next(&mut self, busy: Duration, quiet: Duration, at_most: Duration) -> Result<(), StoreError> {
         let until = Instant::now() + at_most;
         loop {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(());
             }
-            tokio::time::sleep(check.min(left)).await;
+            self.pause = self.pause.clamp(busy, quiet.max(busy));
+            tokio::time::sleep(self.pause.min(left)).await;
             let now = data_version(&mut self.conn).await?;
             if now != self.last {
                 self.last = now;
+                self.pause = busy;
                 return Ok(());
             }
+            self.pause *= 2;
         }
     }
 }

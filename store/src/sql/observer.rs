@@ -2,8 +2,8 @@
 //! its last read (`docs/protocol.md`, "Observing"):
 //!
 //! - SQLite: reads the change counters (one tiny read) as soon as another
-//!   connection has committed (`PRAGMA data_version`, read every
-//!   `commit_check`: [`super::commits`]), and at least every `poll`; when they
+//!   connection has committed (`PRAGMA data_version`, read every 10–80 ms:
+//!   [`super::commits`]), and at least every `poll`; when they
 //!   moved, reads the lock rows stamped after the last change it has seen (an
 //!   index on `seq`), in pages of `page` rows.
 //! - PostgreSQL: the triggers' notifications name each changed lock; a burst is
@@ -46,8 +46,10 @@ use crate::{now_ms, Observer, ObserverEvent, StoreError};
 pub struct SqlObserver {
     url: String,
     /// SQLite: how often `PRAGMA data_version` is read to learn that another
-    /// connection has committed.
+    /// connection has committed, after a commit (`commit_check`) and at most
+    /// while none comes (`quiet_check`): [`super::commits`].
     pub commit_check: Duration,
+    pub quiet_check: Duration,
     /// SQLite: the longest time between two reads of the change counters.
     pub poll: Duration,
     /// How often the whole table is read even though nothing said it must be.
@@ -82,6 +84,7 @@ impl SqlObserver {
         SqlObserver {
             url: url.into(),
             commit_check: Duration::from_millis(10),
+            quiet_check: Duration::from_millis(80),
             poll: Duration::from_millis(200),
             reconcile: Duration::from_secs(600),
             page: 5000,
@@ -122,7 +125,7 @@ impl SqlObserver {
             match &mut wake {
                 Wake::Notified(rx) => self.notified_changes(&store, link, rx, &mut seen, sessions).await?,
                 Wake::Committed(commits) => {
-                    commits.next(self.commit_check, self.poll).await?;
+                    commits.next(self.commit_check, self.quiet_check, self.poll).await?;
                     self.counted_changes(&store, link, &mut seen, sessions).await?
                 }
             };
