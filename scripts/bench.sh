@@ -26,7 +26,7 @@
 #   BROWSER=0             skip the Chromium probe (no built site needed)
 #   KEEP=DIR              copy the run's logs there at the end (server.log, writes.log, …)
 #   LOG=LEVEL             the server's log level (default warn), e.g. lockscope=debug
-#   VIEW_ROWS=N           rows per websocket viewer's window (default 50; the page's is 100)
+#   VIEW_ROWS=N           rows per websocket viewer's window (default 50; the page's first is 40)
 #   ACK_AFTER_MS=N        the websocket viewers acknowledge each frame N ms after it came (as a
 #                         page that acknowledges after its paint), not at once
 #   NO_BUILD=1            use the binaries already in target/PROFILE (say, a debug build made

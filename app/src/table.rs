@@ -255,6 +255,37 @@ fn px_per_row(total: u64) -> f64 {
     }
 }
 
+/// Asks for the window around the rows `el` (the scroller) shows, when they
+/// are near the current window's edge or past it (and not already asked for).
+fn follow_scroll(live: LiveView, el: &leptos::web_sys::HtmlElement) {
+    let total = live.total.get_untracked();
+    let offset = live.offset.get_untracked();
+    let len = live.order.with_untracked(Vec::len) as u64;
+    let ppr = px_per_row(total);
+    let scroll = el.scroll_top() as f64;
+    let top = offset as f64 * ppr;
+    let first = if scroll >= top && scroll < top + len as f64 * ROW_PX {
+        offset + ((scroll - top) / ROW_PX) as u64
+    } else {
+        (scroll / ppr) as u64
+    };
+    let visible = (el.client_height() as f64 / ROW_PX).ceil() as u64 + 1;
+    let want = (
+        first.saturating_sub(OVERSCAN / 3),
+        (first + visible + OVERSCAN / 3).min(total),
+    );
+    let requested = live.view.with_untracked(|v| (v.offset, v.offset + v.limit as u64));
+    let covered = |(a, b): (u64, u64)| a <= want.0 && b >= want.1.min(total);
+    if covered((offset, offset + len)) || covered(requested) {
+        return;
+    }
+    let limit = (visible + 2 * OVERSCAN).clamp(1, lockscope_model::view::MAX_WINDOW as u64) as u32;
+    set_view(live, |v| {
+        v.offset = first.saturating_sub(OVERSCAN);
+        v.limit = limit;
+    });
+}
+
 /// Context that makes [`LockTable`] a still picture of a past instant (the
 /// history page's time travel): no pager and no scrolling windows (the rows
 /// are all it has), and each lock links to its history rather than its live page.
@@ -288,35 +319,9 @@ pub fn LockTable() -> impl IntoView {
     // Scrolling moves the window: when the visible rows get near its edge, ask for
     // the window around them.
     let on_scroll = move |_| {
-        let Some(el) = scroller.get_untracked().filter(|_| !frozen) else {
-            return;
-        };
-        let total = live.total.get_untracked();
-        let offset = live.offset.get_untracked();
-        let len = live.order.with_untracked(Vec::len) as u64;
-        let ppr = px_per_row(total);
-        let scroll = el.scroll_top() as f64;
-        let top = offset as f64 * ppr;
-        let first = if scroll >= top && scroll < top + len as f64 * ROW_PX {
-            offset + ((scroll - top) / ROW_PX) as u64
-        } else {
-            (scroll / ppr) as u64
-        };
-        let visible = (el.client_height() as f64 / ROW_PX).ceil() as u64 + 1;
-        let want = (
-            first.saturating_sub(OVERSCAN / 3),
-            (first + visible + OVERSCAN / 3).min(total),
-        );
-        let requested = live.view.with_untracked(|v| (v.offset, v.offset + v.limit as u64));
-        let covered = |(a, b): (u64, u64)| a <= want.0 && b >= want.1.min(total);
-        if covered((offset, offset + len)) || covered(requested) {
-            return;
+        if let Some(el) = scroller.get_untracked().filter(|_| !frozen) {
+            follow_scroll(live, &el);
         }
-        let limit = (visible + 2 * OVERSCAN).clamp(1, lockscope_model::view::MAX_WINDOW as u64) as u32;
-        set_view(live, |v| {
-            v.offset = first.saturating_sub(OVERSCAN);
-            v.limit = limit;
-        });
     };
     // A new filter or order starts at the top.
     Effect::new(
@@ -340,6 +345,12 @@ pub fn LockTable() -> impl IntoView {
         };
         if offset > 0 {
             el.set_scroll_top((offset as f64 * px_per_row(live.total.get_untracked())) as i32);
+        }
+        // The first window is the document's, made before anyone knew the
+        // screen's height (model's `DEFAULT_WINDOW`): a taller scroller asks
+        // for the rows it shows now, not at its first scroll.
+        if !frozen {
+            follow_scroll(live, &el);
         }
         true
     });

@@ -31,6 +31,22 @@ test('100,000 locks: the page is one window, and live within 5 s', async ({ page
   expect(await rows(page).count()).toBeLessThanOrEqual(500);
 });
 
+// docs/architecture.md: "The first window is 40 rows unless the URL says" and "A
+// screen taller than the first window asks for the rows it shows as soon as the page
+// is live, not at its first scroll."
+test('a tall screen gets the rows it shows once live, beyond the first window', async ({ page }) => {
+  await page.setViewportSize({ width: 1280, height: 2400 });
+  const response = await page.goto(`${stack.url}/?sort=name`);
+  const html = await response!.text();
+  expect(html.match(/data-testid="lock-row"/g)?.length, 'the first window').toBe(40);
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live');
+  // The scroller is the viewport less 300 px: 2,100 px, 59 rows of 36 px, all shown.
+  const shows = await page.getByTestId('scroller').evaluate((el) => Math.ceil(el.clientHeight / 36));
+  expect(shows).toBeGreaterThan(40);
+  await expect.poll(() => rows(page).count(), { timeout: 5_000 }).toBeGreaterThanOrEqual(shows);
+  await expect(page).toHaveURL(/limit=\d+/);
+});
+
 test('a lock taken at the top of the default view appears without reload', async ({ page }) => {
   await page.goto(stack.url);
   await expect(indicator(page)).toHaveAttribute('data-state', 'live');

@@ -4,9 +4,9 @@
 //!
 //! A new lock is named after one of the first `hot` locks of service 0 by name
 //! (`svc-0/job-0000005-c<n>` sorts right after `svc-0/job-0000005`), so it
-//! enters the first `hot` rows of that view; with `hot` plus [`POOL`] at most the
-//! page's default window (100 rows), every churned lock is in the window while it
-//! is held. Each take is logged `name t n` with its purpose stamped
+//! enters the first `hot` rows of that view. `hot` is cut so that `hot` plus
+//! [`POOL`] is at most the page's first window (`DEFAULT_WINDOW`, 40 rows:
+//! `hot` 15): every churned lock is in the window while it is held. Each take is logged `name t n` with its purpose stamped
 //! `bench t=<ms> n=<n>`, as `load` logs a rewrite; each release `name t n release`.
 //! A release only picks a lock whose take has completed (a delete overtaking its
 //! own put would leave a lock behind), and about [`POOL`] churned locks are held
@@ -48,7 +48,8 @@ impl Target {
         use std::io::Write;
         let mut out =
             std::io::BufWriter::new(std::fs::File::create(log).with_context(|| format!("{}", log.display()))?);
-        let hot = plan.hot.min(plan.locks.div_ceil(plan.services)).max(1);
+        let window = lockscope_model::view::DEFAULT_WINDOW as usize;
+        let hot = plan.hot.min(window - POOL).min(plan.locks.div_ceil(plan.services)).max(1);
         let total = plan.rate * plan.seconds;
         let interval = Duration::from_secs_f64(1.0 / plan.rate as f64);
         plan.start.wait().await?;

@@ -233,7 +233,7 @@ async fn a_reader_that_stops_acknowledging_is_held_back_then_gets_the_present() 
     let f = c.window().await;
     assert_eq!(f.total, 200, "one frame with the present, not a backlog");
     w.apply(f).unwrap();
-    assert_eq!(w.len(), 100);
+    assert_eq!(w.len(), lockscope_model::view::DEFAULT_WINDOW as usize);
 }
 
 /// "a subscription's queue holds at most 16 frames … and a socket whose
