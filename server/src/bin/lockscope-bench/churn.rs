@@ -49,7 +49,11 @@ impl Target {
         let mut out =
             std::io::BufWriter::new(std::fs::File::create(log).with_context(|| format!("{}", log.display()))?);
         let window = lockscope_model::view::DEFAULT_WINDOW as usize;
-        let hot = plan.hot.min(window - POOL).min(plan.locks.div_ceil(plan.services)).max(1);
+        let hot = plan
+            .hot
+            .min(window - POOL)
+            .min(plan.locks.div_ceil(plan.services))
+            .max(1);
         let total = plan.rate * plan.seconds;
         let interval = Duration::from_secs_f64(1.0 / plan.rate as f64);
         plan.start.wait().await?;
