@@ -335,23 +335,29 @@ pub fn LockTable() -> impl IntoView {
             cur
         },
     );
-    // A URL that names a position: scroll there once the view is live.
+    // A URL that names a position: scroll there once the view is live. At the
+    // next animation frame, once the spacers have been drawn for the live window
+    // (render effects run in queued tasks): before, the position would be
+    // clamped to the rows drawn so far, and the window asked for from it.
     Effect::new(move |done: Option<bool>| {
-        if done == Some(true) || live.connection.get() != Connection::Live {
+        if done == Some(true) || live.connection.get() != Connection::Live || scroller.get_untracked().is_none() {
             return false;
         }
-        let (Some(el), offset) = (scroller.get_untracked(), live.offset.get_untracked()) else {
-            return false;
-        };
-        if offset > 0 {
-            el.set_scroll_top((offset as f64 * px_per_row(live.total.get_untracked())) as i32);
-        }
-        // The first window is the document's, made before anyone knew the
-        // screen's height (model's `DEFAULT_WINDOW`): a taller scroller asks
-        // for the rows it shows now, not at its first scroll.
-        if !frozen {
-            follow_scroll(live, &el);
-        }
+        request_animation_frame(move || {
+            let Some(el) = scroller.get_untracked() else {
+                return;
+            };
+            let offset = live.offset.get_untracked();
+            if offset > 0 {
+                el.set_scroll_top((offset as f64 * px_per_row(live.total.get_untracked())) as i32);
+            }
+            // The first window is the document's, made before anyone knew the
+            // screen's height (model's `DEFAULT_WINDOW`): a taller scroller asks
+            // for the rows it shows now, not at its first scroll.
+            if !frozen {
+                follow_scroll(live, &el);
+            }
+        });
         true
     });
     let pager = move || {

@@ -47,6 +47,19 @@ test('a tall screen gets the rows it shows once live, beyond the first window', 
   await expect(page).toHaveURL(/limit=\d+/);
 });
 
+// docs/architecture.md: "Filter, sort and position are in the URL." A page opened deep
+// in a view scrolls there once live and stays: the window it then asks for is around
+// that position, not around the top (the scroller's first rows).
+test('a page opened deep in a view is shown there once live, and stays', async ({ page }) => {
+  const response = await page.goto(`${stack.url}/?sort=name&offset=50000`);
+  const first = (await response!.text()).match(/data-testid="lock-row" data-lock="([^"]+)"/)![1];
+  await expect(indicator(page)).toHaveAttribute('data-state', 'live');
+  const scroller = page.getByTestId('scroller');
+  await expect.poll(() => scroller.evaluate((el) => el.scrollTop)).toBe(50_000 * 36);
+  await expect(page).toHaveURL(/offset=(4\d{4}|50000)\b/);
+  await expect(row(page, first)).toBeInViewport();
+});
+
 test('a lock taken at the top of the default view appears without reload', async ({ page }) => {
   await page.goto(stack.url);
   await expect(indicator(page)).toHaveAttribute('data-state', 'live');

@@ -8,9 +8,9 @@
 //! is read every `busy` (10 ms) after a commit, the pause doubling while
 //! nothing is committed up to `quiet` (80 ms). An idle dashboard then reads it
 //! about 13 times a second; a loaded one sees each commit within 10 ms. The
-//! counters are still read at least every `poll`: a shared in-memory database
-//! has one pager for all its connections, and its `data_version` may never
-//! move.
+//! counters are still read at least every `poll`: they are what delivers an
+//! in-memory database's changes (sqlx opens `sqlite::memory:` as a database
+//! of its own per connection, so this one sees none of them).
 //!
 //! The read that wakes the observer comes before the counters' read it
 //! causes, so a commit landing between the two is either in that read or
@@ -21,6 +21,7 @@ use std::time::Duration;
 use sqlx::{Connection, Row};
 use tokio::time::Instant;
 
+use super::CONNECT_TIMEOUT;
 use crate::StoreError;
 
 pub(crate) struct Commits {
@@ -32,7 +33,11 @@ pub(crate) struct Commits {
 
 impl Commits {
     pub(crate) async fn open(url: &str) -> Result<Commits, StoreError> {
-        let mut conn = sqlx::AnyConnection::connect(url).await?;
+        let opening = || format!("opening {} to watch its commits", crate::spec::redact(url));
+        let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, sqlx::AnyConnection::connect(url))
+            .await
+            .map_err(|_| StoreError::Timeout(CONNECT_TIMEOUT).of(opening()))?
+            .map_err(|e| StoreError::from(e).of(opening()))?;
         let last = data_version(&mut conn).await?;
         Ok(Commits {
             conn,
@@ -46,20 +51,23 @@ impl Commits {
     /// pause doubling while none comes, up to `quiet`.
     pub(crate) async fn next(&mut self, busy: Duration, quiet: Duration, at_most: Duration) -> Result<(), StoreError> {
         let until = Instant::now() + at_most;
+        let busy = busy.max(Duration::from_millis(1));
         loop {
+            self.pause = self.pause.clamp(busy, quiet.max(busy));
             let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left <= self.pause {
+                // The counters are read next anyway.
+                tokio::time::sleep(left).await;
                 return Ok(());
             }
-            self.pause = self.pause.clamp(busy, quiet.max(busy));
-            tokio::time::sleep(self.pause.min(left)).await;
+            tokio::time::sleep(self.pause).await;
             let now = data_version(&mut self.conn).await?;
             if now != self.last {
                 self.last = now;
                 self.pause = busy;
                 return Ok(());
             }
-            self.pause *= 2;
+            self.pause = self.pause.saturating_mul(2);
         }
     }
 }
