@@ -73,11 +73,18 @@ fn ping() {
     });
 }
 
-/// Shows `view`: asks the server for it and puts it in the URL.
+/// Shows `view`: asks the server for it and puts it in the URL. The URL names
+/// the view and its position, not the window's size the screen chose: a
+/// reload renders the first window (the cheapest to go live with) and then
+/// asks for what its screen shows.
 pub fn show(live: LiveView, view: ViewSpec) {
     let id = live.request(view.clone());
     send(&ClientMsg::View { id, view: view.clone() });
-    let url = crate::links::view_query(&live.fleet.get_untracked(), &view);
+    let named = ViewSpec {
+        limit: lockscope_model::view::DEFAULT_WINDOW,
+        ..view
+    };
+    let url = crate::links::view_query(&live.fleet.get_untracked(), &named);
     if let Ok(h) = window().history() {
         let _ = h.replace_state_with_url(&JsValue::NULL, "", Some(&url));
     }
