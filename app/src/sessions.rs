@@ -93,7 +93,9 @@ pub fn session_text(entry: Option<&SessionEntry>, blacklist: Option<&BlacklistEn
     match entry.seen_at {
         Some(seen) => {
             t.heartbeat = format!("{} ago", human_duration(now - seen));
-            t.heartbeat_title = format!("last heartbeat seen {}", absolute_and_relative(seen, now));
+            // The page's clock ticks each second: a heartbeat seen since the last
+            // tick is "0s ago", not "in 0s".
+            t.heartbeat_title = format!("last heartbeat seen {}", absolute_and_relative(seen, now.max(seen)));
         }
         None => {
             // Not seen live yet: its time is the holder's, which says nothing

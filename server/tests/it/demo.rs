@@ -285,8 +285,11 @@ async fn a_hung_worker_wakes_up_unlocks_and_carries_on_even_after_a_force_releas
     let (_, record) = d.taken_after(second, hang * 3).await;
     assert_eq!(*record.session, *session);
 
+    // The third take was seen in the store, but the stop can still cancel the
+    // `lock` call that wrote it before the worker counts it (the client then
+    // releases it, or the demo's final sweep does): counted are at least two.
     let stats = d.stop().await;
-    assert!(stats.acquired >= 3 && stats.hangs == stats.acquired, "{stats}");
+    assert!(stats.acquired >= 2 && stats.hangs == stats.acquired, "{stats}");
     assert_eq!((stats.lost, stats.errors, stats.deaths), (1, 0, 0), "{stats}");
     assert!(d.lock().await.is_none(), "the live worker left its lock held");
 }
