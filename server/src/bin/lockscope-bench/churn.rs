@@ -76,7 +76,10 @@ impl Target {
                 }
             }
             let t = now_ms();
-            let release = live >= POOL && n % 2 == 1 && !held.is_empty();
+            // Past the pool, release (when a take has completed); at it, take and
+            // release in turn. A take made while none had completed is made up
+            // for at the next completed one, so the pool does not drift upward.
+            let release = !held.is_empty() && (live > POOL || (live == POOL && n % 2 == 1));
             let target = self.clone();
             if release {
                 let h = held.swap_remove(fastrand::usize(0..held.len()));
