@@ -36,7 +36,7 @@ const cells = (i, t) =>
   '<td role="cell" data-testid="held-for" title="acquired 08:00:00" class="age">0s</td>' +
   '<td role="cell" data-testid="expires-in" title="auto-unlock at 09:00:00" class="expires">59m 59s</td>' +
   '<td role="cell" data-testid="waiters" title="no waiters" class="waiters">0</td>' +
-  '<td role="cell" data-testid="fence" class="fence">' + (1000000 + i) + '</td>';
+  '<td role="cell" data-testid="fence" title="fencing token ' + (1000000 + i) + '" class="fence">' + (1000000 + i) + '</td>';
 const row = () => {
   const tr = document.createElement('tr');
   const i = n++;

@@ -30,8 +30,15 @@ test('a SET NX PX lock is in the table, live, and on its detail page', async ({ 
   await expect(fleet.getByTestId('fleet-unlocker')).toContainText('never acts here');
   await expect(fleet.getByTestId('fleet-polled')).toContainText('rescanned every 30 s, last at');
 
+  // Its fence is derived from the token (a number of up to 19 digits): the column cuts it
+  // short, and the cell's title gives it whole.
+  const fence = row.getByTestId('fence');
+  const token = /^fencing token (\d+)$/.exec((await fence.getAttribute('title')) ?? '')?.[1];
+  expect(token, 'the fence cell names the whole token').toBeTruthy();
+
   await page.goto(`${stack.url}/lock?fleet=cache&name=${encodeURIComponent('jobs:nightly')}`);
   await expect(page.getByTestId('detail-name')).toHaveText('jobs:nightly');
+  await expect(page.getByTestId('detail-fence')).toHaveText(token!);
   await expect(page.getByTestId('detail-token')).toHaveText('tok-e2e');
   await expect(page.getByTestId('detail-ttl')).toContainText('s');
   await expect(page.locator('dd[data-testid="detail-no-waiters"]')).toContainText('this layout has none');

@@ -118,9 +118,11 @@ impl RowCells {
         escape(&t.waiters_title, &mut tail);
         tail.push_str(r#"" class="waiters">"#);
         text(&t.waiters, &mut tail);
+        // The full token in the title too: a long one (a Redis lock's is derived
+        // from its token, up to 19 digits) is cut short by the column's ellipsis.
         let _ = write!(
             tail,
-            r#"</td><td role="cell" data-testid="fence" class="fence">{}</td>"#,
+            r#"</td><td role="cell" data-testid="fence" title="fencing token {0}" class="fence">{0}</td>"#,
             r.entry.fence
         );
         RowCells { head, clock, tail }
