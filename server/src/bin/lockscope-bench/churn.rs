@@ -6,10 +6,11 @@
 //! (`svc-0/job-0000005-c<n>` sorts right after `svc-0/job-0000005`), so it
 //! enters the first `hot` rows of that view. `hot` is cut so that `hot` plus
 //! [`POOL`] is at most the page's first window (`DEFAULT_WINDOW`, 40 rows:
-//! `hot` 15): every churned lock is in the window while it is held. (Releases
-//! in flight can hold a few more for a moment; a lock pushed past the window
-//! would show as a write never shown, and four runs at 1,000 operations a
-//! second had none.) Each take is logged `name t n` with its purpose stamped
+//! `hot` 15): every churned lock is in the window while it is held. (Takes in
+//! flight can hold a few more for a moment; a lock pushed past the window at
+//! the end shows as "held but not shown". The pool once drifted upward, a take
+//! made while none had completed never made up for, to 40 held: 6-10 such locks
+//! a run; none since.) Each take is logged `name t n` with its purpose stamped
 //! `bench t=<ms> n=<n>`, as `load` logs a rewrite; each release `name t n release`.
 //! A release only picks a lock whose take has completed (a delete overtaking its
 //! own put would leave a lock behind), and about [`POOL`] churned locks are held
