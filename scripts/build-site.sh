@@ -33,7 +33,7 @@ else
   server_profile=dev wasm_profile=dev wasm_dir=debug
 fi
 
-# wasm-bindgen-cli (scripts/install-wasm-bindgen.sh: once per machine, ~3 minutes of both
+# wasm-bindgen-cli (scripts/install-wasm-bindgen.sh: once per machine, ~1.5 minutes of both
 # cores) is installed beside the builds below, not before them: their serial stretches (a
 # crate's type checking, the links, the wasm's single-threaded LTO) leave a core idle.
 wbg_install= wbg_log=

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install.sh --no-wasm-bindgen
-# wasm-bindgen-cli (~3 minutes of both cores on a fresh machine, for the site below) builds
+# wasm-bindgen-cli (~1.5 minutes of both cores on a fresh machine, for the site below) builds
 # beside the tests' build, whose serial stretches (type checking the server, linking the test
 # binaries) leave a core idle; it is waited for before the site is built.
 wbg_log=$(mktemp) wbg_done=$(mktemp -u)
