@@ -21,7 +21,7 @@ use crate::unlocker::UnlockerCell;
 use crate::viewer::{NoAuthBanner, Notice, WhoAmI};
 
 /// The HTML document around [`App`], rendered on the server.
-pub fn shell(options: LeptosOptions) -> impl IntoView {
+pub fn shell(options: LeptosOptions) -> AnyView {
     let page = use_context::<lockscope_model::Page>().unwrap_or_default();
     let attention = page
         .fleets
@@ -52,6 +52,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             </body>
         </html>
     }
+    .into_any()
 }
 
 /// The page. On the server it reads the [`lockscope_model::Page`] the request

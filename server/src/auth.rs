@@ -5,7 +5,7 @@
 //! browser request must carry.
 //!
 //! With no `[auth]` configured everyone is the anonymous admin, which the
-//! server allows on loopback addresses only (see `main.rs`).
+//! server allows on loopback addresses only (see [`crate::check_exposure`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;

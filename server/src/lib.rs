@@ -16,10 +16,12 @@
 //!   source address, random keys).
 //! - [`cli`]: the command line and the subcommands besides `serve` (`admin`,
 //!   `get`/`describe`, `history`, `lock`/`unlock`, `demo`).
+//! - [`start`]: the `lockscope` command itself (`main.rs` only calls it): `serve`
+//!   wires the stores, hubs, history, audit, auth, unlockers and web server.
 //!
 //! Data flows one way: store observer → hub reducer → view windows → browser.
 //! Imports go down: settings, client and remember at the bottom; then live, auth
-//! and cli; then metrics, act, web; `main.rs` on top (checked by
+//! and cli; then metrics, act, web; `start` on top (checked by
 //! `scripts/check-modules.py`).
 
 pub mod act;
@@ -30,6 +32,7 @@ pub mod live;
 pub mod metrics;
 pub mod remember;
 pub mod settings;
+pub mod start;
 pub mod web;
 
 pub use web::listener::{check_exposure, drop_stalled_peer_after};
