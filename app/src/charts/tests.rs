@@ -195,10 +195,10 @@ mod render {
             fleet: "prod eu".into(),
             ..Page::default()
         };
-        Owner::new().with(|| {
+        crate::render_tests::content(Owner::new().with(|| {
             provide_context(page);
             view! { <App/> }.to_html()
-        })
+        }))
     }
 
     #[test]
