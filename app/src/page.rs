@@ -20,7 +20,9 @@ use crate::rows::state_icon;
 use crate::unlocker::UnlockerCell;
 use crate::viewer::{NoAuthBanner, Notice, WhoAmI};
 
-/// The HTML document around [`App`], rendered on the server.
+/// The HTML document around [`App`], rendered on the server. An [`AnyView`], so that
+/// its HTML rendering is compiled here (opt-level 0 in the server's release build),
+/// not once more in the server's library (docs/performance.md, "The first run, cut again").
 pub fn shell(options: LeptosOptions) -> AnyView {
     let page = use_context::<lockscope_model::Page>().unwrap_or_default();
     let attention = page
