@@ -12,7 +12,8 @@ mod history_gaps;
 mod lock_rows;
 mod outage;
 
-fn render(page: Page) -> String {
+/// The page's server-side HTML, as [`content`] reads it.
+pub(crate) fn render(page: Page) -> String {
     let owner = Owner::new();
     content(owner.with(|| {
         provide_context(page);
@@ -23,7 +24,7 @@ fn render(page: Page) -> String {
 /// A render without the `<!>` markers that erased components (`.cargo/config.toml`)
 /// put after text nodes for hydration: these checks read what a page says, and
 /// `lock_rows` pins the markup itself, markers included.
-pub(crate) fn content(html: String) -> String {
+fn content(html: String) -> String {
     html.replace("<!>", "")
 }
 

@@ -181,11 +181,9 @@ fn the_status_says_when_and_why_it_is_not_live() {
 
 #[cfg(feature = "ssr")]
 mod render {
-    use leptos::prelude::*;
     use lockscope_model::{Page, Screen};
 
     use super::sample;
-    use crate::App;
 
     fn render(charts: lockscope_model::charts::Charts) -> String {
         let page = Page {
@@ -195,10 +193,7 @@ mod render {
             fleet: "prod eu".into(),
             ..Page::default()
         };
-        crate::render_tests::content(Owner::new().with(|| {
-            provide_context(page);
-            view! { <App/> }.to_html()
-        }))
+        crate::render_tests::render(page)
     }
 
     #[test]
