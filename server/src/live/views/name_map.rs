@@ -1,7 +1,8 @@
 //! Maps keyed by lock name ([`NameMap`]), hashed with foldhash rather than
-//! std's SipHash: the tops' pass looks up every lock's meta by name (a million
-//! lookups a pass at 1,000,000 locks), and frames look up each row's; SipHash
-//! was 7-9 % of the server's time in a burst of new views (docs/performance.md).
+//! std's SipHash: the tops' pass looks up a lock's meta by name where its entry
+//! does not say enough (up to a million lookups a pass at 1,000,000 locks), and
+//! frames look up each row's; SipHash was 7-9 % of the server's time in a burst
+//! of new views (docs/performance.md).
 //!
 //! Why a faster hash is safe here: lock names are written by the fleet's own
 //! clients, who hold the store's credentials (and could as well flood the store

@@ -1,10 +1,19 @@
 //! One thread's reading of a slice of the tops' pass ([`read`]): each lock is
 //! matched once per distinct filter ([`Group`]), and offered to that filter's
 //! tops, each a buffer bounded by twice its size ([`Fill`]).
+//!
+//! A lock is read from the entry the fleet's order holds, in place, where no
+//! more is needed: every filter but by state, every sort but by severity or
+//! waiters ([`sort_reads_meta`]). Looking its meta up by name cost three or
+//! four cache misses a lock (the hash table's control bytes, its slot, the
+//! name's bytes to compare) and most of a pass's time (docs/performance.md). A
+//! key is then kept with the name as the fleet holds it, in a buffer of the
+//! slice's own ([`Firsts`] of `&str`); only the slice's first keys are looked up
+//! for the shared name a top keeps, when the slice ends.
 
 use std::sync::Arc;
 
-use lockscope_model::view::{Filter, Sort, SortKey};
+use lockscope_model::view::{sort_key, Filter, RowState, Sort, SortFields, SortKey};
 use lockscope_model::LockEntry;
 
 use super::span::Span;
@@ -21,57 +30,48 @@ pub(super) struct Group {
     pub(super) counting: bool,
 }
 
+/// Whether a sort reads each lock's meta: by severity (a lock's state follows
+/// the clock and its session) or by waiters (kept apart from its entry). The
+/// others read the entry, which the meta was computed from (the views place a
+/// lock again on every change); so do filters, but by state.
+fn sort_reads_meta(key: SortKey) -> bool {
+    matches!(key, SortKey::Severity | SortKey::Waiters)
+}
+
 /// A key's place in a view's order: its position, then its lock's rank in
 /// name order (which orders as the name does within a lap; a lap's ranks are
 /// below the last lap's), each bit-inverted for a reversed view, so that the
 /// first keys in view order are the smallest in either direction.
 type Place = (i64, i64, u128);
 
-/// One top's first keys: the [`Place`]s of the locks offered, with their
-/// names, kept in a buffer of up to twice the top's size that is cut back to
-/// its first `cap` keys by a selection (O(cap)) whenever it fills, and whose
-/// last key kept then bounds what may enter. So a lock costs one comparison
-/// to be turned away, or a push to be kept, and a top that takes nearly
-/// every lock (a key that grows with the name, say a fence read highest
-/// first) costs O(1) a lock, not a heap's sift of O(log cap).
-pub(super) struct Fill {
-    /// Its place in [`super::Run`]'s `specs`.
-    pub(super) at: usize,
-    pub(super) sort: Sort,
-    pub(super) cap: usize,
-    keys: Vec<(Place, Arc<str>)>,
+/// The first `cap` keys offered (each a [`Place`] with its lock's name `N`),
+/// kept in a buffer of up to twice that which is cut back to its first `cap`
+/// by a selection (O(cap)) whenever it fills, and whose last key kept then
+/// bounds what may enter. So a lock costs one comparison to be turned away, or
+/// a push to be kept, and a top that takes nearly every lock (a key that grows
+/// with the name, say a fence read highest first) costs O(1) a lock, not a
+/// heap's sift of O(log cap).
+struct Firsts<N> {
+    cap: usize,
+    keys: Vec<(Place, N)>,
     /// The last key the last cut kept: nothing after it can be among the
     /// first `cap` (`None`: no cut yet).
     bound: Option<Place>,
-    /// A key was ever turned away or cut: it may not hold every lock taken.
-    pub(super) overflowed: bool,
-    pub(super) span: Span,
+    /// A key was ever turned away or cut: it may not hold every key offered.
+    overflowed: bool,
 }
 
-impl Fill {
-    pub(super) fn new(at: usize, sort: Sort, cap: usize, span: Span) -> Fill {
-        Fill {
-            at,
-            sort,
+impl<N> Firsts<N> {
+    fn new(cap: usize, bound: Option<Place>) -> Firsts<N> {
+        Firsts {
             cap: cap.max(1),
             keys: Vec::new(),
-            bound: None,
+            bound,
             overflowed: false,
-            span,
         }
     }
 
-    /// Offers lock `name` at position `(a, b)` and `rank`: kept if it may be
-    /// among the first `cap` keys offered.
-    pub(super) fn offer(&mut self, (a, b): (i64, i64), rank: u128, name: &Arc<str>) {
-        let place = match self.sort.reverse {
-            false => (a, b, rank),
-            true => (!a, !b, !rank),
-        };
-        self.push(place, || name.clone());
-    }
-
-    fn push(&mut self, place: Place, name: impl FnOnce() -> Arc<str>) {
+    fn push(&mut self, place: Place, name: impl FnOnce() -> N) {
         if self.bound.is_some_and(|last| place > last) {
             // Most locks cannot enter: turned away before any clone.
             self.overflowed = true;
@@ -93,26 +93,56 @@ impl Fill {
         self.bound = Some(last.0);
         self.keys.truncate(self.cap);
     }
+}
+
+/// One top's first keys ([`Firsts`]), by the shared names a top keeps.
+pub(super) struct Fill {
+    /// Its place in [`super::Run`]'s `specs`.
+    pub(super) at: usize,
+    pub(super) sort: Sort,
+    firsts: Firsts<Arc<str>>,
+    pub(super) span: Span,
+}
+
+impl Fill {
+    pub(super) fn new(at: usize, sort: Sort, cap: usize, span: Span) -> Fill {
+        Fill {
+            at,
+            sort,
+            firsts: Firsts::new(cap, None),
+            span,
+        }
+    }
+
+    /// The place of a lock at position `(a, b)` and `rank` in this top's
+    /// order.
+    fn place(&self, (a, b): (i64, i64), rank: u128) -> Place {
+        match self.sort.reverse {
+            false => (a, b, rank),
+            true => (!a, !b, !rank),
+        }
+    }
 
     /// Takes in the keys of `other`, the same top's fill read by the other
     /// thread.
     pub(super) fn merge(&mut self, other: Fill) {
-        self.overflowed |= other.overflowed;
-        for (place, name) in other.keys {
-            self.push(place, || name);
+        self.firsts.overflowed |= other.firsts.overflowed;
+        for (place, name) in other.firsts.keys {
+            self.firsts.push(place, || name);
         }
     }
 
     /// Its first `cap` keys in view order, as a top holds them, and whether a
     /// key was turned away.
-    pub(super) fn into_keys(mut self) -> (Vec<Key>, bool) {
-        self.cut();
-        self.keys.sort_unstable_by_key(|k| k.0);
+    pub(super) fn into_keys(self) -> (Vec<Key>, bool) {
+        let mut firsts = self.firsts;
+        firsts.cut();
+        firsts.keys.sort_unstable_by_key(|k| k.0);
         let reverse = self.sort.reverse;
-        let keys = (self.keys.into_iter())
+        let keys = (firsts.keys.into_iter())
             .map(|((a, b, _), name)| if reverse { (!a, !b, name) } else { (a, b, name) })
             .collect();
-        (keys, self.overflowed)
+        (keys, firsts.overflowed)
     }
 }
 
@@ -131,6 +161,15 @@ pub(super) fn read<'s>(
     meta: &NameMap<Meta>,
     groups: &mut [Group],
 ) -> (usize, Option<&'s str>) {
+    // The slice's own first keys per fill that reads the entries, by the
+    // names the fleet holds; each starts at its fill's bound.
+    let mut slice: Vec<Vec<Firsts<&'s str>>> = (groups.iter())
+        .map(|g| {
+            (g.fills.iter())
+                .map(|f| Firsts::new(f.firsts.cap, f.firsts.bound))
+                .collect()
+        })
+        .collect();
     let (mut read, mut last) = (0, None);
     // How many stops lie before the lock read (names only grow).
     let mut passed = 0;
@@ -142,23 +181,55 @@ pub(super) fn read<'s>(
         while stops.get(passed).is_some_and(|s| e.name.as_str() > &**s) {
             passed += 1;
         }
-        let Some((name, meta)) = meta.get_key_value(e.name.as_str()) else {
-            continue;
-        };
-        // Each position computed once per lock, whatever the tops reading it.
+        // Each position computed once per lock, whatever the tops reading it
+        // (a key both the entry and the meta give is the same from either).
         let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
-        for g in groups.iter_mut() {
+        let fields = SortFields::of(e);
+        let rec = e.record();
+        let (service, host) = (rec.map(|r| &*r.service), rec.map(|r| &*r.host));
+        // The lock's meta and shared name, looked up once if anything needs them.
+        let mut found = None;
+        let mut lookup = || *found.get_or_insert_with(|| meta.get_key_value(e.name.as_str()));
+        for (g, firsts) in groups.iter_mut().zip(slice.iter_mut()) {
             let counts = g.counting && g.span.reads(passed);
             if !counts && !g.fills.iter().any(|f| f.span.reads(passed)) {
                 continue;
             }
-            if !meta.takes(name, &g.filter) {
+            let takes = match g.filter.state {
+                // Any state will do: the filter does not read it.
+                None => (g.filter).matches_parts(&e.name, RowState::Healthy, service, host),
+                Some(_) => lookup().is_some_and(|(name, m)| m.takes(name, &g.filter)),
+            };
+            if !takes {
                 continue;
             }
             g.matched += i64::from(counts);
-            for fill in g.fills.iter_mut().filter(|f| f.span.reads(passed)) {
-                let position = *positions[fill.sort.key as usize].get_or_insert_with(|| meta.position(fill.sort.key));
-                fill.offer(position, rank, name);
+            for (fill, firsts) in g.fills.iter_mut().zip(firsts.iter_mut()) {
+                if !fill.span.reads(passed) {
+                    continue;
+                }
+                let key = fill.sort.key;
+                if !sort_reads_meta(key) {
+                    let pos =
+                        *positions[key as usize].get_or_insert_with(|| sort_key(key, &fields, RowState::Healthy, 0));
+                    firsts.push(fill.place(pos, rank), || e.name.as_str());
+                } else if let Some((name, m)) = lookup() {
+                    let pos = *positions[key as usize].get_or_insert_with(|| m.position(key));
+                    let place = fill.place(pos, rank);
+                    fill.firsts.push(place, || name.clone());
+                }
+            }
+        }
+    }
+    // The slice's first keys join their fills, by the names the meta shares.
+    for (g, firsts) in groups.iter_mut().zip(slice) {
+        for (fill, mut firsts) in g.fills.iter_mut().zip(firsts) {
+            firsts.cut();
+            fill.firsts.overflowed |= firsts.overflowed;
+            for (place, name) in firsts.keys {
+                if let Some((name, _)) = meta.get_key_value(name) {
+                    fill.firsts.push(place, || name.clone());
+                }
             }
         }
     }
