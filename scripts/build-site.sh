@@ -52,9 +52,8 @@ if [ "$server" = 1 ]; then
 else
   [ -x target/debug/lockscope ] || { echo "--no-server: no target/debug/lockscope (run cargo test first)" >&2; exit 1; }
 fi
-# No `--cfg erase_components` (cargo-leptos's debug default): it changes the
-# rendered markup, so server and wasm would need it alike, and the server is the
-# one the tests already built without it.
+# `--cfg erase_components` comes from .cargo/config.toml, for the server and the wasm
+# alike (it changes the rendered markup, so both need it or neither).
 # The wasm is lockscope-front (a cdylib around lockscope-app, which stays an rlib so
 # that the server's build pipelines behind it: front/Cargo.toml says why).
 cargo build --locked -p lockscope-front --lib --features hydrate \
