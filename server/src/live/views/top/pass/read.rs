@@ -2,14 +2,14 @@
 //! matched once per distinct filter ([`Group`]), and offered to that filter's
 //! tops, each a buffer bounded by twice its size ([`Fill`]).
 //!
-//! A lock is read from the entry the fleet's order holds, in place, where no
-//! more is needed: every filter but by state, every sort but by severity or
-//! waiters ([`sort_reads_meta`]). Looking its meta up by name cost three or
-//! four cache misses a lock (the hash table's control bytes, its slot, the
-//! name's bytes to compare) and most of a pass's time (docs/performance.md). A
-//! key is then kept with the name as the fleet holds it, in a buffer of the
-//! slice's own ([`Firsts`] of `&str`); only the slice's first keys are looked up
-//! for the shared name a top keeps, when the slice ends.
+//! A lock is read from the entry the fleet's order holds, in place: its meta is
+//! looked up by name only where a group needs it (a filter by state, a sort by
+//! severity or waiters: [`sort_reads_meta`]). That lookup cost three or four
+//! cache misses a lock (the hash table's control bytes, its slot, the name's
+//! bytes to compare) and most of a pass's time (docs/performance.md). Without
+//! it, a key is kept with the name as the fleet holds it, in a buffer of the
+//! slice's own ([`Firsts`] of `&str`), and only the slice's first keys are
+//! looked up for the shared name a top keeps, when the slice ends.
 
 use std::sync::Arc;
 
@@ -161,8 +161,13 @@ pub(super) fn read<'s>(
     meta: &NameMap<Meta>,
     groups: &mut [Group],
 ) -> (usize, Option<&'s str>) {
-    // The slice's own first keys per fill that reads the entries, by the
-    // names the fleet holds; each starts at its fill's bound.
+    // Where a group reads each lock's meta, every lock's is looked up (once,
+    // shared by the groups), and every key is kept by the name it shares.
+    // Otherwise the slice keeps its first keys per fill by the names the fleet
+    // holds, each buffer starting at its fill's bound, and looks up those alone.
+    let eager = groups
+        .iter()
+        .any(|g| g.filter.state.is_some() || (g.fills.iter()).any(|f| sort_reads_meta(f.sort.key)));
     let mut slice: Vec<Vec<Firsts<&'s str>>> = (groups.iter())
         .map(|g| {
             (g.fills.iter())
@@ -181,15 +186,17 @@ pub(super) fn read<'s>(
         while stops.get(passed).is_some_and(|s| e.name.as_str() > &**s) {
             passed += 1;
         }
+        let found = if eager {
+            meta.get_key_value(e.name.as_str())
+        } else {
+            None
+        };
         // Each position computed once per lock, whatever the tops reading it
         // (a key both the entry and the meta give is the same from either).
         let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
         let fields = SortFields::of(e);
         let rec = e.record();
         let (service, host) = (rec.map(|r| &*r.service), rec.map(|r| &*r.host));
-        // The lock's meta and shared name, looked up once if anything needs them.
-        let mut found = None;
-        let mut lookup = || *found.get_or_insert_with(|| meta.get_key_value(e.name.as_str()));
         for (g, firsts) in groups.iter_mut().zip(slice.iter_mut()) {
             let counts = g.counting && g.span.reads(passed);
             if !counts && !g.fills.iter().any(|f| f.span.reads(passed)) {
@@ -198,7 +205,7 @@ pub(super) fn read<'s>(
             let takes = match g.filter.state {
                 // Any state will do: the filter does not read it.
                 None => (g.filter).matches_parts(&e.name, RowState::Healthy, service, host),
-                Some(_) => lookup().is_some_and(|(name, m)| m.takes(name, &g.filter)),
+                Some(_) => found.is_some_and(|(name, m)| m.takes(name, &g.filter)),
             };
             if !takes {
                 continue;
@@ -209,14 +216,17 @@ pub(super) fn read<'s>(
                     continue;
                 }
                 let key = fill.sort.key;
-                if !sort_reads_meta(key) {
-                    let pos =
-                        *positions[key as usize].get_or_insert_with(|| sort_key(key, &fields, RowState::Healthy, 0));
-                    firsts.push(fill.place(pos, rank), || e.name.as_str());
-                } else if let Some((name, m)) = lookup() {
-                    let pos = *positions[key as usize].get_or_insert_with(|| m.position(key));
-                    let place = fill.place(pos, rank);
-                    fill.firsts.push(place, || name.clone());
+                let pos = match (sort_reads_meta(key), found) {
+                    (false, _) => {
+                        positions[key as usize].get_or_insert_with(|| sort_key(key, &fields, RowState::Healthy, 0))
+                    }
+                    (true, Some((_, m))) => positions[key as usize].get_or_insert_with(|| m.position(key)),
+                    (true, None) => continue,
+                };
+                let place = fill.place(*pos, rank);
+                match found {
+                    Some((name, _)) => fill.firsts.push(place, || name.clone()),
+                    None => firsts.push(place, || e.name.as_str()),
                 }
             }
         }
