@@ -111,6 +111,15 @@ impl SortFields {
     }
 }
 
+impl SortKey {
+    /// Whether [`sort_key`] reads the lock's state or waiters under this key;
+    /// under the others it reads the lock's [`SortFields`] alone, which its
+    /// entry gives.
+    pub fn reads_state_or_waiters(self) -> bool {
+        matches!(self, SortKey::Severity | SortKey::Waiters)
+    }
+}
+
 /// `(a, b)` of a lock under `key`; the name breaks ties. Malformed and foreign
 /// entries, which have no times, sort after every record on time keys.
 pub fn sort_key(key: SortKey, f: &SortFields, state: RowState, waiters: u32) -> SortPos {

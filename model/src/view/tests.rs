@@ -194,3 +194,17 @@ fn a_full_frame_replaces_everything() {
     assert_eq!(ch.dropped, vec!["a".to_string()]);
     assert_eq!(w.order(), ["b"]);
 }
+
+/// `SortKey::reads_state_or_waiters`: "under the others it reads the lock's
+/// `SortFields` alone".
+#[test]
+fn only_severity_and_waiters_read_the_state_or_the_waiters() {
+    let f = SortFields::of(&held("a", 5));
+    for key in SortKey::ALL {
+        let varied: Vec<SortPos> = (RowState::ALL.iter())
+            .flat_map(|s| [0, 3].map(|w| sort_key(key, &f, *s, w)))
+            .collect();
+        let depends = varied.iter().any(|p| *p != varied[0]);
+        assert_eq!(depends, key.reads_state_or_waiters(), "{key:?}");
+    }
+}

@@ -1,7 +1,7 @@
 //! The pass over the fleet that fills the tops no existing order serves
 //! ([`super`]): the locks are read once, in name order, and each top keeps its
 //! first keys in a buffer of twice its size cut back by a selection whenever it
-//! fills (O(n) a top; only the keys kept are sorted, at the end: [`read::Fill`]). A
+//! fills (O(n) a top; only the keys kept are sorted, at the end: `read::Firsts`). A
 //! lock's rank in name order stands for its name in the buffers, so keys that tie
 //! on their position (a fence or an expiry most locks share) are told apart by
 //! one integer comparison, never by comparing names.

@@ -2,14 +2,15 @@
 //! matched once per distinct filter ([`Group`]), and offered to that filter's
 //! tops, each a buffer bounded by twice its size ([`Fill`]).
 //!
-//! A lock is read from the entry the fleet's order holds, in place: its meta is
-//! looked up by name only where a group needs it (a filter by state, a sort by
-//! severity or waiters: [`sort_reads_meta`]). That lookup cost three or four
-//! cache misses a lock (the hash table's control bytes, its slot, the name's
-//! bytes to compare) and most of a pass's time (docs/performance.md). Without
-//! it, a key is kept with the name as the fleet holds it, in a buffer of the
-//! slice's own ([`Firsts`] of `&str`), and only the slice's first keys are
-//! looked up for the shared name a top keeps, when the slice ends.
+//! A lock is read from its entry in the table's B-tree, in place. Its meta is
+//! looked up by name only when a group of the pass needs it ([`Group::reads_meta`]:
+//! a filter by state, a sort by severity or waiters), and then for every lock,
+//! once, shared by the groups. That lookup cost three or four cache misses a
+//! lock (the hash table's control bytes, its slot, the name's bytes to
+//! compare) and most of a pass's time (docs/performance.md). Without it, a key
+//! is kept with the name as the table holds it, in a buffer of the slice's own
+//! ([`Firsts`] of `&str`), and only the slice's first keys are looked up for
+//! the shared name a top keeps, when the slice ends.
 
 use std::sync::Arc;
 
@@ -30,12 +31,15 @@ pub(super) struct Group {
     pub(super) counting: bool,
 }
 
-/// Whether a sort reads each lock's meta: by severity (a lock's state follows
-/// the clock and its session) or by waiters (kept apart from its entry). The
-/// others read the entry, which the meta was computed from (the views place a
-/// lock again on every change); so do filters, but by state.
-fn sort_reads_meta(key: SortKey) -> bool {
-    matches!(key, SortKey::Severity | SortKey::Waiters)
+impl Group {
+    /// Whether this group reads each lock's meta: a filter by state, or a sort
+    /// by severity or waiters (a lock's state follows the clock and its
+    /// session; its waiters are kept apart from its entry). Other filters and
+    /// sorts read the entry, which the meta was computed from (the views place
+    /// a lock again on every change of its entry).
+    fn reads_meta(&self) -> bool {
+        self.filter.state.is_some() || (self.fills.iter()).any(|f| f.sort.key.reads_state_or_waiters())
+    }
 }
 
 /// A key's place in a view's order: its position, then its lock's rank in
@@ -43,6 +47,15 @@ fn sort_reads_meta(key: SortKey) -> bool {
 /// below the last lap's), each bit-inverted for a reversed view, so that the
 /// first keys in view order are the smallest in either direction.
 type Place = (i64, i64, u128);
+
+/// A place in a reversed view's order from one in its key's order, or back.
+fn flip(reverse: bool, p: Place) -> Place {
+    if reverse {
+        (!p.0, !p.1, !p.2)
+    } else {
+        p
+    }
+}
 
 /// The first `cap` keys offered (each a [`Place`] with its lock's name `N`),
 /// kept in a buffer of up to twice that which is cut back to its first `cap`
@@ -54,8 +67,8 @@ type Place = (i64, i64, u128);
 struct Firsts<N> {
     cap: usize,
     keys: Vec<(Place, N)>,
-    /// The last key the last cut kept: nothing after it can be among the
-    /// first `cap` (`None`: no cut yet).
+    /// The last key the last cut kept (or its fill's, for a slice's buffer):
+    /// nothing after it can be among the first `cap` (`None`: no cut yet).
     bound: Option<Place>,
     /// A key was ever turned away or cut: it may not hold every key offered.
     overflowed: bool,
@@ -93,6 +106,16 @@ impl<N> Firsts<N> {
         self.bound = Some(last.0);
         self.keys.truncate(self.cap);
     }
+
+    /// Takes in the keys of `other` by the names `name` gives (none: left out).
+    fn absorb<M>(&mut self, other: Firsts<M>, name: impl Fn(M) -> Option<N>) {
+        self.overflowed |= other.overflowed;
+        for (place, n) in other.keys {
+            if let Some(n) = name(n) {
+                self.push(place, || n);
+            }
+        }
+    }
 }
 
 /// One top's first keys ([`Firsts`]), by the shared names a top keeps.
@@ -117,19 +140,13 @@ impl Fill {
     /// The place of a lock at position `(a, b)` and `rank` in this top's
     /// order.
     fn place(&self, (a, b): (i64, i64), rank: u128) -> Place {
-        match self.sort.reverse {
-            false => (a, b, rank),
-            true => (!a, !b, !rank),
-        }
+        flip(self.sort.reverse, (a, b, rank))
     }
 
     /// Takes in the keys of `other`, the same top's fill read by the other
     /// thread.
     pub(super) fn merge(&mut self, other: Fill) {
-        self.firsts.overflowed |= other.firsts.overflowed;
-        for (place, name) in other.firsts.keys {
-            self.firsts.push(place, || name);
-        }
+        self.firsts.absorb(other.firsts, Some);
     }
 
     /// Its first `cap` keys in view order, as a top holds them, and whether a
@@ -140,7 +157,10 @@ impl Fill {
         firsts.keys.sort_unstable_by_key(|k| k.0);
         let reverse = self.sort.reverse;
         let keys = (firsts.keys.into_iter())
-            .map(|((a, b, _), name)| if reverse { (!a, !b, name) } else { (a, b, name) })
+            .map(|(place, name)| {
+                let (a, b, _) = flip(reverse, place);
+                (a, b, name)
+            })
             .collect();
         (keys, firsts.overflowed)
     }
@@ -165,9 +185,7 @@ pub(super) fn read<'s>(
     // shared by the groups), and every key is kept by the name it shares.
     // Otherwise the slice keeps its first keys per fill by the names the fleet
     // holds, each buffer starting at its fill's bound, and looks up those alone.
-    let eager = groups
-        .iter()
-        .any(|g| g.filter.state.is_some() || (g.fills.iter()).any(|f| sort_reads_meta(f.sort.key)));
+    let eager = groups.iter().any(Group::reads_meta);
     let mut slice: Vec<Vec<Firsts<&'s str>>> = (groups.iter())
         .map(|g| {
             (g.fills.iter())
@@ -195,8 +213,6 @@ pub(super) fn read<'s>(
         // (a key both the entry and the meta give is the same from either).
         let mut positions: [Option<(i64, i64)>; SortKey::ALL.len()] = Default::default();
         let fields = SortFields::of(e);
-        let rec = e.record();
-        let (service, host) = (rec.map(|r| &*r.service), rec.map(|r| &*r.host));
         for (g, firsts) in groups.iter_mut().zip(slice.iter_mut()) {
             let counts = g.counting && g.span.reads(passed);
             if !counts && !g.fills.iter().any(|f| f.span.reads(passed)) {
@@ -204,7 +220,7 @@ pub(super) fn read<'s>(
             }
             let takes = match g.filter.state {
                 // Any state will do: the filter does not read it.
-                None => (g.filter).matches_parts(&e.name, RowState::Healthy, service, host),
+                None => g.filter.matches(e, RowState::Healthy),
                 Some(_) => found.is_some_and(|(name, m)| m.takes(name, &g.filter)),
             };
             if !takes {
@@ -216,7 +232,7 @@ pub(super) fn read<'s>(
                     continue;
                 }
                 let key = fill.sort.key;
-                let pos = match (sort_reads_meta(key), found) {
+                let pos = match (key.reads_state_or_waiters(), found) {
                     (false, _) => {
                         positions[key as usize].get_or_insert_with(|| sort_key(key, &fields, RowState::Healthy, 0))
                     }
@@ -235,12 +251,12 @@ pub(super) fn read<'s>(
     for (g, firsts) in groups.iter_mut().zip(slice) {
         for (fill, mut firsts) in g.fills.iter_mut().zip(firsts) {
             firsts.cut();
-            fill.firsts.overflowed |= firsts.overflowed;
-            for (place, name) in firsts.keys {
-                if let Some((name, _)) = meta.get_key_value(name) {
-                    fill.firsts.push(place, || name.clone());
-                }
-            }
+            fill.firsts.absorb(firsts, |name| {
+                let shared = meta.get_key_value(name).map(|(name, _)| name.clone());
+                // Every lock of the table has a meta (the views place each one).
+                debug_assert!(shared.is_some(), "no meta for {name}");
+                shared
+            });
         }
     }
     (read, last)
